@@ -1,0 +1,1 @@
+"""optlease: a lease manager for clusters of virtual machines."""

@@ -1,0 +1,104 @@
+"""Leases as users request them, and the states a lease moves through (Haizea's declarative state table)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class LeaseKind(str, Enum):
+    AR = "ar"
+    BEST_EFFORT = "best-effort"
+    IMMEDIATE = "immediate"
+
+    @property
+    def label(self) -> str:
+        """Haizea's short name, as its logs and summaries print it."""
+        return {"ar": "AR", "best-effort": "Best-effort", "immediate": "Immediate"}[self.value]
+
+
+class LeaseState(str, Enum):
+    NEW = "new"
+    PENDING = "pending"
+    REJECTED = "rejected"
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    ACTIVE = "active"
+    SUSPENDING = "suspending"
+    SUSPENDED_PENDING = "suspended-pending"
+    SUSPENDED_QUEUED = "suspended-queued"
+    SUSPENDED_SCHEDULED = "suspended-scheduled"
+    MIGRATING = "migrating"
+    RESUMING = "resuming"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+S = LeaseState
+# Every legal move of a lease, in one place: the engine refuses anything else (a bug, never a user error).
+TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
+    S.NEW: frozenset({S.PENDING, S.REJECTED}),
+    S.PENDING: frozenset({S.QUEUED, S.SCHEDULED, S.REJECTED, S.CANCELLED}),
+    S.QUEUED: frozenset({S.SCHEDULED, S.CANCELLED, S.REJECTED}),
+    S.SCHEDULED: frozenset({S.ACTIVE, S.QUEUED, S.PENDING, S.CANCELLED, S.FAILED}),
+    S.ACTIVE: frozenset({S.SUSPENDING, S.DONE, S.QUEUED, S.CANCELLED, S.FAILED}),
+    S.SUSPENDING: frozenset({S.SUSPENDED_PENDING, S.CANCELLED, S.FAILED}),
+    S.SUSPENDED_PENDING: frozenset({S.SUSPENDED_QUEUED, S.SUSPENDED_SCHEDULED, S.CANCELLED}),
+    S.SUSPENDED_QUEUED: frozenset({S.SUSPENDED_SCHEDULED, S.CANCELLED}),
+    S.SUSPENDED_SCHEDULED: frozenset({S.MIGRATING, S.RESUMING, S.SUSPENDED_QUEUED, S.SUSPENDED_PENDING,
+                                      S.CANCELLED, S.FAILED}),
+    S.MIGRATING: frozenset({S.SUSPENDED_SCHEDULED, S.RESUMING, S.CANCELLED, S.FAILED}),
+    S.RESUMING: frozenset({S.ACTIVE, S.CANCELLED, S.FAILED}),
+    S.DONE: frozenset(),
+    S.REJECTED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.FAILED: frozenset(),
+}
+TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+
+
+class IllegalTransition(RuntimeError):
+    """A lease was asked to move where the state table does not allow: a bug in optlease."""
+
+
+def check_transition(lease_id: int, old: LeaseState, new: LeaseState) -> None:
+    if new not in TRANSITIONS[old]:
+        raise IllegalTransition(f"lease {lease_id}: {old.value} -> {new.value} is not a legal transition")
+
+
+@dataclass(frozen=True)
+class DiskImage:
+    id: str
+    size: int  # MB
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """One lease as requested. Times are whole seconds from the start of the workload (the simulation epoch).
+
+    `vms[i]` is the demand of vnode i+1 (resource type -> amount). `start` is the exact start of an AR and None
+    otherwise; `real_duration` is how long the lease really runs (a trace's <realduration>), None = its duration.
+    """
+
+    id: int
+    kind: LeaseKind
+    arrival: int
+    duration: int
+    vms: tuple[dict[str, int], ...]
+    preemptible: bool = False
+    start: int | None = None
+    real_duration: int | None = None
+    software: DiskImage | None = None
+    deadline: int | None = None
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def numnodes(self) -> int:
+        return len(self.vms)
+
+    @property
+    def actual_duration(self) -> int:
+        return self.duration if self.real_duration is None else min(self.real_duration, self.duration)
+
+    def memory_of(self, vnode: int) -> int:
+        return self.vms[vnode - 1].get("Memory", 0)

@@ -1,0 +1,72 @@
+"""The physical site: resource types and nodes with their capacities."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optlease.errors import InputError
+
+REQUIRED_TYPES = ("CPU", "Memory")
+
+
+class SiteError(InputError):
+    """A site description that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """`nodes[i]` is the capacity of physical node i+1 (resource type -> amount; a missing type means 0)."""
+
+    resource_types: tuple[str, ...]
+    nodes: tuple[dict[str, int], ...]
+
+    def __post_init__(self) -> None:
+        missing = [t for t in REQUIRED_TYPES if t not in self.resource_types]
+        if missing:
+            raise SiteError(f"site has no {' or '.join(missing)} resource type (both CPU and Memory are required)")
+        if not self.nodes:
+            raise SiteError("site has no nodes")
+        for i, node in enumerate(self.nodes, start=1):
+            for rtype, amount in node.items():
+                if rtype not in self.resource_types:
+                    raise SiteError(f"node {i}: resource type {rtype!r} is not one of the site's "
+                                    f"types ({' '.join(self.resource_types)})")
+                if amount < 0:
+                    raise SiteError(f"node {i}: negative amount {amount} of {rtype}")
+
+    @property
+    def node_ids(self) -> range:
+        return range(1, len(self.nodes) + 1)
+
+    def capacity(self, node: int) -> dict[str, int]:
+        return self.nodes[node - 1]
+
+    @classmethod
+    def homogeneous(cls, numnodes: int, capacity: dict[str, int]) -> "Site":
+        types = tuple(capacity)
+        return cls(types, tuple(dict(capacity) for _ in range(numnodes)))
+
+    @classmethod
+    def parse_resources(cls, text: str) -> "Site":
+        """Haizea's `resources` string: `<numnodes> <type>:<amount>[,<type>:<amount>]*` (commas or spaces)."""
+        parts = text.replace(",", " ").split()
+        if not parts:
+            raise SiteError("empty resources string")
+        try:
+            numnodes = int(parts[0])
+        except ValueError:
+            raise SiteError(f"resources must start with the number of nodes, not {parts[0]!r}") from None
+        if numnodes <= 0:
+            raise SiteError(f"number of nodes must be positive, not {numnodes}")
+        capacity: dict[str, int] = {}
+        for item in parts[1:]:
+            name, sep, amount = item.partition(":")
+            if not sep or not name:
+                raise SiteError(f"resource {item!r} is not of the form TYPE:AMOUNT")
+            try:
+                value = int(amount)
+            except ValueError:
+                raise SiteError(f"resource {name}: amount {amount!r} is not a whole number") from None
+            if value <= 0:
+                raise SiteError(f"resource {name}: amount must be positive, not {value}")
+            capacity[name] = value
+        return cls.homogeneous(numnodes, capacity)

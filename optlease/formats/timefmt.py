@@ -1,0 +1,85 @@
+"""Haizea's time and duration notations, read and written.
+
+Durations: `HH:MM:SS`, `D:HH:MM:SS`, `+DD:HH:MM:SS`, each with optional fractional seconds (`1:00:12:23.00`).
+Times: the same relative forms (seconds from an origin) or ISO `YYYY-MM-DD HH:MM:SS` / `YYYY-MM-DDTHH:MM:SS`.
+Everything is whole seconds inside optlease; fractions are rounded up, as Haizea rounds its overheads.
+"""
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from optlease.errors import InputError
+
+
+class TimeFormatError(InputError):
+    """A time or duration string that cannot be read."""
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a relative time or duration string."""
+    raw = text.strip()
+    body = raw[1:] if raw.startswith("+") else raw
+    parts = body.split(":")
+    if not 3 <= len(parts) <= 4 or any(p.strip() == "" for p in parts):
+        raise TimeFormatError(f"{text!r} is not a duration of the form [D:]HH:MM:SS[.ff]")
+    try:
+        *whole, secs = parts
+        numbers = [int(p) for p in whole]
+        seconds = float(secs)
+    except ValueError:
+        raise TimeFormatError(f"{text!r} is not a duration of the form [D:]HH:MM:SS[.ff]") from None
+    if any(n < 0 for n in numbers) or seconds < 0 or not math.isfinite(seconds):
+        raise TimeFormatError(f"{text!r}: a duration cannot be negative")
+    if len(numbers) == 3:
+        days, hours, minutes = numbers
+    else:
+        days, (hours, minutes) = 0, numbers
+    if minutes >= 60 or seconds >= 60:
+        raise TimeFormatError(f"{text!r}: minutes and seconds must be below 60")
+    return days * 86400 + hours * 3600 + minutes * 60 + math.ceil(seconds - 1e-9)
+
+
+def parse_iso(text: str) -> datetime:
+    raw = text.strip().replace("T", " ")
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(raw, fmt)
+        except ValueError:
+            continue
+    raise TimeFormatError(f"{text!r} is not an ISO timestamp (YYYY-MM-DD HH:MM:SS)")
+
+
+def is_iso(text: str) -> bool:
+    raw = text.strip()
+    return len(raw) >= 10 and raw[4] == "-" and raw[7] == "-"
+
+
+def parse_time(text: str, origin: datetime | None, relative_to: int = 0) -> int:
+    """Seconds after `origin` for an ISO timestamp, or `relative_to` + a relative duration."""
+    if is_iso(text):
+        if origin is None:
+            raise TimeFormatError(f"{text!r} is an absolute time, but no start time is known to relate it to")
+        return math.ceil((parse_iso(text) - origin).total_seconds())
+    return relative_to + parse_duration(text)
+
+
+def format_duration(seconds: int) -> str:
+    """Haizea's TimeDelta notation: `01:00:00.00`, or `1:00:12:23.00` past a day."""
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    core = f"{hours:02d}:{minutes:02d}:{secs:02d}.00"
+    return f"{sign}{days}:{core}" if days else f"{sign}{core}"
+
+
+def format_time(origin: datetime, seconds: int) -> str:
+    """Haizea's log timestamp: `2006-11-25 13:00:00.00`."""
+    return (origin + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S") + ".00"
+
+
+def iso(origin: datetime, seconds: int) -> str:
+    """ISO 8601 without a zone, whole seconds (the schedule contract's notation)."""
+    return (origin + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
