@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 from optlease.formats.timefmt import iso
@@ -134,10 +135,9 @@ class _Reader:
             if not isinstance(capacity, dict):
                 self.flag(None, "format", f"site node {key} is not an object of resource amounts")
                 continue
+            # Keys that are not resource types are extra keys, which the contract allows anywhere.
             for rtype, amount in capacity.items():
-                if rtype not in types:
-                    self.flag(None, "resource-type", f"site node {key}: {rtype!r} is not a site resource type")
-                if not _is_number(amount) or amount < 0:
+                if rtype in types and (not _is_number(amount) or amount < 0):
                     self.flag(None, "format", f"site node {key}: {rtype} capacity {amount!r} is not a number >= 0")
         if len(self.out) > before:
             return None
@@ -199,6 +199,8 @@ class _Reader:
 
     def demands(self, lid: int, vms: dict, site: _Site | None) -> None:
         for vnode, demand in vms.items():
+            if not isinstance(vnode, str):
+                self.flag(lid, "format", f"vnode key {vnode!r} is not a string")
             if not isinstance(demand, dict):
                 self.flag(lid, "format", f"vnode {vnode}: demand {demand!r} is not an object")
                 continue
@@ -206,7 +208,7 @@ class _Reader:
                 if site is not None and rtype not in site.types:
                     self.flag(lid, "resource-type", f"vnode {vnode} demands {rtype!r}, which is not a site "
                                                     f"resource type ({' '.join(sorted(site.types))})")
-                if not _is_number(amount) or amount < 0:
+                elif not _is_number(amount) or amount < 0:
                     self.flag(lid, "format", f"vnode {vnode}: {rtype} demand {amount!r} is not a number >= 0")
 
     def reservation(self, lid: int, index: int, raw: Any, vms: dict, site: _Site | None) -> _Resv | None:
@@ -294,28 +296,40 @@ def _check_lease(lease: _Lease) -> list[Violation]:
         if first.start != lease.arrival and (any(r.kind != "transfer" for r in before) or first.start != ready):
             flag("immediate-start", f"{first.label()} starts at {_when(first.start)}, not at arrival "
                                     f"{_when(lease.arrival)} nor right after its image transfers")
+    # An accepted AR's one uninterrupted run is the stronger rule above: one fault, one line.
+    if not (lease.type == "ar" and runs):
+        out.extend(_check_preemption(lease, vms, runs))
+    return out
+
+
+def _check_preemption(lease: _Lease, vms: list[_Resv], runs: list[_Resv]) -> list[Violation]:
+    """A non-preemptible lease runs once; a preemptible one is suspended and resumed between runs."""
+    out: list[Violation] = []
+    resvs = lease.reservations
     if not lease.preemptible:
         if len(runs) > 1 or (not runs and lease.state == "done"):
-            flag("non-preemptible", f"has {len(runs)} vm reservations that were not requeued, not exactly one")
+            out.append(Violation(lease.id, "non-preemptible",
+                                 f"has {len(runs)} vm reservations that were not requeued, not exactly one"))
         suspend = next((r for r in resvs if r.kind == "suspend"), None)
         if suspend is not None:
-            flag("non-preemptible", f"{suspend.label()} at {_when(suspend.start)} suspends a non-preemptible lease")
-    else:
-        position = {id(r): i for i, r in enumerate(resvs)}
-        for first, second in zip(vms, vms[1:]):
-            if first.requeued:
-                continue
-            between = [r.kind for r in resvs[position[id(first)] + 1:position[id(second)]]]
-            suspended = "suspend" in between and "resume" in between[between.index("suspend"):]
-            if not suspended:
-                flag("suspend-resume", f"no suspend then resume between {first.label()} ending at "
-                                       f"{_when(first.end)} and {second.label()} starting at {_when(second.start)}")
+            out.append(Violation(lease.id, "non-preemptible", f"{suspend.label()} at {_when(suspend.start)} "
+                                                              "suspends a non-preemptible lease"))
+        return out
+    position = {id(r): i for i, r in enumerate(resvs)}
+    for first, second in zip(vms, vms[1:]):
+        if first.requeued:
+            continue  # a requeued run was cancelled, not suspended: the next run starts from scratch
+        between = [r.kind for r in resvs[position[id(first)] + 1:position[id(second)]]]
+        if not ("suspend" in between and "resume" in between[between.index("suspend"):]):
+            out.append(Violation(lease.id, "suspend-resume",
+                                 f"no suspend then resume between {first.label()} ending at {_when(first.end)} "
+                                 f"and {second.label()} starting at {_when(second.start)}"))
     return out
 
 
 def _check_capacity(leases: list[_Lease], site: _Site) -> list[Violation]:
     """Sweeps every node's held demand over time; one violation per resource each time a node goes over."""
-    events: list[tuple[int, int, str, int, _Resv, dict[str, float]]] = []
+    events: list[tuple[int, str, int, _Resv, dict[str, float]]] = []
     for lease in leases:
         for r in lease.reservations:
             if r.kind == "transfer" or r.start >= r.end:
@@ -328,20 +342,21 @@ def _check_capacity(leases: list[_Lease], site: _Site) -> list[Violation]:
                     for rtype, amount in lease.vms[vnode].items():
                         total[rtype] = total.get(rtype, 0) + amount
             for node, demand in held.items():
-                # Intervals are half-open: at the same instant, ends (0) free capacity before starts (1) take it.
-                events.append((r.start, 1, node, lease.id, r, demand))
-                events.append((r.end, 0, node, lease.id, r, demand))
-    events.sort(key=lambda e: (e[0], e[1]))
+                # Intervals are half-open: at the same instant, ends (2t) free capacity before starts (2t+1) take it.
+                events.append((2 * r.start + 1, node, lease.id, r, demand))
+                events.append((2 * r.end, node, lease.id, r, demand))
+    events.sort(key=itemgetter(0))
     usage: dict[str, dict[str, float]] = {node: {} for node in site.nodes}
     holders: dict[str, dict[int, tuple[int, _Resv]]] = {node: {} for node in site.nodes}
     over: set[tuple[str, str]] = set()
     out: list[Violation] = []
     i = 0
     while i < len(events):
-        now = events[i][0]
+        now = events[i][0] >> 1
         started: dict[str, list[tuple[int, _Resv, dict[str, float]]]] = {}
-        while i < len(events) and events[i][0] == now:
-            _, is_start, node, lid, r, demand = events[i]
+        while i < len(events) and events[i][0] >> 1 == now:
+            key, node, lid, r, demand = events[i]
+            is_start = key & 1
             use, sign = usage[node], 1 if is_start else -1
             for rtype, amount in demand.items():
                 use[rtype] = use.get(rtype, 0) + sign * amount
@@ -410,11 +425,3 @@ def check_schedule(doc: dict) -> list[Violation]:
         out.extend(_check_capacity(leases, site))
     return out
 
-
-def schedule_size(doc: Any) -> tuple[int, int]:
-    """(leases, reservations) in a document, counting only what is where the contract puts it."""
-    leases = doc.get("leases") if isinstance(doc, dict) else None
-    if not isinstance(leases, list):
-        return 0, 0
-    return len(leases), sum(len(x["reservations"]) for x in leases
-                            if isinstance(x, dict) and isinstance(x.get("reservations"), list))
