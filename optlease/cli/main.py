@@ -11,6 +11,7 @@ from optlease.errors import InputError
 # Each command module registers its commands on `app` when imported.
 from optlease.cli import simulate_cmd  # noqa: E402,F401
 from optlease.cli import check_cmd  # noqa: E402,F401
+from optlease.cli import convert_cmd  # noqa: E402,F401
 
 
 def fail(message: str, code: int = 2) -> int:
