@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import sys
 
-import click
+import typer
 
 from optlease.cli.app import app
 from optlease.errors import InputError
 
 # Each command module registers its commands on `app` when imported.
 from optlease.cli import simulate_cmd  # noqa: E402,F401
+from optlease.cli import agent_cmd  # noqa: E402,F401
 from optlease.cli import check_cmd  # noqa: E402,F401
 from optlease.cli import convert_cmd  # noqa: E402,F401
 
@@ -22,11 +23,9 @@ def fail(message: str, code: int = 2) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         result = app(args=argv, prog_name="optlease", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.UsageError as exc:
-        return fail(exc.format_message().replace("\n", " "))
-    except click.exceptions.Abort:
+    except typer.Abort:
         return fail("aborted", 1)
     except InputError as exc:
         return fail(str(exc))
@@ -35,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"{where}{exc.strerror or exc}")
     except KeyboardInterrupt:
         return fail("interrupted", 130)
+    except Exception as exc:
+        # Usage errors (unknown option, missing argument) come from typer's bundled click.
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            return fail(exc.format_message().replace("\n", " "), 2)
+        raise
     return result if isinstance(result, int) else 0
 
 

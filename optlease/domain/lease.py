@@ -48,7 +48,7 @@ TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     S.SUSPENDED_SCHEDULED: frozenset({S.MIGRATING, S.RESUMING, S.SUSPENDED_QUEUED, S.SUSPENDED_PENDING,
                                       S.CANCELLED, S.FAILED}),
     S.MIGRATING: frozenset({S.SUSPENDED_SCHEDULED, S.RESUMING, S.CANCELLED, S.FAILED}),
-    S.RESUMING: frozenset({S.ACTIVE, S.CANCELLED, S.FAILED}),
+    S.RESUMING: frozenset({S.ACTIVE, S.SUSPENDED_QUEUED, S.CANCELLED, S.FAILED}),
     S.DONE: frozenset(),
     S.REJECTED: frozenset(),
     S.CANCELLED: frozenset(),

@@ -1,0 +1,44 @@
+"""`optlease simulate`: run a Haizea configuration's trace through the simulator."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from optlease.cli.app import app
+
+
+@app.command()
+def simulate(
+    conf: Annotated[Path, typer.Option("-c", "--conf", help="Haizea configuration file.", envvar="OPTLEASE_CONF")],
+    tracefile: Annotated[Optional[str], typer.Option("--tracefile", help="Trace to run instead of the "
+                                                     "configuration's [tracefile] tracefile.")] = None,
+    schedule_out: Annotated[Optional[Path], typer.Option("--schedule-out", help="Write the schedule "
+                                                         "(optlease-schedule/1 JSON) here.")] = None,
+    summary_out: Annotated[Optional[Path], typer.Option("--summary-out", help="Write the run's JSON summary "
+                                                        "here ('-' for standard output).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the log.")] = False,
+) -> None:
+    """Simulate a workload with Haizea's semantics; print Haizea's log and status summary."""
+    from optlease.accounting.metrics import run_summary
+    from optlease.engine.run import simulate as run
+    from optlease.formats.config import load_config
+    from optlease.formats.schedule_json import write_schedule
+
+    cfg = load_config(conf)
+    result = run(cfg, tracefile=tracefile, out=None if quiet else sys.stdout)
+    origin = cfg.get("simulation", "starttime")
+    if schedule_out:
+        write_schedule(str(schedule_out), result.site, result.leases, origin)
+    if summary_out:
+        summary = run_summary(result.site, result.leases, result.end_time)
+        summary["wall_time_s"] = round(result.wall_time, 3)
+        summary["rounds"] = result.rounds
+        text = json.dumps(summary, indent=1)
+        if str(summary_out) == "-":
+            print(text)
+        else:
+            summary_out.write_text(text + "\n")

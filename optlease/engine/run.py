@@ -1,0 +1,102 @@
+"""Builds one simulation from a Haizea configuration (trace, site, trace overheads, options) and runs it."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import TextIO
+
+from optlease.domain.lease import LeaseKind, LeaseRequest
+from optlease.domain.site import Site
+from optlease.engine.log import EventLog
+from optlease.engine.simulator import SimulationResult, Simulator, kinds_breakdown
+from optlease.errors import InputError
+from optlease.formats.config import Config
+from optlease.formats.lwf import Workload
+from optlease.scheduling.options import SchedulingOptions
+from optlease.scheduling.policies import Policies
+
+
+def load_workload(cfg: Config, tracefile: str | None = None) -> tuple[str, Workload]:
+    """The trace named by the configuration (or given instead), with the injection file merged in."""
+    from optlease.formats.traces import inject, load_trace
+
+    name = tracefile or cfg.get("tracefile", "tracefile")
+    if name is None:
+        raise InputError("no trace file: give --tracefile or set [tracefile] tracefile", cfg.path)
+    origin = cfg.get("simulation", "starttime")
+    swf = dict(queues=set(cfg.get("tracefile", "swf-queues")) if cfg.get("tracefile", "swf-queues") else None,
+               scale=cfg.get("tracefile", "swf-processor-scale"), memory=cfg.get("tracefile", "swf-memory"))
+    path = Path(name) if tracefile else cfg.resolve(name)
+    workload = load_trace(path, format=cfg.get("tracefile", "format"), origin=origin, **swf)
+    injection = cfg.get("tracefile", "injectionfile")
+    if injection:
+        workload = inject(workload, load_trace(cfg.resolve(injection), origin=origin))
+    return name, workload
+
+
+def apply_trace_options(cfg: Config, requests: list[LeaseRequest]) -> list[LeaseRequest]:
+    """[tracefile] runtime-slowdown-overhead, add-overhead, bootshutdown-overhead and override-memory."""
+    add = cfg.get("tracefile", "add-overhead")
+    slowdown = cfg.get("tracefile", "runtime-slowdown-overhead")
+    boot = cfg.get("tracefile", "bootshutdown-overhead") or 0
+    memory = cfg.get("tracefile", "override-memory")
+    out = []
+    for req in requests:
+        if add == "all" or (add == "besteffort" and req.kind is LeaseKind.BEST_EFFORT):
+            factor = 1 + (slowdown or 0) / 100
+            real = req.real_duration
+            req = dataclasses.replace(
+                req, duration=math.ceil(req.duration * factor) + boot,
+                real_duration=None if real is None else math.ceil(real * factor) + boot)
+        if memory != -1:
+            req = dataclasses.replace(req, vms=tuple({**vm, "Memory": memory} for vm in req.vms))
+        out.append(req)
+    return out
+
+
+def site_of(cfg: Config, workload: Workload) -> Site:
+    resources = cfg.get("simulation", "resources")
+    if resources == "in-tracefile":
+        if workload.site is None:
+            raise InputError("[simulation] resources is in-tracefile, but the trace has no <site>", cfg.path)
+        return workload.site
+    try:
+        return Site.parse_resources(resources)
+    except InputError as exc:
+        raise InputError(f"[simulation] resources: {exc.message}", cfg.path) from None
+
+
+def check_demands(site: Site, requests: list[LeaseRequest]) -> None:
+    for req in requests:
+        for vm in req.vms:
+            unknown = [r for r in vm if r not in site.resource_types]
+            if unknown:
+                raise InputError(f"lease {req.id} asks for resource type {unknown[0]!r}, which the site does not "
+                                 f"have (site types: {' '.join(site.resource_types)})",
+                                 req.extra.get("source"))
+
+
+def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = None) -> SimulationResult:
+    if cfg.get("general", "mode") != "simulated" or cfg.get("simulation", "clock") != "simulated":
+        raise InputError("optlease simulate needs [general] mode: simulated and [simulation] clock: simulated "
+                         "(a real clock is the daemon's: optlease serve)", cfg.path)
+    origin = cfg.get("simulation", "starttime")
+    log = EventLog(origin, cfg.get("general", "loglevel"), out)
+    opts = SchedulingOptions.from_config(cfg)
+    policies = Policies(opts.policy_admission, opts.policy_preemption, opts.policy_host_selection)
+    name, workload = load_workload(cfg, tracefile)
+    requests = apply_trace_options(cfg, workload.requests)
+    site = site_of(cfg, workload)
+    check_demands(site, requests)
+    log.status("RM", "Starting resource manager")
+    log.info("TFILE", f"Loading tracefile {name}")
+    log.info("TFILE", f"Loaded workload with {len(requests)} requests "
+                      f"({kinds_breakdown([r.kind for r in sorted(requests, key=lambda r: r.id)])})")
+    sim = Simulator(site, requests, opts, policies, log, cfg.get("simulation", "stop-when"),
+                    cfg.get("simulation", "status-message-interval"))
+    result = sim.run()
+    log.status("RM", "Stopping resource manager gracefully...")
+    sim.print_status()
+    result.notes.extend(f"lease {lease.id} rejected: {lease.reason}" for lease in result.leases if lease.reason)
+    return result

@@ -1,0 +1,284 @@
+"""Haizea's configuration file (Appendix B of its manual): every section and option, typed and checked.
+
+The schema below is the single source of truth: names, types, defaults and allowed values. An unknown section or
+option, or a bad value, is an InputError naming the file, the section, the option and what is allowed.
+"""
+from __future__ import annotations
+
+import configparser
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from optlease.errors import InputError
+from optlease.formats.timefmt import TimeFormatError, parse_duration, parse_iso
+
+REQUIRED = object()  # marks an option without a default that must be given
+
+
+@dataclass(frozen=True)
+class Option:
+    kind: str                       # str | int | float | bool | duration | datetime | choice | policy | intlist
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    positive: bool = False
+
+    def parse(self, raw: str) -> Any:
+        text = raw.strip()
+        if self.kind == "str":
+            return text
+        if self.kind in ("choice", "policy"):
+            if text in self.choices or (self.kind == "policy" and "." in text):
+                return text
+            more = " or a dotted path to a policy class" if self.kind == "policy" else ""
+            raise ValueError(f"{text!r} is not one of {', '.join(self.choices)}{more}")
+        if self.kind == "bool":
+            if text.lower() in ("true", "yes", "1", "on"):
+                return True
+            if text.lower() in ("false", "no", "0", "off"):
+                return False
+            raise ValueError(f"{text!r} is not True or False")
+        if self.kind == "int":
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError(f"{text!r} is not a whole number") from None
+        elif self.kind == "float":
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"{text!r} is not a number") from None
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ValueError(f"{text!r} is not a finite number")
+        elif self.kind == "duration":
+            value = _seconds(text)
+        elif self.kind == "datetime":
+            try:
+                return parse_iso(text)
+            except TimeFormatError as exc:
+                raise ValueError(exc.message) from None
+        elif self.kind == "intlist":
+            try:
+                return tuple(int(p) for p in text.replace(",", " ").split())
+            except ValueError:
+                raise ValueError(f"{text!r} is not a list of whole numbers") from None
+        else:  # pragma: no cover - schema typo
+            raise AssertionError(self.kind)
+        if value < 0 or (self.positive and value == 0):
+            raise ValueError(f"{text!r} must be {'positive' if self.positive else 'zero or more'}")
+        return value
+
+
+def _seconds(text: str) -> int:
+    """A duration option: HH:MM:SS as the manual says, or plain seconds as Haizea's own sample files write it."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return parse_duration(text)
+    except TimeFormatError:
+        raise ValueError(f"{text!r} is not a duration (HH:MM:SS or seconds)") from None
+
+
+def O(kind: str, default: Any = None, *choices: str, positive: bool = False) -> Option:
+    return Option(kind, default, tuple(choices), positive)
+
+
+SCHEMA: dict[str, dict[str, Option]] = {
+    "general": {
+        "loglevel": O("choice", "INFO", "STATUS", "INFO", "DEBUG", "VDEBUG"),
+        "logfile": O("str", None),
+        "mode": O("choice", REQUIRED, "simulated", "fast", "opennebula"),
+        "lease-preparation": O("choice", "unmanaged", "unmanaged", "imagetransfer"),
+        "lease-failure-handling": O("choice", "cancel", "cancel", "exit", "exit-raise"),
+        "persistence-file": O("str", "none"),
+    },
+    "scheduling": {
+        "mapper": O("choice", "greedy", "greedy"),
+        "policy-admission": O("policy", "accept-all", "accept-all", "no-ARs"),
+        "policy-preemption": O("policy", "no-preemption", "no-preemption", "ar-preempts-everything"),
+        "policy-host-selection": O("policy", "greedy", "no-policy", "greedy"),
+        "wakeup-interval": O("duration", 60, positive=True),
+        "backfilling": O("choice", "off", "off", "aggressive", "conservative", "intermediate"),
+        "backfilling-reservations": O("int", None),
+        "suspension": O("choice", REQUIRED, "none", "serial-only", "all"),
+        "suspend-rate": O("float", REQUIRED, positive=True),
+        "resume-rate": O("float", REQUIRED, positive=True),
+        "suspendresume-exclusion": O("choice", "local", "local", "global"),
+        "scheduling-threshold-factor": O("int", 1),
+        "override-suspend-time": O("int", None),
+        "override-resume-time": O("int", None),
+        "force-scheduling-threshold": O("duration", None),
+        "migration": O("choice", "no", "no", "yes", "yes-notransfer"),
+        "non-schedulable-interval": O("duration", 10),
+        "shutdown-time": O("duration", 0),
+        "enactment-overhead": O("duration", 0),
+    },
+    "simulation": {
+        "clock": O("choice", "real", "real", "simulated"),
+        "starttime": O("datetime", None),
+        "resources": O("str", REQUIRED),
+        "imagetransfer-bandwidth": O("int", REQUIRED, positive=True),
+        "stop-when": O("choice", "all-leases-done", "all-leases-done", "besteffort-submitted", "besteffort-done"),
+        "status-message-interval": O("int", None, positive=True),
+    },
+    "accounting": {
+        "datafile": O("str", None),
+        "probes": O("str", ""),
+        "attributes": O("str", ""),
+    },
+    "deploy-imagetransfer": {
+        "transfer-mechanism": O("choice", "unicast", "unicast", "multicast"),
+        "avoid-redundant-transfers": O("bool", True),
+        "force-imagetransfer-time": O("duration", None),
+        "diskimage-reuse": O("choice", "none", "none", "image-caches"),
+        "diskimage-cache-size": O("int", None, positive=True),
+    },
+    "tracefile": {
+        "tracefile": O("str", REQUIRED),
+        "format": O("choice", None, "lwf", "lwf-text", "swf"),
+        "imagefile": O("str", None),
+        "injectionfile": O("str", None),
+        "runtime-slowdown-overhead": O("float", None),
+        "add-overhead": O("choice", "none", "none", "all", "besteffort"),
+        "bootshutdown-overhead": O("duration", None),
+        "override-memory": O("int", -1),
+        "swf-queues": O("intlist", None),
+        "swf-processor-scale": O("int", 1, positive=True),
+        "swf-memory": O("int", 1024, positive=True),
+    },
+    "opennebula": {
+        "host": O("str", "localhost"),
+        "port": O("int", 2633, positive=True),
+        "stop-when-no-more-leases": O("bool", False),
+        "dry-run": O("bool", False),
+    },
+}
+KNOWN_PROBES = ("ar", "best-effort", "immediate", "cpu-utilization", "disk-usage")
+# Sections a configuration must have, as the manual says.
+REQUIRED_SECTIONS = ("general", "scheduling", "accounting")
+
+
+class Config:
+    """A checked configuration: `cfg.get(section, option)` returns the typed value or the schema's default."""
+
+    def __init__(self, values: dict[str, dict[str, Any]], path: str, base_dir: Path) -> None:
+        self._values = values
+        self.path = path
+        self.base_dir = base_dir
+
+    def get(self, section: str, option: str) -> Any:
+        spec = SCHEMA[section][option]
+        value = self._values.get(section, {}).get(option, spec.default)
+        return None if value is REQUIRED else value
+
+    def has_section(self, section: str) -> bool:
+        return section in self._values
+
+    def given(self, section: str, option: str) -> bool:
+        return option in self._values.get(section, {})
+
+    def resolve(self, relpath: str) -> Path:
+        """A file named in the configuration, relative to the configuration file's folder."""
+        p = Path(relpath).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+    def with_values(self, **changes: dict[str, Any]) -> "Config":
+        values = {s: dict(opts) for s, opts in self._values.items()}
+        for section, opts in changes.items():
+            values.setdefault(section, {}).update(opts)
+        return Config(values, self.path, self.base_dir)
+
+
+def parse_config(text: str, path: str = "<config>", base_dir: Path | None = None,
+                 overrides: dict[str, dict[str, str]] | None = None) -> Config:
+    parser = configparser.ConfigParser(interpolation=None, delimiters=(":", "="), strict=True,
+                                       inline_comment_prefixes=None)
+    parser.optionxform = str  # option names are case-sensitive, as in Haizea
+    try:
+        parser.read_string(text, source=path)
+    except configparser.Error as exc:
+        line = getattr(exc, "lineno", None)
+        msg = exc.message.splitlines()[0] if hasattr(exc, "message") else str(exc).splitlines()[0]
+        raise InputError(f"malformed configuration: {msg}", f"{path}:{line}" if line else path) from None
+    raw: dict[str, dict[str, str]] = {s: dict(parser.items(s)) for s in parser.sections()}
+    for section, opts in (overrides or {}).items():
+        raw.setdefault(section, {}).update(opts)
+    values: dict[str, dict[str, Any]] = {}
+    for section, opts in raw.items():
+        if section not in SCHEMA:
+            raise InputError(f"unknown section [{section}] (known sections: {', '.join(SCHEMA)})", path)
+        values[section] = {}
+        for option, rawval in opts.items():
+            spec = SCHEMA[section].get(option)
+            if spec is None:
+                raise InputError(f"[{section}] unknown option {option!r} "
+                                 f"(options of [{section}]: {', '.join(SCHEMA[section])})", path)
+            try:
+                values[section][option] = spec.parse(rawval)
+            except ValueError as exc:
+                raise InputError(f"[{section}] {option}: {exc}", path) from None
+    cfg = Config(values, path, base_dir or Path(path).resolve().parent)
+    _check_required(cfg, values, path)
+    return cfg
+
+
+def _check_required(cfg: Config, values: dict[str, dict[str, Any]], path: str) -> None:
+    def need(section: str, option: str, why: str = "") -> None:
+        if option not in values.get(section, {}):
+            raise InputError(f"[{section}] {option} is required{why}", path)
+
+    for section in REQUIRED_SECTIONS:
+        if section not in values:
+            raise InputError(f"section [{section}] is required", path)
+    for section, opts in SCHEMA.items():
+        if section in values:
+            for option, spec in opts.items():
+                if spec.default is REQUIRED:
+                    need(section, option)
+    mode = cfg.get("general", "mode")
+    if mode == "simulated" and "simulation" not in values:
+        raise InputError("section [simulation] is required when [general] mode is simulated", path)
+    if mode == "opennebula":
+        raise InputError("[general] mode: opennebula is not supported by optlease; use simulated or fast", path)
+    if cfg.get("simulation", "clock") == "simulated" and "simulation" in values:
+        need("simulation", "starttime", " when [simulation] clock is simulated")
+    if cfg.get("scheduling", "backfilling") == "intermediate":
+        need("scheduling", "backfilling-reservations", " when [scheduling] backfilling is intermediate")
+        if cfg.get("scheduling", "backfilling-reservations") <= 0:
+            raise InputError("[scheduling] backfilling-reservations must be positive", path)
+    if cfg.get("general", "lease-preparation") == "imagetransfer":
+        raise InputError("[general] lease-preparation: imagetransfer is not supported yet "
+                         "(allowed now: unmanaged)", path)
+    probes = cfg.get("accounting", "probes").split()
+    for probe in probes:
+        if probe not in KNOWN_PROBES and "." not in probe:
+            raise InputError(f"[accounting] probes: unknown probe {probe!r} "
+                             f"(known: {', '.join(KNOWN_PROBES)} or a dotted path)", path)
+
+
+def load_config(path: str | Path, overrides: dict[str, dict[str, str]] | None = None) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InputError(exc.strerror or str(exc), str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError("not a text file", str(path)) from None
+    return parse_config(text, str(path), p.resolve().parent, overrides)
+
+
+def policy_loader(name: str, builtins: dict[str, Callable[..., Any]], what: str) -> Callable[..., Any]:
+    """A policy factory by short name, or by dotted path `package.module.Class` (the manual's chapter 9)."""
+    if name in builtins:
+        return builtins[name]
+    import importlib
+
+    module_name, _, attr = name.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InputError(f"[scheduling] {what}: cannot load policy {name!r} ({exc})") from None

@@ -1,0 +1,58 @@
+"""Writes the schedule file of a run (contract `optlease-schedule/1`)."""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from optlease.domain.site import Site
+from optlease.formats.timefmt import iso
+from optlease.scheduling.records import MIGRATE, Lease
+
+FORMAT = "optlease-schedule/1"
+
+
+def schedule_document(site: Site, leases: list[Lease], origin: datetime) -> dict[str, Any]:
+    def keyed(mapping: dict[int, int]) -> dict[str, int]:
+        return {str(v): p for v, p in sorted(mapping.items())}
+
+    doc_leases = []
+    for lease in sorted(leases, key=lambda lease: lease.id):
+        req = lease.req
+        reservations = []
+        for held in sorted(lease.held, key=lambda h: (h.start, h.end)):
+            item: dict[str, Any] = {"kind": "transfer" if held.kind == MIGRATE else held.kind,
+                                    "start": iso(origin, held.start), "end": iso(origin, held.end),
+                                    "mapping": keyed(held.mapping)}
+            if held.origin is not None:
+                item["from"] = keyed(held.origin)
+                item["what"] = "memory-image"
+            if held.outcome is not None:
+                item["outcome"] = held.outcome
+            reservations.append(item)
+        entry: dict[str, Any] = {
+            "id": lease.id, "type": req.kind.value, "preemptible": req.preemptible,
+            "arrival": iso(origin, req.arrival),
+            "requested_start": iso(origin, req.start) if req.start is not None else None,
+            "duration": req.duration, "real_duration": req.actual_duration,
+            "vms": {str(v): dict(d) for v, d in enumerate(req.vms, start=1)},
+            "state": lease.state.value, "reservations": reservations,
+        }
+        if lease.reason:
+            entry["reason"] = lease.reason
+        if req.deadline is not None:
+            entry["deadline"] = iso(origin, req.deadline)
+        doc_leases.append(entry)
+    return {
+        "format": FORMAT,
+        "starttime": iso(origin, 0),
+        "site": {"resource_types": list(site.resource_types),
+                 "nodes": {str(n): dict(site.capacity(n)) for n in site.node_ids}},
+        "leases": doc_leases,
+    }
+
+
+def write_schedule(path: str, site: Site, leases: list[Lease], origin: datetime) -> None:
+    with open(path, "w") as fh:
+        json.dump(schedule_document(site, leases, origin), fh, indent=1)
+        fh.write("\n")

@@ -1,0 +1,302 @@
+"""Haizea's lease scheduler: admission, the best-effort queue, ARs and immediate leases, preemption, and what
+happens when a reservation starts or ends. Pure: `now` is always passed in; the driver owns the clock."""
+from __future__ import annotations
+
+from optlease.domain.lease import LeaseKind, LeaseState
+from optlease.domain.site import Site
+from optlease.engine.log import EventLog
+from optlease.formats.timefmt import format_duration
+from optlease.scheduling import overheads as oh
+from optlease.scheduling.mapper import GreedyMapper
+from optlease.scheduling.options import SchedulingOptions
+from optlease.scheduling.policies import Policies
+from optlease.scheduling.records import MIGRATE, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held, Lease, NotSchedulable
+from optlease.scheduling.slottable import SlotTable
+from optlease.scheduling.vmsched import VMScheduler
+
+S = LeaseState
+SUSPENDED = (S.SUSPENDED_PENDING, S.SUSPENDED_QUEUED)
+
+
+class LeaseScheduler:
+    def __init__(self, site: Site, opts: SchedulingOptions, policies: Policies, log: EventLog) -> None:
+        self.site = site
+        self.opts = opts
+        self.policies = policies
+        self.log = log
+        self.table = SlotTable(site)
+        self.vm = VMScheduler(self.table, opts, policies, log)
+        self.queue: list[Lease] = []
+        self.pending: list[Lease] = []
+        self.leases: dict[int, Lease] = {}     # in the system: not done, rejected or cancelled
+        self.finished: list[Lease] = []
+        self._empty = GreedyMapper(SlotTable(site), policies)
+        self._fits_empty: dict[tuple, bool] = {}
+
+    # -- requests -------------------------------------------------------------------------------------------
+    def request(self, lease: Lease, now: int) -> None:
+        self.log.info("LSCHED", "Lease #%i has been requested." % lease.id)
+        lease.set_state(S.PENDING)
+        reason = self.policies.admission.accept(lease)
+        if reason is None and not self._fits_site(lease):
+            reason = "it can never fit the site (no node or set of nodes is large enough)"
+        if reason is not None:
+            self.log.info("LSCHED", "Lease #%i has not been accepted: %s" % (lease.id, reason))
+            self.reject(lease, now, reason)
+            return
+        self.log.info("LSCHED", "Lease #%i has been marked as pending." % lease.id)
+        self.leases[lease.id] = lease
+        self.pending.append(lease)
+
+    def _fits_site(self, lease: Lease) -> bool:
+        key = tuple(lease.demands[v] for v in sorted(lease.demands))
+        if key not in self._fits_empty:
+            mapping, _, _ = self._empty.map(lease, 0, 1, strictend=True)
+            self._fits_empty[key] = mapping is not None
+        return self._fits_empty[key]
+
+    def reject(self, lease: Lease, now: int, reason: str) -> None:
+        lease.set_state(S.REJECTED)
+        lease.reason = reason
+        lease.end = now
+        self.leases.pop(lease.id, None)
+        self.finished.append(lease)
+
+    # -- one scheduling round -------------------------------------------------------------------------------
+    def schedule(self, now: int) -> None:
+        pending, self.pending = self.pending, []
+        for lease in pending:
+            if lease.kind is LeaseKind.BEST_EFFORT:
+                lease.set_state(S.QUEUED)
+                self.enqueue(lease)
+                self.log.info("LSCHED", "Queued lease request #%i, %i nodes for %s." % (
+                    lease.id, lease.numnodes, format_duration(lease.req.duration)))
+        for lease in pending:
+            if lease.kind is LeaseKind.IMMEDIATE:
+                self.log.info("LSCHED", "Scheduling lease #%i (%i nodes) -- IM" % (lease.id, lease.numnodes))
+                self._schedule_or_reject(lease, now)
+        for lease in pending:
+            if lease.kind is LeaseKind.AR:
+                self.log.info("LSCHED", "Scheduling lease #%i (%i nodes) -- AR" % (lease.id, lease.numnodes))
+                if self.log.info_on:
+                    self.log.info("LSCHED", "From %s to %s" % (
+                        self.log.t(lease.req.start), self.log.t(lease.req.start + lease.req.duration)))
+                self._schedule_or_reject(lease, now)
+        self.process_queue(now)
+
+    def _schedule_or_reject(self, lease: Lease, now: int) -> None:
+        try:
+            self.schedule_lease(lease, now)
+            self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
+        except NotSchedulable as exc:
+            self.log.info("LSCHED", "Lease #%i has been rejected: %s" % (lease.id, exc))
+            self.reject(lease, now, str(exc))
+
+    def process_queue(self, now: int) -> None:
+        kept: list[Lease] = []
+        while self.queue:
+            if not self.vm.can_schedule_in_future() and self.table.is_full(now):
+                break
+            lease = self.queue.pop(0)
+            self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
+            try:
+                self.schedule_lease(lease, now)
+            except NotSchedulable:
+                kept.append(lease)
+                self.log.debug("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
+                if self.opts.backfilling == "off":
+                    break
+        self.queue[:0] = kept
+
+    def enqueue(self, lease: Lease) -> None:
+        """Insert in arrival order (requeued and suspended leases go back to their place)."""
+        key = (lease.req.arrival, lease.id)
+        i = len(self.queue)
+        while i > 0 and (self.queue[i - 1].req.arrival, self.queue[i - 1].id) > key:
+            i -= 1
+        self.queue.insert(i, lease)
+
+    def schedule_lease(self, lease: Lease, now: int) -> None:
+        resuming = lease.state in SUSPENDED
+        fixed = None
+        nodes = self.table.nodes
+        mtime = 0
+        if not resuming:
+            earliest = {n: now for n in nodes}
+        elif self.opts.migration == "no":
+            fixed = lease.image_nodes
+            earliest = {n: now for n in set(fixed.values())}
+        else:
+            mtime = oh.migration_time(lease, self.opts)
+            earliest = {n: now + mtime for n in nodes}
+        vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed)
+        if preempt:
+            self.log.info("LSCHED", "Must preempt leases %s to make room for lease #%i" % (
+                [p.id for p in preempt], lease.id))
+            for victim in preempt:
+                self.preempt(victim, vmrr.start, now)
+        if resuming and self.opts.migration != "no" and vmrr.mapping != lease.image_nodes:
+            mig = self.vm.rr(lease, MIGRATE, now, now + mtime, vmrr.mapping)
+            mig.demand = {}  # copying a memory image holds no node capacity
+            mig.origin = dict(lease.image_nodes)
+            vmrr.pre.insert(0, mig)
+        if vmrr.backfill:
+            self.vm.future_count += 1
+        for rr in (*vmrr.pre, vmrr, *vmrr.post):
+            self.table.add(rr)
+        lease.vmrrs.append(vmrr)
+        lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
+
+    # -- preemption -----------------------------------------------------------------------------------------
+    def preempt(self, lease: Lease, t: int, now: int) -> None:
+        self.log.info("LSCHED", "Preempting lease #%i..." % lease.id)
+        lease.preemptions += 1
+        vmrr = lease.last_vmrr()
+        cancel = (vmrr.state == "scheduled" and vmrr.start >= t) or not oh.can_be_suspended(lease, self.opts) \
+            or t - vmrr.start < oh.scheduling_threshold(lease, self.opts, resuming=False)
+        if not cancel:
+            try:
+                self.suspend_at(vmrr, t)
+            except NotSchedulable:
+                cancel = True
+            else:
+                self.log.info("LSCHED", "... lease #%i will be suspended at %s." % (lease.id, self.log.t(t)))
+                return
+        self.log.info("LSCHED", "... lease #%i has been cancelled and requeued." % lease.id)
+        self.cancel_vmrr(vmrr, now)
+        lease.vmrrs.pop()
+        lease.requeues += 1
+        if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
+            lease.set_state(S.SUSPENDED_QUEUED)
+        else:
+            if lease.state is S.ACTIVE:
+                # The VM is destroyed: everything it ran, before earlier suspensions too, is lost.
+                for held in lease.held:
+                    if held.kind == VM and held.outcome is None:
+                        held.outcome = "requeued"
+                lease.accumulated = lease.real_accumulated = 0
+                lease.image_nodes = None
+            lease.set_state(S.QUEUED)
+        self.enqueue(lease)
+
+    def suspend_at(self, vmrr: RR, t: int) -> None:
+        for rr in vmrr.post:
+            self.table.remove(rr)
+        old_post = vmrr.post
+        old = (vmrr.start, vmrr.end)
+        self.table.remove(vmrr)
+        try:
+            self.vm.suspend(vmrr, t)
+        except NotSchedulable:
+            vmrr.start, vmrr.end = old
+            vmrr.post = old_post
+            for rr in (vmrr, *old_post):
+                self.table.add(rr)
+            raise
+        for rr in (vmrr, *vmrr.post):
+            self.table.add(rr)
+
+    def cancel_vmrr(self, vmrr: RR, now: int) -> None:
+        """Take a VM reservation and everything around it out of the table (what already ran is kept)."""
+        if vmrr.backfill and vmrr.state == "scheduled":
+            self.vm.future_count -= 1
+            vmrr.backfill = False
+        for rr in (*vmrr.pre, vmrr, *vmrr.post):
+            if rr.state == "active":
+                self._hold(rr, rr.start, now, outcome="requeued" if rr.kind == VM else "cancelled")
+            if rr.state != "done":
+                self.table.remove(rr)
+                rr.state = "cancelled"
+
+    def reevaluate(self, now: int) -> None:
+        """After a premature end: leases booked for the future may now start earlier."""
+        future = [lease for lease in self.leases.values()
+                  if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED)
+                  and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
+                  and all(rr.state == "scheduled" for rr in lease.last_vmrr().pre)]
+        future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
+        for lease in future:
+            self.cancel_vmrr(lease.last_vmrr(), now)
+            lease.vmrrs.pop()
+            lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
+            try:
+                self.schedule_lease(lease, now)
+            except NotSchedulable:
+                lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
+                self.enqueue(lease)
+
+    # -- reservations starting and ending -------------------------------------------------------------------
+    def start_rr(self, rr: RR, now: int) -> int | None:
+        """Start a reservation; for a VM that will really end before its reservation does, return that time."""
+        rr.state = "active"
+        lease = rr.lease
+        if rr.kind == VM:
+            if rr.backfill:
+                self.vm.future_count -= 1
+                rr.backfill = False
+            if self.log.info_on:
+                self.log.info("VMSCHED", "Started VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
+            lease.set_state(S.ACTIVE)
+            if lease.first_start is None:
+                lease.first_start = now
+            real_end = now + lease.real_remaining()
+            return real_end if real_end < rr.end else None
+        if rr.kind == SUSPEND and rr.first:
+            self.log.info("VMSCHED", "Suspending lease %i..." % lease.id)
+            lease.set_state(S.SUSPENDING)
+        elif rr.kind == RESUME and rr.first:
+            self.log.info("VMSCHED", "Resuming lease %i..." % lease.id)
+            lease.set_state(S.RESUMING)
+        elif rr.kind == MIGRATE:
+            self.log.info("VMSCHED", "Migrating lease %i..." % lease.id)
+            lease.set_state(S.MIGRATING)
+        return None
+
+    def end_rr(self, rr: RR, now: int) -> None:
+        rr.state = "done"
+        self.table.remove(rr)
+        lease = rr.lease
+        self._hold(rr, rr.start, rr.end)
+        if rr.kind == VM:
+            if self.log.info_on:
+                self.log.info("VMSCHED", "Stopped VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
+            lease.accumulated += rr.end - rr.start
+            lease.real_accumulated += rr.end - rr.start
+        elif rr.kind == SUSPEND and rr.last:
+            self.log.info("VMSCHED", "Lease %i suspended." % lease.id)
+            lease.set_state(S.SUSPENDED_PENDING)
+            lease.image_nodes = dict(rr.vm.mapping)
+            lease.suspensions += 1
+            lease.set_state(S.SUSPENDED_QUEUED)
+            self.enqueue(lease)
+        elif rr.kind == RESUME and rr.last:
+            self.log.info("VMSCHED", "Resumed lease %i" % lease.id)
+        elif rr.kind == MIGRATE:
+            self.log.info("VMSCHED", "Migrated lease %i..." % lease.id)
+            lease.image_nodes = dict(rr.mapping)
+            lease.migrations += 1
+            lease.set_state(S.SUSPENDED_SCHEDULED)
+        elif rr.kind == SHUTDOWN:
+            self.log.info("VMSCHED", "Lease %i's VMs have shutdown." % lease.id)
+            self.finish(lease, now)
+
+    def premature_end(self, lease: Lease, now: int) -> None:
+        vmrr = lease.last_vmrr()
+        self.log.info("VMSCHED", "LEASE-%i The VM has ended prematurely." % lease.id)
+        for rr in vmrr.post:
+            self.table.remove(rr)
+            rr.state = "cancelled"
+        vmrr.post = []
+        self.table.retime(vmrr, vmrr.start, now)
+        self.end_rr(vmrr, now)
+        self.finish(lease, now)
+        self.reevaluate(now)
+
+    def finish(self, lease: Lease, now: int) -> None:
+        lease.set_state(S.DONE)
+        lease.end = now
+        self.leases.pop(lease.id, None)
+        self.finished.append(lease)
+
+    def _hold(self, rr: RR, start: int, end: int, outcome: str | None = None) -> None:
+        rr.lease.held.append(Held(rr.kind, start, end, dict(rr.mapping), rr.origin, outcome))

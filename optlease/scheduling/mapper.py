@@ -1,0 +1,85 @@
+"""Haizea's greedy mapper: place a lease's VMs on nodes over [start, end), packing several VMs per node.
+
+Nodes are tried in the host policy's order and each takes as many VMs as fit. Without a strict end the mapping
+may end earlier than asked (the lease will then be suspended); with preemption allowed, one more preemptable
+lease at a time is assumed gone until the lease fits.
+"""
+from __future__ import annotations
+
+from optlease.scheduling.policies import Policies
+from optlease.scheduling.records import Lease
+from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
+
+
+class GreedyMapper:
+    def __init__(self, table: SlotTable, policies: Policies) -> None:
+        self.table = table
+        self.policies = policies
+
+    def map(self, lease: Lease, start: int, end: int, strictend: bool, onlynodes=None,
+            allow_preemption: bool = False):
+        """(mapping vnode->pnode, the end it holds until, leases to preempt), or (None, None, None)."""
+        table = self.table
+        demands = lease.demands
+        vnodes = sorted(demands)
+        candidates = table.nodes if onlynodes is None else [n for n in table.nodes if n in onlynodes]
+        if not allow_preemption:
+            smallest = min(demands.values())
+            candidates = [n for n in candidates if fits(smallest, table.free_at(n, start))]
+        pnodes = self.policies.sort_hosts(candidates, start, lease, table)
+        preemptable = []
+        if allow_preemption:
+            preemptable = self.policies.sort_preemptees(lease, table.leases_between(start, end), start)
+        preempting: list[Lease] = []
+        while True:
+            mapping, maxend = self._try(lease, vnodes, demands, pnodes, start, end, strictend, preempting)
+            if mapping is not None:
+                return mapping, maxend, preempting
+            if not preemptable:
+                return None, None, None
+            preempting.append(preemptable.pop(0))
+
+    def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):
+        table = self.table
+        mapping: dict[int, int] = {}
+        maxend = end
+        pos = 0
+        cur = vnodes[0]
+        for pnode in pnodes:
+            prof = table.usage_of(preempting, pnode, start) if preempting else table.profiles[pnode]
+            cap = table.caps[pnode]
+            need = demands[cur]
+            while True:
+                if fits(need, vsub(cap, prof.max_between(start, maxend))):
+                    mapping[cur] = pnode
+                    pos += 1
+                    if pos == len(vnodes):
+                        return mapping, maxend
+                    cur = vnodes[pos]
+                    need = vadd(need, demands[cur])
+                    continue
+                if strictend:
+                    break
+                latest = prof.first_exceeding(start, need, cap)
+                if latest <= start or latest == INF:
+                    break
+                maxend = latest
+        return None, None
+
+    def map_fixed(self, lease: Lease, mapping: dict[int, int], start: int, end: int, strictend: bool):
+        """Check a given placement (a lease resuming where its memory image is): (mapping, end) or (None, None)."""
+        table = self.table
+        per_node: dict[int, tuple] = {}
+        for vnode, pnode in mapping.items():
+            d = lease.demands[vnode]
+            per_node[pnode] = vadd(per_node[pnode], d) if pnode in per_node else d
+        maxend = end
+        for pnode, need in per_node.items():
+            prof, cap = table.profiles[pnode], table.caps[pnode]
+            if fits(need, vsub(cap, prof.max_between(start, maxend))):
+                continue
+            latest = prof.first_exceeding(start, need, cap)
+            if strictend or latest <= start:
+                return None, None
+            maxend = min(maxend, latest)
+        return dict(mapping), maxend

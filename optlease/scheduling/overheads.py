@@ -1,0 +1,132 @@
+"""Time overheads of a lease as Haizea computes them: suspend, resume, shutdown, migration, scheduling threshold.
+
+Suspending or resuming one VM takes memory / rate seconds (rounded up) or the override. With local exclusion the
+VMs on one node go one after another and nodes work in parallel; operations that happen at the same time are one
+block, and each block is charged `enactment-overhead` per VM in it. With global exclusion every VM goes alone.
+"""
+from __future__ import annotations
+
+import math
+
+from optlease.scheduling.options import SchedulingOptions
+from optlease.scheduling.records import Lease
+
+FORWARD, BACKWARD = 1, -1
+Block = list  # [start, end, {pnode: [vnodes]}]
+
+
+def op_time(memory: int, rate: float) -> int:
+    return math.ceil(memory / rate - 1e-9)
+
+
+def susprem_blocks(lease: Lease, mapping: dict[int, int], t: int, direction: int, opts: SchedulingOptions,
+                   suspend: bool) -> list[Block]:
+    """The suspend (BACKWARD from t) or resume (FORWARD from t) blocks of a lease placed by `mapping`."""
+    rate = opts.suspend_rate if suspend else opts.resume_rate
+    override = opts.override_suspend if suspend else opts.override_resume
+    overhead = opts.enactment_overhead
+
+    def duration(vnode: int) -> int:
+        return override if override is not None else op_time(lease.req.memory_of(vnode), rate)
+
+    blocks: list[Block] = []
+    if opts.exclusion == "global":
+        cur = t
+        for vnode in sorted(mapping):
+            step = duration(vnode) + overhead
+            if direction == FORWARD:
+                blocks.append([cur, cur + step, {mapping[vnode]: [vnode]}])
+                cur += step
+            else:
+                blocks.append([cur - step, cur, {mapping[vnode]: [vnode]}])
+                cur -= step
+        return blocks
+    per_vnode: list[tuple[int, int, int]] = []
+    by_pnode: dict[int, list[int]] = {}
+    for vnode in sorted(mapping):
+        by_pnode.setdefault(mapping[vnode], []).append(vnode)
+    for pnode, vnodes in by_pnode.items():
+        cur = t
+        for vnode in vnodes:
+            step = duration(vnode)
+            if direction == FORWARD:
+                per_vnode.append((cur, cur + step, vnode))
+                cur += step
+            else:
+                per_vnode.append((cur - step, cur, vnode))
+                cur -= step
+    # Operations happening at the same time form one block.
+    for start, end in sorted({(s, e) for s, e, _ in per_vnode}):
+        nodes: dict[int, list[int]] = {}
+        for s, e, vnode in per_vnode:
+            if (s, e) == (start, end):
+                nodes.setdefault(mapping[vnode], []).append(vnode)
+        blocks.append([start, end, nodes])
+    for block in blocks:
+        extra = overhead * sum(len(v) for v in block[2].values())
+        if direction == FORWARD:
+            block[1] += extra
+        else:
+            block[0] -= extra
+    # Blocks must not overlap: push each one past the previous (away from t).
+    if direction == FORWARD:
+        blocks.sort(key=lambda b: b[0])
+        for prev, cur in zip(blocks, blocks[1:]):
+            if prev[1] > cur[0]:
+                length = cur[1] - cur[0]
+                cur[0], cur[1] = prev[1], prev[1] + length
+    else:
+        blocks.sort(key=lambda b: b[1], reverse=True)
+        for prev, cur in zip(blocks, blocks[1:]):
+            if cur[1] > prev[0]:
+                length = cur[1] - cur[0]
+                cur[0], cur[1] = prev[0] - length, prev[0]
+    return blocks
+
+
+def _estimate(lease: Lease, opts: SchedulingOptions, suspend: bool) -> int:
+    """Haizea's (over)estimate of a suspension or resumption, used to size reservations before they are placed."""
+    override = opts.override_suspend if suspend else opts.override_resume
+    if override is not None:
+        return override
+    rate = opts.suspend_rate if suspend else opts.resume_rate
+    memory = max(lease.req.memory_of(v) for v in lease.demands)
+    return lease.numnodes * (op_time(memory, rate) + opts.enactment_overhead)
+
+
+def suspend_estimate(lease: Lease, opts: SchedulingOptions) -> int:
+    return _estimate(lease, opts, suspend=True)
+
+
+def resume_estimate(lease: Lease, opts: SchedulingOptions) -> int:
+    return _estimate(lease, opts, suspend=False)
+
+
+def shutdown_time(lease: Lease, opts: SchedulingOptions) -> int:
+    return lease.numnodes * (opts.shutdown_time + opts.enactment_overhead)
+
+
+def migration_time(lease: Lease, opts: SchedulingOptions) -> int:
+    """Copying the memory images: the node holding the most memory of the lease sets the pace."""
+    if opts.migration != "yes" or not lease.image_nodes:
+        return 0
+    per_node: dict[int, int] = {}
+    for vnode, pnode in lease.image_nodes.items():
+        per_node[pnode] = per_node.get(pnode, 0) + lease.req.memory_of(vnode)
+    return math.ceil(max(per_node.values()) * 8 / opts.bandwidth - 1e-9)
+
+
+def scheduling_threshold(lease: Lease, opts: SchedulingOptions, resuming: bool) -> int:
+    """The least time a lease must run once placed, so that overheads are not all it gets."""
+    if opts.force_threshold is not None:
+        return opts.force_threshold
+    safe = suspend_estimate(lease, opts)
+    if resuming:
+        safe += resume_estimate(lease, opts)
+    return safe + safe * opts.threshold_factor
+
+
+def can_be_suspended(lease: Lease, opts: SchedulingOptions) -> bool:
+    if not lease.req.preemptible or opts.suspension == "none":
+        return False
+    return opts.suspension == "all" or lease.numnodes == 1

@@ -1,0 +1,107 @@
+"""Runtime records of one run: resource reservations (RRs) and the scheduler's bookkeeping of each lease."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState, check_transition
+
+# Reservation kinds. `migrate` is the copy of a suspended lease's memory image between nodes: it holds no node
+# capacity (the VM is not running) and is written to schedule files as a `transfer` with a `from` mapping.
+VM, SUSPEND, RESUME, SHUTDOWN, MIGRATE = "vm", "suspend", "resume", "shutdown", "migrate"
+
+
+class RR:
+    """One resource reservation: `mapping` vnode -> pnode, `demand` pnode -> usage vector held on [start, end)."""
+
+    __slots__ = ("lease", "kind", "start", "end", "mapping", "demand", "state", "pre", "post", "seq",
+                 "backfill", "origin", "first", "last", "vm")
+
+    def __init__(self, lease: "Lease", kind: str, start: int, end: int, mapping: dict[int, int],
+                 demand: dict[int, tuple], seq: int) -> None:
+        self.lease = lease
+        self.kind = kind
+        self.start = start
+        self.end = end
+        self.mapping = mapping
+        self.demand = demand
+        self.state = "scheduled"      # scheduled -> active -> done
+        self.pre: list[RR] = []       # vm RRs: migration and resume RRs before it
+        self.post: list[RR] = []      # vm RRs: suspend or shutdown RRs after it
+        self.seq = seq
+        self.backfill = False         # vm RRs: a best-effort reservation made for the future
+        self.origin: dict[int, int] | None = None  # migrate RRs: where the image comes from
+        self.first = True             # suspend/resume blocks: first and last of their operation
+        self.last = True
+        self.vm: RR | None = None     # suspend/resume/shutdown RRs: their vm RR
+
+    def nodes(self) -> list[int]:
+        return [self.mapping[v] for v in sorted(self.mapping)]
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"RR({self.kind} lease={self.lease.id} {self.start}-{self.end} {self.mapping})"
+
+
+@dataclass
+class Held:
+    """A reservation as it really happened, kept for the schedule file."""
+
+    kind: str
+    start: int
+    end: int
+    mapping: dict[int, int]
+    origin: dict[int, int] | None = None
+    outcome: str | None = None
+
+
+@dataclass(eq=False)
+class Lease:
+    """The scheduler's view of one lease: its request, state, progress and reservations."""
+
+    req: LeaseRequest
+    demands: dict[int, tuple]                 # vnode -> usage vector
+    state: LeaseState = LeaseState.NEW
+    accumulated: int = 0                      # seconds of the requested duration already run
+    real_accumulated: int = 0                 # seconds really run (counts toward real_duration)
+    vmrrs: list[RR] = field(default_factory=list)
+    held: list[Held] = field(default_factory=list)
+    image_nodes: dict[int, int] | None = None  # where a suspended lease's memory image is (vnode -> pnode)
+    first_start: int | None = None
+    end: int | None = None
+    reason: str | None = None
+    preemptions: int = 0
+    suspensions: int = 0
+    migrations: int = 0
+    requeues: int = 0
+
+    @property
+    def id(self) -> int:
+        return self.req.id
+
+    @property
+    def kind(self) -> LeaseKind:
+        return self.req.kind
+
+    @property
+    def numnodes(self) -> int:
+        return self.req.numnodes
+
+    def set_state(self, new: LeaseState) -> None:
+        check_transition(self.id, self.state, new)
+        self.state = new
+
+    def remaining(self) -> int:
+        return self.req.duration - self.accumulated
+
+    def real_remaining(self) -> int:
+        return self.req.actual_duration - self.accumulated
+
+    def last_vmrr(self) -> RR | None:
+        return self.vmrrs[-1] if self.vmrrs else None
+
+    def is_suspended(self) -> bool:
+        return self.state in (LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED,
+                              LeaseState.SUSPENDED_SCHEDULED, LeaseState.MIGRATING)
+
+
+class NotSchedulable(Exception):
+    """A lease cannot be placed now (an expected refusal: carries the reason)."""

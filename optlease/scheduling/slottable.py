@@ -1,0 +1,225 @@
+"""The slot table: every resource reservation on every node over time, and fast questions about what is free.
+
+Usage of each node is a piecewise-constant profile (breakpoints + usage vectors aligned with the site's resource
+types); a site-wide profile answers "is there enough anywhere?" in O(log n) before any per-node work is done.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from itertools import count
+from typing import Iterable
+
+from sortedcontainers import SortedList
+
+from optlease.domain.site import Site
+
+INF = float("inf")
+Vec = tuple[int, ...]
+
+
+def vadd(a: Vec, b: Vec) -> Vec:
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def vsub(a: Vec, b: Vec) -> Vec:
+    return tuple(x - y for x, y in zip(a, b))
+
+
+def fits(need: Vec, free: Vec) -> bool:
+    return all(n <= f for n, f in zip(need, free))
+
+
+class Profile:
+    """Usage over time: `u[i]` holds on [t[i], t[i+1]); zero before t[0] and after the last breakpoint's usage."""
+
+    __slots__ = ("t", "u", "zero")
+
+    def __init__(self, zero: Vec) -> None:
+        self.t: list[int] = []
+        self.u: list[Vec] = []
+        self.zero = zero
+
+    def _split(self, x: int) -> int:
+        i = bisect_left(self.t, x)
+        if i < len(self.t) and self.t[i] == x:
+            return i
+        self.t.insert(i, x)
+        self.u.insert(i, self.u[i - 1] if i > 0 else self.zero)
+        return i
+
+    def _merge(self, i: int) -> None:
+        if 0 <= i < len(self.t) and self.u[i] == (self.u[i - 1] if i > 0 else self.zero):
+            del self.t[i]
+            del self.u[i]
+
+    def add(self, a: int, b: int, d: Vec, sign: int = 1) -> None:
+        if a >= b:
+            return
+        i = self._split(a)
+        j = self._split(b)
+        u = self.u
+        for k in range(i, j):
+            u[k] = tuple(x + sign * y for x, y in zip(u[k], d))
+        self._merge(j)
+        self._merge(i)
+
+    def at(self, x: int) -> Vec:
+        i = bisect_right(self.t, x) - 1
+        return self.u[i] if i >= 0 else self.zero
+
+    def max_between(self, a: int, b: int) -> Vec:
+        """Component-wise maximum usage over [a, b)."""
+        t, u = self.t, self.u
+        i = bisect_right(t, a) - 1
+        best = u[i] if i >= 0 else self.zero
+        i += 1
+        n = len(t)
+        while i < n and t[i] < b:
+            best = tuple(max(x, y) for x, y in zip(best, u[i]))
+            i += 1
+        return best
+
+    def next_change(self, x: int) -> int | None:
+        """The first breakpoint after x, or None when usage never changes again."""
+        i = bisect_right(self.t, x)
+        return self.t[i] if i < len(self.t) else None
+
+    def first_exceeding(self, a: int, need: Vec, cap: Vec) -> float:
+        """From a on, the first time at which `need` no longer fits beside the usage (INF if never)."""
+        t, u = self.t, self.u
+        i = bisect_right(t, a) - 1
+        cur = u[i] if i >= 0 else self.zero
+        if not all(n + c <= k for n, c, k in zip(need, cur, cap)):
+            return a
+        i += 1
+        while i < len(t):
+            if not all(n + c <= k for n, c, k in zip(need, u[i], cap)):
+                return t[i]
+            i += 1
+        return INF
+
+    def prune(self, before: int) -> None:
+        """Forget breakpoints that no query at or after `before` can see."""
+        i = bisect_right(self.t, before) - 1
+        if i > 0:
+            del self.t[:i]
+            del self.u[:i]
+
+
+class SlotTable:
+    """Reservations per node; `rr.demand` maps physical node -> usage vector. Pure bookkeeping, no policy."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.types = site.resource_types
+        self.zero: Vec = tuple(0 for _ in self.types)
+        self.caps: dict[int, Vec] = {n: self.vector(site.capacity(n)) for n in site.node_ids}
+        self.nodes: list[int] = list(site.node_ids)
+        self.profiles: dict[int, Profile] = {n: Profile(self.zero) for n in self.nodes}
+        self.by_node: dict[int, set] = {n: set() for n in self.nodes}
+        self.total = Profile(self.zero)
+        self.total_cap: Vec = self.zero
+        for cap in self.caps.values():
+            self.total_cap = vadd(self.total_cap, cap)
+        self.ends: SortedList = SortedList()
+        self.starts: SortedList = SortedList()
+        self.starting: dict[int, set] = {}
+        self.ending: dict[int, set] = {}
+        self.reservations: set = set()
+        self.cpu = self.types.index("CPU")
+        self._seq = count()
+
+    def vector(self, amounts: dict[str, int]) -> Vec:
+        return tuple(amounts.get(r, 0) for r in self.types)
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def add(self, rr) -> None:
+        self.reservations.add(rr)
+        for pnode, d in rr.demand.items():
+            self.profiles[pnode].add(rr.start, rr.end, d)
+            self.by_node[pnode].add(rr)
+            self.total.add(rr.start, rr.end, d)
+        self.ends.add(rr.end)
+        self.starts.add(rr.start)
+        self.starting.setdefault(rr.start, set()).add(rr)
+        self.ending.setdefault(rr.end, set()).add(rr)
+
+    def remove(self, rr) -> None:
+        self.reservations.discard(rr)
+        for pnode, d in rr.demand.items():
+            self.profiles[pnode].add(rr.start, rr.end, d, -1)
+            self.by_node[pnode].discard(rr)
+            self.total.add(rr.start, rr.end, d, -1)
+        self.ends.discard(rr.end)
+        self.starts.discard(rr.start)
+        for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
+            bucket = index.get(t)
+            if bucket is not None:
+                bucket.discard(rr)
+                if not bucket:
+                    del index[t]
+
+    def retime(self, rr, start: int, end: int) -> None:
+        """Move a reservation (it must be in the table)."""
+        self.remove(rr)
+        rr.start, rr.end = start, end
+        self.add(rr)
+
+    def free_at(self, node: int, t: int) -> Vec:
+        return vsub(self.caps[node], self.profiles[node].at(t))
+
+    def total_free(self, t: int) -> Vec:
+        return vsub(self.total_cap, self.total.at(t))
+
+    def total_free_between(self, a: int, b: int) -> Vec:
+        return vsub(self.total_cap, self.total.max_between(a, b))
+
+    def is_full(self, t: int) -> bool:
+        """No CPU free anywhere at t."""
+        return self.total.at(t)[self.cpu] >= self.total_cap[self.cpu]
+
+    def ends_after(self, t: int) -> Iterable[int]:
+        """Times after t at which some reservation ends (capacity can only grow at these)."""
+        last = None
+        for x in self.ends.irange(t, inclusive=(False, True)):
+            if x != last:
+                last = x
+                yield x
+
+    def next_event_after(self, t: int) -> int | None:
+        """The next time after t at which a reservation starts or ends."""
+        nxt = [x for x in (next(self.starts.irange(t, inclusive=(False, True)), None),
+                           next(self.ends.irange(t, inclusive=(False, True)), None)) if x is not None]
+        return min(nxt) if nxt else None
+
+    def starting_at(self, t: int) -> list:
+        return sorted((rr for rr in self.starting.get(t, ()) if rr.state == "scheduled"), key=lambda rr: rr.seq)
+
+    def ending_at(self, t: int) -> list:
+        return sorted((rr for rr in self.ending.get(t, ()) if rr.state == "active"), key=lambda rr: rr.seq)
+
+    def leases_at(self, node: int, t: int) -> set:
+        return {rr.lease for rr in self.by_node[node] if rr.start <= t < rr.end}
+
+    def leases_between(self, a: int, b: int) -> list:
+        seen: dict = {}
+        for rr in self.reservations:
+            if rr.start < b and a < rr.end and rr.demand:
+                seen.setdefault(rr.lease.id, rr.lease)
+        return [seen[k] for k in sorted(seen)]
+
+    def usage_of(self, leases: Iterable, node: int, a: int) -> Profile:
+        """The node's usage from a on, as if the given leases' reservations were not there (for preemption)."""
+        ids = {lease.id for lease in leases}
+        prof = Profile(self.zero)
+        for rr in self.by_node[node]:
+            if rr.lease.id not in ids and rr.end > a:
+                prof.add(rr.start, rr.end, rr.demand[node])
+        return prof
+
+    def prune(self, before: int) -> None:
+        for prof in self.profiles.values():
+            prof.prune(before)
+        self.total.prune(before)

@@ -1,0 +1,162 @@
+"""Where and when a lease's VMs run: exact placement of ARs, as-soon-as-possible placement of best-effort and
+immediate leases, and the suspend / resume / shutdown reservations around each VM reservation (Haizea's VM
+scheduler). Builds reservations; the lease scheduler decides what to commit."""
+from __future__ import annotations
+
+import heapq
+from optlease.domain.lease import LeaseKind
+from optlease.engine.log import EventLog
+from optlease.scheduling import overheads as oh
+from optlease.scheduling.mapper import GreedyMapper
+from optlease.scheduling.options import SchedulingOptions
+from optlease.scheduling.policies import Policies
+from optlease.scheduling.records import RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable
+from optlease.scheduling.slottable import SlotTable, fits, vadd
+
+class VMScheduler:
+    def __init__(self, table: SlotTable, opts: SchedulingOptions, policies: Policies, log: EventLog) -> None:
+        self.table = table
+        self.opts = opts
+        self.policies = policies
+        self.mapper = GreedyMapper(table, policies)
+        self.log = log
+        self.future_count = 0  # best-effort reservations made for the future and not yet started
+
+    def can_schedule_in_future(self) -> bool:
+        limit = self.opts.max_in_future
+        return limit == -1 or self.future_count < limit
+
+    def rr(self, lease: Lease, kind: str, start: int, end: int, mapping: dict[int, int]) -> RR:
+        demand: dict[int, tuple] = {}
+        for vnode, pnode in mapping.items():
+            d = lease.demands[vnode]
+            demand[pnode] = vadd(demand[pnode], d) if pnode in demand else d
+        return RR(lease, kind, start, end, dict(mapping), demand, self.table.next_seq())
+
+    def schedule(self, lease: Lease, now: int, earliest: dict[int, int], resuming: bool,
+                 fixed: dict[int, int] | None = None) -> tuple[RR, list[Lease]]:
+        if lease.kind is LeaseKind.AR:
+            return self.exact(lease, now)
+        if lease.kind is LeaseKind.IMMEDIATE:
+            return self.asap(lease, now, earliest, False, resuming, fixed, strict=True), []
+        return self.asap(lease, now, earliest, self.can_schedule_in_future(), resuming, fixed), []
+
+    # -- advance reservations -------------------------------------------------------------------------------
+    def exact(self, lease: Lease, now: int) -> tuple[RR, list[Lease]]:
+        start = lease.req.start
+        if start < now:
+            raise NotSchedulable("its requested start time has already passed")
+        run_end = start + lease.req.duration
+        shutdown = oh.shutdown_time(lease, self.opts)
+        mapping, _, preempt = self.mapper.map(lease, start, run_end + shutdown, strictend=True,
+                                              allow_preemption=self.policies.preemption_enabled)
+        if mapping is None:
+            raise NotSchedulable("not enough resources in the requested interval")
+        vmrr = self.rr(lease, VM, start, run_end, mapping)
+        self.add_shutdown(vmrr, shutdown)
+        return vmrr, preempt
+
+    # -- best-effort and immediate leases -------------------------------------------------------------------
+    def asap(self, lease: Lease, now: int, earliest: dict[int, int], allow_in_future: bool, resuming: bool,
+             fixed: dict[int, int] | None, strict: bool = False) -> RR:
+        opts = self.opts
+        remaining = lease.remaining()
+        shutdown = oh.shutdown_time(lease, opts)
+        duration = remaining + (self.resume_estimate(lease) if resuming else 0)
+        min_duration = oh.scheduling_threshold(lease, opts, resuming)
+        strictend = strict or not oh.can_be_suspended(lease, opts)
+        need = None
+        for d in lease.demands.values():
+            need = d if need is None else vadd(need, d)
+        window = duration + shutdown if strictend else max(min_duration, 1)
+        for t in self._candidates(now, earliest, allow_in_future):
+            if not fits(need, self.table.total_free(t)) or not fits(need, self.table.total_free_between(t, t + window)):
+                continue
+            end = t + duration + shutdown
+            if fixed is not None:
+                mapping, actualend = self.mapper.map_fixed(lease, fixed, t, end, strictend)
+            else:
+                onlynodes = {n for n, e in earliest.items() if e <= t}
+                if len(onlynodes) == len(self.table.nodes):
+                    onlynodes = None
+                mapping, actualend, _ = self.mapper.map(lease, t, end, strictend, onlynodes)
+            if mapping is None or (actualend < end and actualend - t < min_duration):
+                continue
+            try:
+                vmrr = self.build(lease, t, actualend, mapping, resuming, remaining, shutdown)
+            except NotSchedulable:
+                continue
+            if t > now:
+                vmrr.backfill = True
+            if self.log.info_on:
+                self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s%s to %s%s" % (
+                    lease.id, vmrr.nodes(), self.log.t(t), " (resuming)" if resuming else "",
+                    self.log.t(actualend), " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
+            return vmrr
+        raise NotSchedulable("no room for it at this time")
+
+    def _candidates(self, now: int, earliest: dict[int, int], allow_in_future: bool):
+        """Start times to try, in order: now, the nodes' earliest times, and every later end of a reservation."""
+        first = min(earliest.values())
+        if not allow_in_future:
+            if first <= now:
+                yield now
+            return
+        last = None
+        for t in heapq.merge(sorted(set(earliest.values())), self.table.ends_after(now)):
+            if t >= first and t != last:
+                last = t
+                yield t
+
+    def resume_estimate(self, lease: Lease) -> int:
+        """Haizea's estimate, never below the worst case of resuming the VMs one after another."""
+        worst = sum(oh.op_time(lease.req.memory_of(v), self.opts.resume_rate) if self.opts.override_resume is None
+                    else self.opts.override_resume for v in lease.demands)
+        worst += lease.numnodes * self.opts.enactment_overhead
+        return max(oh.resume_estimate(lease, self.opts), worst)
+
+    def build(self, lease: Lease, start: int, end: int, mapping: dict[int, int], resuming: bool, remaining: int,
+              shutdown: int) -> RR:
+        """The VM reservation on [start, end) with its resume, suspend or shutdown reservations."""
+        vmrr = self.rr(lease, VM, start, end, mapping)
+        if resuming:
+            self.add_blocks(vmrr, oh.susprem_blocks(lease, mapping, start, oh.FORWARD, self.opts, suspend=False),
+                            RESUME)
+            vmrr.start = max(rr.end for rr in vmrr.pre)
+            if vmrr.start >= vmrr.end:
+                raise NotSchedulable("no time left to run after resuming")
+        if vmrr.end - vmrr.start < remaining + shutdown:
+            if not oh.can_be_suspended(lease, self.opts):
+                raise NotSchedulable("it would have to be suspended, and it cannot be")
+            self.suspend(vmrr, end)
+        else:
+            vmrr.end = vmrr.start + remaining
+            self.add_shutdown(vmrr, shutdown)
+        return vmrr
+
+    def suspend(self, vmrr: RR, by: int) -> None:
+        """Suspension reservations that finish by `by`; the VM reservation ends where they begin."""
+        blocks = oh.susprem_blocks(vmrr.lease, vmrr.mapping, by, oh.BACKWARD, self.opts, suspend=True)
+        begin = min(b[0] for b in blocks)
+        if begin <= vmrr.start:
+            raise NotSchedulable("no time left to run before it must be suspended")
+        vmrr.post = []
+        self.add_blocks(vmrr, blocks, SUSPEND)
+        vmrr.end = begin
+
+    def add_blocks(self, vmrr: RR, blocks: list, kind: str) -> None:
+        rrs = []
+        for start, end, nodes in sorted(blocks, key=lambda b: b[0]):
+            mapping = {v: p for p, vs in nodes.items() for v in vs}
+            rr = self.rr(vmrr.lease, kind, start, end, mapping)
+            rr.vm = vmrr
+            rr.first = rr.last = False
+            rrs.append(rr)
+        rrs[0].first = True
+        rrs[-1].last = True
+        (vmrr.pre if kind == RESUME else vmrr.post).extend(rrs)
+
+    def add_shutdown(self, vmrr: RR, shutdown: int) -> None:
+        rr = self.rr(vmrr.lease, SHUTDOWN, vmrr.end, vmrr.end + shutdown, vmrr.mapping)
+        rr.vm = vmrr
+        vmrr.post = [rr]
