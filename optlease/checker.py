@@ -5,9 +5,10 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
+from functools import lru_cache, partial
+from itertools import groupby
 from operator import itemgetter
-from typing import Any
+from typing import Any, Iterator
 
 from optlease.formats.timefmt import iso
 
@@ -20,7 +21,7 @@ TOLERANCE = 1
 EPSILON = 1e-9
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
 _EPOCH = datetime(1970, 1, 1)
-_SECOND = timedelta(seconds=1)
+_when = partial(iso, _EPOCH)  # the contract's notation of a time in seconds since _EPOCH
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,9 @@ def _seconds(text: Any) -> int | None:
     if not isinstance(text, str) or not _TIME.fullmatch(text):
         return None
     try:
-        return (datetime.fromisoformat(text) - _EPOCH) // _SECOND
+        return (datetime.fromisoformat(text) - _EPOCH) // timedelta(seconds=1)
     except ValueError:
         return None
-
-
-def _when(seconds: int) -> str:
-    return iso(_EPOCH, seconds)
 
 
 def _is_number(value: Any) -> bool:
@@ -118,16 +115,13 @@ class _Reader:
     def site(self, raw: Any) -> _Site | None:
         """The site, or None when it is too broken to check mappings and capacities against."""
         before = len(self.out)
-        if not isinstance(raw, dict):
-            self.flag(None, "format", "site is missing or not an object")
-            return None
-        types = raw.get("resource_types")
+        types = raw.get("resource_types") if isinstance(raw, dict) else None
+        nodes = raw.get("nodes") if isinstance(raw, dict) else None
         if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
-            self.flag(None, "format", "site.resource_types is not a list of strings")
+            self.flag(None, "format", "site.resource_types is missing or not a list of strings")
             return None
-        nodes = raw.get("nodes")
         if not isinstance(nodes, dict) or not nodes:
-            self.flag(None, "format", "site.nodes is not a non-empty object")
+            self.flag(None, "format", "site.nodes is missing or not a non-empty object")
             return None
         for key, capacity in nodes.items():
             if not isinstance(key, str):
@@ -180,12 +174,11 @@ class _Reader:
             requested = self.time(lid, where, raw, "requested_start")
         elif ltype == "ar":
             self.flag(lid, "format", f"{where} is an AR without a requested_start")
+        resvs = []
         if isinstance(vms, dict):
             self.demands(lid, vms, site)
-        if isinstance(vms, dict) and isinstance(reservations, list):
-            resvs = [self.reservation(lid, i, r, vms, site) for i, r in enumerate(reservations)]
-        else:
-            resvs = []
+            if isinstance(reservations, list):
+                resvs = [self.reservation(lid, i, r, vms, site) for i, r in enumerate(reservations)]
         if len(self.out) > before:
             return None
         ordered = sorted(resvs, key=lambda r: (r.start, r.end))
@@ -257,74 +250,58 @@ class _Reader:
         return result
 
 
-def _check_lease(lease: _Lease) -> list[Violation]:
+def _check_lease(lease: _Lease) -> Iterator[Violation]:
     """The per-lease rules of the contract: arrival, durations, AR, immediate, preemption, rejection."""
-    out: list[Violation] = []
-
-    def flag(rule: str, message: str) -> None:
-        out.append(Violation(lease.id, rule, message))
-
+    flag = partial(Violation, lease.id)
     resvs = lease.reservations
     vms = [r for r in resvs if r.kind == "vm"]
-    runs = [r for r in vms if not r.requeued]
+    runs = [r for r in vms if not r.requeued]  # requeued runs are lost work
     early = next((r for r in resvs if r.start < lease.arrival), None)
     if early is not None:
-        flag("arrival", f"{early.label()} starts at {_when(early.start)}, before arrival {_when(lease.arrival)}")
+        yield flag("arrival", f"{early.label()} starts at {_when(early.start)}, before arrival {_when(lease.arrival)}")
     if lease.state == "rejected":
         if vms:
-            flag("rejected-has-vm", f"rejected, yet {vms[0].label()} runs from {_when(vms[0].start)}")
-        return out
+            yield flag("rejected-has-vm", f"rejected, yet {vms[0].label()} runs from {_when(vms[0].start)}")
+        return
     if lease.state == "done":
         ran = sum(r.end - r.start for r in runs)
         if abs(ran - lease.real_duration) > TOLERANCE:
-            flag("real-duration", f"vm reservations add up to {ran} s, not real_duration "
-                                  f"{_amount(lease.real_duration)} s (±{TOLERANCE} s)")
+            yield flag("real-duration", f"vm reservations add up to {ran} s, not real_duration "
+                                        f"{_amount(lease.real_duration)} s (±{TOLERANCE} s)")
         if ran > lease.duration:
-            flag("over-duration", f"vm reservations add up to {ran} s, more than duration "
-                                  f"{_amount(lease.duration)} s")
+            yield flag("over-duration", f"vm reservations add up to {ran} s, more than duration "
+                                        f"{_amount(lease.duration)} s")
     if lease.type == "ar" and runs:
         if runs[0].start != lease.requested_start:
-            flag("ar-start", f"{runs[0].label()} starts at {_when(runs[0].start)}, not at requested_start "
-                             f"{_when(lease.requested_start)}")
+            yield flag("ar-start", f"{runs[0].label()} starts at {_when(runs[0].start)}, not at requested_start "
+                                   f"{_when(lease.requested_start)}")
         breaks = [r for r in resvs if r.kind in ("suspend", "resume") or (r.kind == "vm" and r is not runs[0])]
         if breaks:
-            flag("ar-interrupted", f"{breaks[0].label()} at {_when(breaks[0].start)} interrupts the AR")
+            yield flag("ar-interrupted", f"{breaks[0].label()} at {_when(breaks[0].start)} interrupts the AR")
+        return  # an accepted AR's one uninterrupted run is stronger than the preemption rules: one fault, one line
     if lease.type == "immediate" and vms:
         first = vms[0]
         before = resvs[:next(i for i, r in enumerate(resvs) if r is first)]
         ready = max((r.end for r in before), default=lease.arrival)
         if first.start != lease.arrival and (any(r.kind != "transfer" for r in before) or first.start != ready):
-            flag("immediate-start", f"{first.label()} starts at {_when(first.start)}, not at arrival "
-                                    f"{_when(lease.arrival)} nor right after its image transfers")
-    # An accepted AR's one uninterrupted run is the stronger rule above: one fault, one line.
-    if not (lease.type == "ar" and runs):
-        out.extend(_check_preemption(lease, vms, runs))
-    return out
-
-
-def _check_preemption(lease: _Lease, vms: list[_Resv], runs: list[_Resv]) -> list[Violation]:
-    """A non-preemptible lease runs once; a preemptible one is suspended and resumed between runs."""
-    out: list[Violation] = []
-    resvs = lease.reservations
+            yield flag("immediate-start", f"{first.label()} starts at {_when(first.start)}, not at arrival "
+                                          f"{_when(lease.arrival)} nor right after its image transfers")
     if not lease.preemptible:
         if len(runs) > 1 or (not runs and lease.state == "done"):
-            out.append(Violation(lease.id, "non-preemptible",
-                                 f"has {len(runs)} vm reservations that were not requeued, not exactly one"))
+            yield flag("non-preemptible", f"has {len(runs)} vm reservations that were not requeued, not exactly one")
         suspend = next((r for r in resvs if r.kind == "suspend"), None)
         if suspend is not None:
-            out.append(Violation(lease.id, "non-preemptible", f"{suspend.label()} at {_when(suspend.start)} "
-                                                              "suspends a non-preemptible lease"))
-        return out
+            yield flag("non-preemptible", f"{suspend.label()} at {_when(suspend.start)} suspends a "
+                                          "non-preemptible lease")
+        return
     position = {id(r): i for i, r in enumerate(resvs)}
     for first, second in zip(vms, vms[1:]):
         if first.requeued:
             continue  # a requeued run was cancelled, not suspended: the next run starts from scratch
         between = [r.kind for r in resvs[position[id(first)] + 1:position[id(second)]]]
         if not ("suspend" in between and "resume" in between[between.index("suspend"):]):
-            out.append(Violation(lease.id, "suspend-resume",
-                                 f"no suspend then resume between {first.label()} ending at {_when(first.end)} "
-                                 f"and {second.label()} starting at {_when(second.start)}"))
-    return out
+            yield flag("suspend-resume", f"no suspend then resume between {first.label()} ending at "
+                                         f"{_when(first.end)} and {second.label()} starting at {_when(second.start)}")
 
 
 def _check_capacity(leases: list[_Lease], site: _Site) -> list[Violation]:
@@ -350,23 +327,18 @@ def _check_capacity(leases: list[_Lease], site: _Site) -> list[Violation]:
     holders: dict[str, dict[int, tuple[int, _Resv]]] = {node: {} for node in site.nodes}
     over: set[tuple[str, str]] = set()
     out: list[Violation] = []
-    i = 0
-    while i < len(events):
-        now = events[i][0] >> 1
+    for now, group in groupby(events, key=lambda e: e[0] >> 1):
         started: dict[str, list[tuple[int, _Resv, dict[str, float]]]] = {}
-        while i < len(events) and events[i][0] >> 1 == now:
-            key, node, lid, r, demand = events[i]
-            is_start = key & 1
-            use, sign = usage[node], 1 if is_start else -1
+        for order, node, lid, r, demand in group:
+            use, sign = usage[node], 1 if order & 1 else -1
             for rtype, amount in demand.items():
                 use[rtype] = use.get(rtype, 0) + sign * amount
-            if is_start:
+            if order & 1:
                 holders[node][id(r)] = (lid, r)
                 started.setdefault(node, []).append((lid, r, demand))
             else:
                 holders[node].pop(id(r), None)
                 started.setdefault(node, [])
-            i += 1
         for node, starts in started.items():
             capacity = site.nodes[node]
             for rtype, amount in usage[node].items():
@@ -386,8 +358,8 @@ def _overload(node: str, rtype: str, amount: float, capacity: float, now: int, r
     others = [f"lease {o} {h.label()}" for o, h in sorted(holders.values(), key=lambda oh: (oh[0], oh[1].index))
               if h is not r]
     shown = ", ".join(others[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
-    return (f"node {node} {rtype} {_amount(amount)} > {_amount(capacity)} at {_when(now)} "
-            f"({r.label()}" + (f"; held with {shown})" if others else ")"))
+    return (f"node {node} {rtype} {_amount(amount)} > {_amount(capacity)} at {_when(now)} by {r.label()}"
+            + (f", with {shown}" if others else ""))
 
 
 def check_schedule(doc: dict) -> list[Violation]:

@@ -69,9 +69,9 @@ def test_capacity_violation_reads_as_one_line_naming_node_resource_amounts_and_t
     lines = [str(v) for v in check_schedule(doc)]
     # Memory is over from 13:30 on: that overload is reported once, when it begins, not again at 13:59.
     assert lines == [
-        "lease 2: capacity: node 1 Memory 2048 > 1024 at 2006-11-25T13:30:00 (reservation 0 (vm))",
-        "lease 1: capacity: node 1 CPU 200 > 100 at 2006-11-25T13:59:00 (reservation 2 (resume); "
-        "held with lease 2 reservation 0 (vm))"]
+        "lease 2: capacity: node 1 Memory 2048 > 1024 at 2006-11-25T13:30:00 by reservation 0 (vm)",
+        "lease 1: capacity: node 1 CPU 200 > 100 at 2006-11-25T13:59:00 by reservation 2 (resume), "
+        "with lease 2 reservation 0 (vm)"]
 
 
 def _set(path: tuple, value):
