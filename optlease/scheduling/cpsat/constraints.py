@@ -1,0 +1,128 @@
+"""The CP-SAT round model's constraint groups; each add_* states one rule and returns its objective terms."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ortools.sat.python import cp_model
+
+from optlease.domain.lease import LeaseKind
+from optlease.scheduling.cpsat.model import RoundModel
+from optlease.scheduling.cpsat.prepare import Role, always
+
+Terms = dict[str, cp_model.LinearExprT]
+
+
+def add_placement(rm: RoundModel) -> Terms:
+    """Every VM of a placed tail runs on exactly one node; a VM resumed off its image's node is a migration."""
+    m, migrations, transfer = rm.model, [], []
+    for job in rm.data.tails:
+        for vm, nodes in enumerate(job.candidates):
+            xs = [rm.vm_to_node[job.id, vm, n] for n in nodes]
+            m.add(sum(xs) == rm.present[job.id])
+            for n in nodes:
+                if job.origin and n != job.origin[vm]:
+                    migrations.append(rm.vm_to_node[job.id, vm, n])
+                    transfer.append(job.migrate * rm.vm_to_node[job.id, vm, n])
+    return {"migrations": sum(migrations), "overhead": sum(transfer)}
+
+
+def add_suspensions(rm: RoundModel) -> Terms:
+    """A running preemptible lease is suspended at most once, so that its suspension ends as an accepted AR starts;
+    it resumes only after the suspension (and the image's transfer) is over."""
+    m, data = rm.model, rm.data
+    ars_at: dict[int, list] = defaultdict(list)
+    for job in data.jobs:
+        if job.kind is LeaseKind.AR and job.has_tail and job.fixed_start is not None:
+            ars_at[job.fixed_start].append(rm.present[job.id])
+    overhead, preemptions = [], []
+    for job in data.tails:
+        present = rm.present[job.id]
+        if job.role is Role.SUSPENDABLE:
+            susp = rm.suspended[job.id]
+            m.add(present <= susp)
+            for a in job.suspend_ends:
+                if not ars_at[a]:
+                    m.add(rm.suspend_end[job.id, a] == 0)
+                elif not any(always(p) for p in ars_at[a]):
+                    m.add_bool_or(ars_at[a]).only_enforce_if(rm.suspend_end[job.id, a])
+            ready = rm.suspension_end(job.id)
+            m.add(rm.start[job.id] >= ready).only_enforce_if(present)
+            preemptions.append(susp)
+            overhead.append(job.suspend * susp)
+        else:
+            ready = job.earliest
+        for vm, nodes in enumerate(job.candidates):
+            for n in nodes:
+                mig = job.migration_time(vm, n)
+                if mig > 0:
+                    m.add(rm.start[job.id] - mig >= ready).only_enforce_if(rm.vm_to_node[job.id, vm, n])
+        if job.resume > 0:
+            overhead.append(job.resume * present)
+    return {"preemptions": sum(preemptions), "overhead": sum(overhead)}
+
+
+def add_capacity(rm: RoundModel) -> Terms:
+    """On every node, at every instant, the intervals there hold at most the node's capacity of each resource."""
+    by_node: dict[int, list] = defaultdict(list)
+    for hold in rm.holds:
+        by_node[hold.node].append(hold)
+    for node, holds in by_node.items():
+        for rtype in rm.data.resource_types:
+            cap = rm.data.capacity[node].get(rtype, 0)
+            used = [(h.interval, h.demand.get(rtype, 0)) for h in holds if h.demand.get(rtype, 0) > 0]
+            if sum(d for _, d in used) <= cap:
+                continue
+            rm.model.add_cumulative([iv for iv, _ in used], [d for _, d in used], cap)
+    return {}
+
+
+def add_exclusion(rm: RoundModel) -> Terms:
+    """No two suspensions or resumptions overlap on a node (local exclusion) or anywhere (global exclusion)."""
+    m, data = rm.model, rm.data
+    ops: dict[int | None, list] = defaultdict(list)   # node (None = the whole site) -> operation intervals
+    for lease, iv in rm.suspend_ops.items():
+        job = data.job(lease)
+        for node in ([None] if data.exclusion_global else sorted(set(job.origin))):
+            ops[node].append(iv)
+    for job in data.tails:
+        if job.resume <= 0:
+            continue
+        begin = rm.start[job.id]
+        if data.exclusion_global:
+            present = rm.present[job.id]
+            ops[None].append(m.new_optional_interval_var(begin, job.resume, begin + job.resume, present,
+                                                         f"resume[lease={job.id}]") if not always(present) else
+                             m.new_interval_var(begin, job.resume, begin + job.resume, f"resume[lease={job.id}]"))
+            continue
+        for node in sorted({n for nodes in job.candidates for n in nodes}):
+            xs = [rm.vm_to_node[job.id, vm, node] for vm, nodes in enumerate(job.candidates) if node in nodes]
+            used = m.new_bool_var(f"resumes_on[lease={job.id},node={node}]")
+            m.add_max_equality(used, xs)
+            ops[node].append(m.new_optional_interval_var(begin, job.resume, begin + job.resume, used,
+                                                         f"resume[lease={job.id},node={node}]"))
+    for intervals in ops.values():
+        if len(intervals) > 1:
+            m.add_no_overlap(intervals)
+    return {}
+
+
+def add_symmetry(rm: RoundModel) -> Terms:
+    """Identical untouched nodes are used in order, and identical VMs of a fresh lease take nodes in order."""
+    m, data = rm.model, rm.data
+    for nodes in data.interchangeable:
+        used = []
+        for node in nodes:
+            xs = [x for (_, _, n), x in rm.vm_to_node.items() if n == node]
+            u = m.new_bool_var(f"used[node={node}]")
+            m.add_max_equality(u, xs) if xs else m.add(u == 0)
+            used.append(u)
+        for first, second in zip(used, used[1:]):
+            m.add_implication(second, first)
+    for job in data.tails:
+        if job.origin or job.planned_nodes:
+            continue
+        index = [sum(n * rm.vm_to_node[job.id, vm, n] for n in nodes) for vm, nodes in enumerate(job.candidates)]
+        for vm in range(job.numvms - 1):
+            if job.demand[vm] == job.demand[vm + 1] and job.candidates[vm] == job.candidates[vm + 1]:
+                m.add(index[vm] <= index[vm + 1])
+    return {}

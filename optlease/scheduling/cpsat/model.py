@@ -1,0 +1,133 @@
+"""The CP-SAT round model's variables: acceptance, starts, VM-to-node choices, suspensions and their intervals."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from ortools.sat.python import cp_model
+
+from optlease.scheduling.cpsat.prepare import Job, Role, RoundData, always
+
+Lit = Union[cp_model.IntVar, int]   # a literal, or the constant 1 for "always"
+
+
+@dataclass
+class Demand:
+    """One interval that holds `demand` on `node` (the unit the capacity constraints add up)."""
+
+    interval: cp_model.IntervalVar
+    node: int
+    demand: dict[str, int]
+
+
+@dataclass
+class RoundModel:
+    data: RoundData
+    model: cp_model.CpModel
+    present: dict[int, Lit] = field(default_factory=dict)           # lease -> its tail is placed
+    start: dict[int, cp_model.LinearExprT] = field(default_factory=dict)  # lease -> when its start/resume begins
+    vm_to_node: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)  # (lease, vm, node)
+    suspend_end: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)      # (lease, time)
+    suspended: dict[int, cp_model.IntVar] = field(default_factory=dict)  # lease -> suspended this round
+    run_left: dict[int, cp_model.LinearExprT] = field(default_factory=dict)  # lease -> run left when the tail starts
+    holds: list[Demand] = field(default_factory=list)
+    suspend_ops: dict[int, cp_model.IntervalVar] = field(default_factory=dict)  # lease -> its suspension
+
+    def suspension_end(self, lease: int) -> cp_model.LinearExprT:
+        """When the lease's suspension ends (0 when it is not suspended)."""
+        return sum(a * v for (l, a), v in self.suspend_end.items() if l == lease)
+
+    def tail_end(self, job: Job) -> cp_model.LinearExprT:
+        """When the tail's run ends (before the shutdown)."""
+        return self.start[job.id] + job.resume + self.run_left[job.id]
+
+
+def build_variables(data: RoundData) -> RoundModel:
+    """Every decision variable and the intervals that hold resources; the add_* groups relate them."""
+    rm = RoundModel(data, cp_model.CpModel())
+    m, now = rm.model, data.now
+    for job in data.jobs:
+        if job.role is Role.FIXED:
+            _add_fixed(rm, job)
+        elif job.role is Role.SUSPENDABLE:
+            _add_suspendable_head(rm, job)
+        if job.has_tail:
+            _add_tail(rm, job)
+    return rm
+
+
+def _add_fixed(rm: RoundModel, job: Job) -> None:
+    length = job.remaining + job.shutdown
+    if length <= 0:
+        return
+    for vm, node in enumerate(job.origin):
+        iv = rm.model.new_fixed_size_interval_var(rm.data.now, length, f"run[lease={job.id},vm={vm + 1}]")
+        rm.holds.append(Demand(iv, node, job.demand[vm]))
+
+
+def _add_suspendable_head(rm: RoundModel, job: Job) -> None:
+    m, now = rm.model, rm.data.now
+    for a in job.suspend_ends:
+        rm.suspend_end[job.id, a] = m.new_bool_var(f"suspend_end[lease={job.id},t={a}]")
+    susp = m.new_bool_var(f"suspended[lease={job.id}]")
+    m.add(susp == sum(v for (l, _), v in rm.suspend_end.items() if l == job.id))
+    rm.suspended[job.id] = susp
+    full = now + job.remaining + job.shutdown
+    # the run goes on until its suspension ends, or to its end and shutdown
+    head_end = m.new_int_var(now, full, f"head_end[lease={job.id}]")
+    m.add(head_end == full - full * susp + rm.suspension_end(job.id))
+    for vm, node in enumerate(job.origin):
+        iv = m.new_interval_var(now, head_end - now, head_end, f"head[lease={job.id},vm={vm + 1}]")
+        rm.holds.append(Demand(iv, node, job.demand[vm]))
+    if job.suspend > 0:
+        first = min(job.suspend_ends) - job.suspend
+        begin = m.new_int_var(first, max(job.suspend_ends) - job.suspend, f"suspend_at[lease={job.id}]")
+        m.add(begin == rm.suspension_end(job.id) - job.suspend * susp + first * (1 - susp))
+        rm.suspend_ops[job.id] = m.new_optional_interval_var(begin, job.suspend, begin + job.suspend, susp,
+                                                             f"suspend[lease={job.id}]")
+
+
+def _add_tail(rm: RoundModel, job: Job) -> None:
+    m, data = rm.model, rm.data
+    name = f"lease={job.id}"
+    if job.role is Role.SUSPENDABLE:
+        rm.present[job.id] = m.new_bool_var(f"resumed[{name}]")
+        # intervals take one variable per field: the run left after the suspension gets its own
+        left = m.new_int_var(1, job.remaining, f"run_left[{name}]")
+        m.add(left == job.remaining - sum(
+            (a - job.suspend - data.now) * rm.suspend_end[job.id, a] for a in job.suspend_ends))
+        rm.run_left[job.id] = left
+    elif job.optional:
+        rm.present[job.id] = m.new_bool_var(f"accepted[{name}]")
+        rm.run_left[job.id] = job.remaining
+    elif job.deferrable:
+        rm.present[job.id] = m.new_bool_var(f"placed[{name}]")
+        rm.run_left[job.id] = job.remaining
+    else:
+        rm.present[job.id] = 1
+        rm.run_left[job.id] = job.remaining
+    if job.fixed_start is not None:
+        rm.start[job.id] = job.fixed_start
+    elif job.earliest > data.horizon:
+        rm.start[job.id] = data.horizon + 1
+        m.add(rm.present[job.id] == 0)
+    else:
+        rm.start[job.id] = m.new_int_var(job.earliest, data.horizon, f"start[{name}]")
+    finish = rm.tail_end(job) + job.shutdown
+    if job.role is Role.SUSPENDABLE:
+        # interval fields are affine: the finish of a run whose length varies is a variable of its own
+        finish_var = m.new_int_var(job.earliest, data.horizon + job.resume + job.remaining + job.shutdown,
+                                   f"finish[{name}]")
+        m.add(finish_var == finish)
+        finish = finish_var
+    for vm, nodes in enumerate(job.candidates):
+        for node in nodes:
+            x = m.new_bool_var(f"vm_to_node[{name},vm={vm + 1},node={node}]")
+            rm.vm_to_node[job.id, vm, node] = x
+            mig = job.migration_time(vm, node)
+            begin = rm.start[job.id] - mig
+            size = m.new_int_var(0, mig + job.resume + job.remaining + job.shutdown,
+                                 f"tail_size[{name},vm={vm + 1},node={node}]") \
+                if job.role is Role.SUSPENDABLE else mig + job.resume + job.remaining + job.shutdown
+            iv = m.new_optional_interval_var(begin, size, finish, x, f"tail[{name},vm={vm + 1},node={node}]")
+            rm.holds.append(Demand(iv, node, job.demand[vm]))

@@ -1,0 +1,107 @@
+"""The round objective: its CP-SAT terms (refusals, best-effort waiting, stability) and the same cost of any Plan."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from optlease.scheduling.cpsat.prepare import Role, RoundData, always
+from optlease.scheduling.snapshot import LeasePlan, Outcome, Plan, Weights
+
+if TYPE_CHECKING:   # solver-free at run time: plan_cost serves the MIP cross-check too
+    from ortools.sat.python import cp_model
+
+    from optlease.scheduling.cpsat.model import RoundModel
+
+Terms = dict
+TERM_NAMES = ("rejected", "wait", "preemptions", "migrations", "overhead", "stability_time", "stability_nodes")
+
+
+def add_acceptance(rm: RoundModel) -> Terms:
+    """A new AR or immediate lease is accepted or refused whole; a refusal costs its node-seconds."""
+    return {"rejected": sum(job.value * (1 - rm.present[job.id]) for job in rm.data.tails if job.optional)}
+
+
+def add_waiting(rm: RoundModel) -> Terms:
+    """A best-effort lease's completion is the end of its run; one left queued completes as if started after the
+    look-ahead. Each second counts its aging weight."""
+    m, data, terms = rm.model, rm.data, []
+    late = data.horizon + 1
+    for job in data.tails:
+        if not job.best_effort:
+            continue
+        present, rem = rm.present[job.id], rm.run_left[job.id]
+        done = m.new_int_var(data.now, late + job.resume + job.remaining + job.migrate, f"completion[lease={job.id}]")
+        if job.role is Role.SUSPENDABLE:
+            susp = rm.suspended[job.id]
+            waiting = m.new_bool_var(f"stays_suspended[lease={job.id}]")
+            m.add(waiting == susp - present)
+            m.add(done == data.now + job.remaining).only_enforce_if(~susp)
+            m.add(done == late + job.resume + rem).only_enforce_if(waiting)
+        else:
+            m.add(done == late + job.resume + rem).only_enforce_if(~present)
+        m.add(done == rm.tail_end(job)).only_enforce_if(present)
+        terms.append(job.weight * (done - data.now))
+    return {"wait": sum(terms)}
+
+
+def add_stability(rm: RoundModel) -> Terms:
+    """What an earlier round announced moves as little as possible: its start (seconds) and its VMs' nodes."""
+    m, data = rm.model, rm.data
+    late = data.horizon + 1
+    moved_time, moved_nodes = [], []
+    for job in data.tails:
+        present = rm.present[job.id]
+        if job.planned_start is not None and job.fixed_start is None:
+            dev = m.new_int_var(0, max(late, abs(late - job.planned_start)) + data.horizon,
+                                f"start_shift[lease={job.id}]")
+            m.add(dev >= rm.start[job.id] - job.planned_start).only_enforce_if(present)
+            m.add(dev >= job.planned_start - rm.start[job.id]).only_enforce_if(present)
+            if not always(present):
+                m.add(dev >= abs(late - job.planned_start)).only_enforce_if(~present)
+            moved_time.append(dev)
+        for vm, node in enumerate(job.planned_nodes[:job.numvms]):
+            x = rm.vm_to_node.get((job.id, vm, node))
+            moved_nodes.append(1 - x if x is not None else 1)
+    return {"stability_time": sum(moved_time), "stability_nodes": sum(moved_nodes)}
+
+
+def combine(terms: Terms, weights: Weights) -> "cp_model.LinearExprT":
+    return sum(getattr(weights, name) * terms.get(name, 0) for name in TERM_NAMES)
+
+
+def plan_terms(data: RoundData, plan: Plan) -> dict[str, int]:
+    """The objective's terms for any plan of this round (the solver's, the MIP's, the greedy hint)."""
+    got = plan.by_id
+    out = dict.fromkeys(TERM_NAMES, 0)
+    late = data.horizon + 1
+    for job in data.tails:
+        p = got.get(job.id) or LeasePlan(job.id, Outcome.REJECTED if job.optional else Outcome.DEFERRED)
+        placed = p.outcome is Outcome.ACCEPTED and p.start is not None
+        suspended = job.role is Role.SUSPENDABLE and p.suspend_at is not None
+        if job.optional and p.outcome is Outcome.REJECTED:
+            out["rejected"] += job.value
+        rem = job.remaining - (p.suspend_at - data.now) if suspended else job.remaining
+        if job.best_effort:
+            if job.role is Role.SUSPENDABLE and not suspended:
+                out["wait"] += job.weight * job.remaining
+            elif placed:
+                out["wait"] += job.weight * (p.start + job.resume + rem - data.now)
+            else:
+                out["wait"] += job.weight * (late + job.resume + rem - data.now)
+        if suspended:
+            out["preemptions"] += 1
+            out["overhead"] += job.suspend
+        if placed:
+            moved = [vm for vm, node in enumerate(p.nodes) if job.origin and node != job.origin[vm]]
+            out["migrations"] += len(moved)
+            out["overhead"] += job.migrate * len(moved) + job.resume
+        if job.planned_start is not None and job.fixed_start is None:
+            out["stability_time"] += abs((p.start if placed else late) - job.planned_start)
+        for vm, node in enumerate(job.planned_nodes[:job.numvms]):
+            out["stability_nodes"] += 0 if placed and p.nodes[vm] == node else 1
+    return out
+
+
+def plan_cost(data: RoundData, plan: Plan) -> int:
+    """The weighted objective of a plan: the value the CP-SAT and MIP models report for it."""
+    terms = plan_terms(data, plan)
+    return sum(getattr(data.weights, name) * terms[name] for name in TERM_NAMES)

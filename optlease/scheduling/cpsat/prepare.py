@@ -1,0 +1,214 @@
+"""Turn a round snapshot into the jobs both round models share: roles, windows, candidate nodes, node classes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from optlease.domain.lease import LeaseKind
+from optlease.scheduling.snapshot import Migration, Phase, RoundSnapshot, Weights
+
+
+class Role(str, Enum):
+    FIXED = "fixed"              # running and not interruptible: constant occupancy until it ends
+    SUSPENDABLE = "suspendable"  # running, may be suspended so that the suspension ends at an AR start, then resumed
+    START = "start"              # needs a start or a resume somewhere in the look-ahead
+    REJECTED = "rejected"        # refused before modelling (admission policy, too late, too large)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One lease as the models see it. The *tail* is the start (or resume) to place; its run takes `remaining`
+    seconds (a SUSPENDABLE lease suspended to end at `a` has `remaining - (a - suspend - now)` left)."""
+
+    id: int
+    kind: LeaseKind
+    role: Role
+    demand: tuple[dict[str, int], ...]
+    reason: str = ""
+    optional: bool = False            # a new AR or immediate lease: accepting it is a decision
+    deferrable: bool = False          # best-effort: may stay queued past the look-ahead
+    earliest: int = 0                 # first time the tail's start (or its migration) may begin
+    fixed_start: int | None = None    # AR start, immediate start
+    remaining: int = 0
+    resume: int = 0                   # resume time before the run (0 for a first start)
+    migrate: int = 0                  # transfer time of a VM resumed off its origin node
+    suspend: int = 0
+    shutdown: int = 0
+    origin: tuple[int, ...] = ()      # node of each VM's image (SUSPENDABLE, suspended); () for a first start
+    candidates: tuple[tuple[int, ...], ...] = ()   # per VM, the nodes it may (re)start on
+    suspend_ends: tuple[int, ...] = ()             # SUSPENDABLE: the AR starts a suspension may end at
+    weight: int = 0                   # best-effort aging weight
+    value: int = 0                    # node-seconds at stake (optional jobs)
+    planned_start: int | None = None
+    planned_nodes: tuple[int, ...] = ()
+
+    @property
+    def numvms(self) -> int:
+        return len(self.demand)
+
+    @property
+    def best_effort(self) -> bool:
+        return self.kind is LeaseKind.BEST_EFFORT
+
+    @property
+    def has_tail(self) -> bool:
+        return self.role in (Role.START, Role.SUSPENDABLE)
+
+    def rem_after(self, suspend_end: int, now: int) -> int:
+        """Run left after a suspension that ends at `suspend_end`."""
+        return self.remaining - (suspend_end - self.suspend - now)
+
+    def migration_time(self, vm: int, node: int) -> int:
+        """Transfer time before VM `vm` (0-based) can resume on `node`."""
+        return self.migrate if self.origin and node != self.origin[vm] else 0
+
+
+@dataclass(frozen=True)
+class RoundData:
+    now: int
+    horizon: int                                   # last time a tail may start; deferral = a virtual start after it
+    jobs: tuple[Job, ...]
+    nodes: tuple[int, ...]
+    capacity: dict[int, dict[str, int]]
+    resource_types: tuple[str, ...]
+    exclusion_global: bool
+    interchangeable: tuple[tuple[int, ...], ...]   # classes of identical untouched nodes, each cut to what can be used
+    weights: Weights
+
+    @property
+    def tails(self) -> tuple[Job, ...]:
+        return tuple(j for j in self.jobs if j.has_tail)
+
+    def job(self, lease_id: int) -> Job:
+        return next(j for j in self.jobs if j.id == lease_id)
+
+
+def _fits(demand: dict[str, int], capacity: dict[str, int]) -> bool:
+    return all(amount <= capacity.get(rtype, 0) for rtype, amount in demand.items())
+
+
+def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | None = None) -> RoundData:
+    """Classify every lease and bound the look-ahead; pure, and shared by the CP-SAT and the MIP round models."""
+    now, policy, site = snap.now, snap.policy, snap.site
+    soonest = now + policy.non_schedulable_interval
+    capacity = {n: dict(site.capacity(n)) for n in site.node_ids}
+    # the times a suspension may end at: the start of an AR that is planned, or new and admissible
+    ar_starts = sorted({l.request.start for l in snap.leases
+                        if l.kind is LeaseKind.AR and l.request.start is not None and l.request.start > now
+                        and (l.phase is Phase.RESERVED or (l.phase is Phase.NEW and l.request.start >= soonest
+                                                            and policy.admission.value == "accept-all"))})
+    jobs: list[Job] = []
+    for lease in snap.leases:
+        req = lease.request
+        demand = tuple(dict(vm) for vm in req.vms)
+        common = dict(id=lease.id, kind=lease.kind, demand=demand, remaining=lease.remaining,
+                      shutdown=lease.overheads.shutdown, suspend=lease.overheads.suspend)
+        fits_somewhere = all(any(_fits(vm, capacity[n]) for n in site.node_ids) for vm in demand)
+        if lease.phase is Phase.RUNNING:
+            ends = ()
+            if req.preemptible and lease.kind is LeaseKind.BEST_EFFORT and policy.may_suspend(req.numnodes):
+                since = lease.since if lease.since is not None else now - lease.ran
+                minimum = policy.threshold_factor * (lease.overheads.suspend + lease.overheads.resume)
+                ends = tuple(a for a in ar_starts
+                             if a - lease.overheads.suspend >= max(soonest, since + minimum)
+                             and a - lease.overheads.suspend < now + lease.remaining)
+            if not ends:
+                jobs.append(Job(role=Role.FIXED, origin=lease.nodes, **common))
+                continue
+            jobs.append(Job(role=Role.SUSPENDABLE, origin=lease.nodes, suspend_ends=ends, deferrable=True,
+                            earliest=min(ends), resume=lease.overheads.resume,
+                            migrate=_migrate(policy.migration, lease.overheads.migrate),
+                            weight=_age(now, req.arrival, weights.aging), **common))
+            continue
+        if lease.phase is Phase.NEW and lease.kind is LeaseKind.AR:
+            if policy.admission.value == "no-ARs":
+                jobs.append(Job(role=Role.REJECTED, reason="admission policy no-ARs refuses advance reservations",
+                                **common))
+                continue
+            if req.start is None or req.start < soonest:
+                jobs.append(Job(role=Role.REJECTED, reason="its start has passed or is too soon to schedule",
+                                **common))
+                continue
+        if not fits_somewhere:
+            jobs.append(Job(role=Role.REJECTED, reason="a VM is larger than every node", **common))
+            continue
+        if lease.kind is LeaseKind.AR:
+            if req.start is None or req.start < now:
+                raise ValueError(f"lease {lease.id}: an AR still to start needs a start not before now")
+            timing = dict(fixed_start=req.start, earliest=req.start, optional=lease.phase is Phase.NEW)
+        elif lease.kind is LeaseKind.IMMEDIATE:
+            if lease.phase is not Phase.NEW:
+                raise ValueError(f"lease {lease.id}: an immediate lease is new or running, not {lease.phase.value}")
+            timing = dict(fixed_start=soonest, earliest=soonest, optional=True)
+        else:
+            earliest = soonest
+            if lease.planned_start is not None:
+                earliest = max(now, min(soonest, lease.planned_start))
+            timing = dict(earliest=earliest, deferrable=True, weight=_age(now, req.arrival, weights.aging))
+        suspended = lease.phase is Phase.SUSPENDED
+        jobs.append(Job(role=Role.START, origin=lease.nodes if suspended else (),
+                        resume=lease.overheads.resume if suspended else 0,
+                        migrate=_migrate(policy.migration, lease.overheads.migrate) if suspended else 0,
+                        value=req.numnodes * req.duration if lease.kind is not LeaseKind.BEST_EFFORT else 0,
+                        planned_start=lease.planned_start, planned_nodes=lease.planned_nodes, **timing, **common))
+    horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs))
+    classes, dropped = _interchangeable(snap, jobs)
+    jobs = [_with_candidates(j, capacity, dropped, policy.migration) for j in jobs]
+    # a tail that cannot be placed anywhere is refused now rather than left for the solver to discover
+    jobs = [j if not j.has_tail or all(j.candidates) else
+            Job(**{**j.__dict__, "role": Role.REJECTED if j.role is Role.START else Role.FIXED,
+                   "reason": "no node can hold one of its VMs" if j.role is Role.START else ""})
+            for j in jobs]
+    return RoundData(now=now, horizon=horizon, jobs=tuple(jobs), nodes=tuple(site.node_ids), capacity=capacity,
+                     resource_types=site.resource_types, exclusion_global=policy.exclusion.value == "global",
+                     interchangeable=classes, weights=weights)
+
+
+def _migrate(migration: Migration, seconds: int) -> int:
+    return 0 if migration is Migration.YES_NOTRANSFER else seconds
+
+
+def _age(now: int, arrival: int, aging: int) -> int:
+    """Aging weight: 1, plus 1 for every `aging` seconds waited, so that nothing starves."""
+    return 1 + max(0, now - arrival) // max(1, aging)
+
+
+def _auto_lookahead(now: int, jobs: list[Job]) -> int:
+    """Long enough that every tail fits one after another once every fixed occupancy and AR is over."""
+    busy = [j.remaining + j.shutdown for j in jobs if j.role in (Role.FIXED, Role.SUSPENDABLE)]
+    busy += [j.fixed_start - now + j.remaining + j.shutdown for j in jobs if j.fixed_start is not None]
+    serial = sum(j.migrate + j.resume + j.remaining + j.shutdown for j in jobs if j.has_tail and j.fixed_start is None)
+    return max(busy, default=0) + serial + 1
+
+
+def _interchangeable(snap: RoundSnapshot, jobs: list[Job]) -> tuple[tuple[tuple[int, ...], ...], frozenset[int]]:
+    """Identical nodes nothing refers to, each class cut to the number of VMs that could land there; and the cut-off
+    nodes (any solution using them has a twin using the kept ones instead)."""
+    touched = {n for lease in snap.leases for n in (*lease.nodes, *lease.planned_nodes)}
+    movable_vms = max(1, sum(j.numvms for j in jobs if j.has_tail))
+    classes, dropped = [], set()
+    for group in snap.node_classes:
+        free = tuple(n for n in group if n not in touched)
+        if free:
+            classes.append(free[:movable_vms])
+            dropped.update(free[movable_vms:])
+    return tuple(classes), frozenset(dropped)
+
+
+def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: frozenset[int],
+                     migration: Migration) -> Job:
+    if not job.has_tail:
+        return job
+    per_vm = []
+    for vm, demand in enumerate(job.demand):
+        if job.origin and migration is Migration.NO:
+            nodes = (job.origin[vm],)
+        else:
+            nodes = tuple(n for n in sorted(capacity) if n not in dropped)
+        per_vm.append(tuple(n for n in nodes if _fits(demand, capacity[n])))
+    return Job(**{**job.__dict__, "candidates": tuple(per_vm)})
+
+
+def always(value: object) -> bool:
+    """Whether a model literal is the constant 1 (a tail that must be placed has no variable for it)."""
+    return isinstance(value, int) and value == 1

@@ -1,0 +1,83 @@
+"""Build the CP-SAT round model, solve it with a fixed seed, and return the better of its plan and the hint."""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+
+from ortools.sat.python import cp_model
+
+from optlease.scheduling.cpsat.constraints import add_capacity, add_exclusion, add_placement, add_suspensions, \
+    add_symmetry
+from optlease.scheduling.cpsat.decode import add_hint, decode
+from optlease.scheduling.cpsat.model import RoundModel, build_variables
+from optlease.scheduling.cpsat.objective import add_acceptance, add_stability, add_waiting, combine, plan_cost
+from optlease.scheduling.cpsat.prepare import RoundData, prepare
+from optlease.scheduling.snapshot import Plan, RoundSnapshot, RoundStats, Weights
+
+log = logging.getLogger(__name__)
+
+GROUPS = (add_placement, add_suspensions, add_capacity, add_exclusion, add_symmetry,
+          add_acceptance, add_waiting, add_stability)
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    time_limit: float = 10.0        # seconds
+    workers: int = 4
+    seed: int = 0
+    lookahead: int | None = None    # seconds after `now` a start may still be planned; None: enough for everything
+    weights: Weights = Weights()
+    log_search: bool = False
+
+
+def build_round(data: RoundData) -> tuple[RoundModel, cp_model.LinearExprT]:
+    """The whole model: variables, every constraint group, and the weighted objective (not yet set)."""
+    rm = build_variables(data)
+    terms: dict[str, list] = {}
+    for group in GROUPS:
+        for name, expr in group(rm).items():
+            terms.setdefault(name, []).append(expr)
+    objective = combine({name: sum(parts) for name, parts in terms.items()}, data.weights)
+    return rm, objective
+
+
+def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hint: Plan | None = None) -> Plan:
+    """Plan one round. With a hint (the greedy plan of the same snapshot) the hint is kept whenever the solver finds
+    nothing better in time; the returned plan's stats say which was kept and how far from proven optimal it is."""
+    data = prepare(snap, options.weights, options.lookahead)
+    rm, objective = build_round(data)
+    rm.model.minimize(objective)
+    if hint is not None:
+        add_hint(rm, hint)
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.max_time_in_seconds = options.time_limit
+    params.num_workers = max(1, options.workers)
+    params.random_seed = options.seed
+    params.log_search_progress = options.log_search
+    status = solver.solve(rm.model)
+    proto = rm.model.proto
+    size = dict(num_variables=len(proto.variables), num_constraints=len(proto.constraints))
+    name = solver.status_name(status)
+    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    hint_cost = plan_cost(data, hint) if hint is not None else None
+    if not found or (hint_cost is not None and hint_cost < round(solver.objective_value)):
+        log.info("round at %s: solver %s, keeping the hint", snap.now, name)
+        if hint is None:
+            raise RuntimeError(f"round at {snap.now}: CP-SAT found no plan ({name}) and no hint was given")
+        bound = solver.best_objective_bound if found else None
+        stats = RoundStats(f"HINT ({name})", hint_cost, bound, _gap(hint_cost, bound), solver.wall_time,
+                           source="hint", **size)
+        return replace(hint, stats=stats)
+    objective_value = round(solver.objective_value)
+    bound = solver.best_objective_bound
+    plan = decode(rm, lambda e: e if isinstance(e, int) else solver.value(e))
+    stats = RoundStats(name, objective_value, bound, _gap(objective_value, bound), solver.wall_time, **size)
+    return replace(plan, stats=stats)
+
+
+def _gap(objective: int | None, bound: float | None) -> float | None:
+    if objective is None or bound is None or math.isinf(bound):
+        return None
+    return 0.0 if objective == 0 else max(0.0, (objective - bound) / abs(objective))
