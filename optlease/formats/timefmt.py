@@ -20,6 +20,8 @@ def parse_duration(text: str) -> int:
     """Seconds in a relative time or duration string."""
     raw = text.strip()
     body = raw[1:] if raw.startswith("+") else raw
+    if body.startswith("-"):
+        raise TimeFormatError(f"{text!r}: a duration cannot be negative")
     parts = body.split(":")
     if not 3 <= len(parts) <= 4 or any(p.strip() == "" for p in parts):
         raise TimeFormatError(f"{text!r} is not a duration of the form [D:]HH:MM:SS[.ff]")
@@ -61,7 +63,10 @@ def parse_time(text: str, origin: datetime | None, relative_to: int = 0) -> int:
         if origin is None:
             raise TimeFormatError(f"{text!r} is an absolute time, but no start time is known to relate it to")
         return math.ceil((parse_iso(text) - origin).total_seconds())
-    return relative_to + parse_duration(text)
+    raw = text.strip()
+    if raw.startswith("-"):  # before the origin (Haizea writes ARs that start before the workload this way)
+        return relative_to - parse_duration(raw[1:])
+    return relative_to + parse_duration(raw)
 
 
 def format_duration(seconds: int) -> str:

@@ -122,7 +122,7 @@ class LeaseScheduler:
         nodes = self.table.nodes
         mtime = 0
         if not resuming:
-            earliest = {n: now for n in nodes}
+            earliest = None  # every node, from now
         elif self.opts.migration == "no":
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}
@@ -254,7 +254,7 @@ class LeaseScheduler:
 
     def end_rr(self, rr: RR, now: int) -> None:
         rr.state = "done"
-        self.table.remove(rr)
+        self.table.forget(rr)
         lease = rr.lease
         self._hold(rr, rr.start, rr.end)
         if rr.kind == VM:

@@ -25,7 +25,7 @@ class GreedyMapper:
         candidates = table.nodes if onlynodes is None else [n for n in table.nodes if n in onlynodes]
         if not allow_preemption:
             smallest = min(demands.values())
-            candidates = [n for n in candidates if fits(smallest, table.free_at(n, start))]
+            candidates = table.nodes_with_room(smallest, start, candidates)
         pnodes = self.policies.sort_hosts(candidates, start, lease, table)
         preemptable = []
         if allow_preemption:

@@ -65,7 +65,9 @@ def _solve_one(snap: RoundSnapshot, weights: Weights, lookahead: int | None, rel
     m, modes = _build(data)
     opt = Highs()
     opt.config.time_limit = time_limit
-    opt.config.relax_integrality = relax
+    if relax:   # the appsi HiGHS interface ignores relax_integrality: relax the domains themselves
+        for var in m.component_data_objects(pe.Var):
+            var.domain = pe.UnitInterval
     opt.config.load_solution = False
     # objectives are whole numbers: a gap under 1 proves optimality
     opt.highs_options = {"mip_rel_gap": 0.0, "mip_abs_gap": 0.5, "random_seed": 0, "threads": 1}

@@ -95,11 +95,15 @@ def _estimate(lease: Lease, opts: SchedulingOptions, suspend: bool) -> int:
 
 
 def suspend_estimate(lease: Lease, opts: SchedulingOptions) -> int:
-    return _estimate(lease, opts, suspend=True)
+    if "suspend" not in lease.cache:
+        lease.cache["suspend"] = _estimate(lease, opts, suspend=True)
+    return lease.cache["suspend"]
 
 
 def resume_estimate(lease: Lease, opts: SchedulingOptions) -> int:
-    return _estimate(lease, opts, suspend=False)
+    if "resume" not in lease.cache:
+        lease.cache["resume"] = _estimate(lease, opts, suspend=False)
+    return lease.cache["resume"]
 
 
 def shutdown_time(lease: Lease, opts: SchedulingOptions) -> int:

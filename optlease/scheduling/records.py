@@ -72,6 +72,16 @@ class Lease:
     suspensions: int = 0
     migrations: int = 0
     requeues: int = 0
+    cache: dict = field(default_factory=dict)  # derived figures that never change (total demand, estimates)
+
+    @property
+    def total_demand(self) -> tuple:
+        if "total" not in self.cache:
+            total = None
+            for d in self.demands.values():
+                total = d if total is None else tuple(x + y for x, y in zip(total, d))
+            self.cache["total"] = total
+        return self.cache["total"]
 
     @property
     def id(self) -> int:

@@ -39,29 +39,31 @@ class Profile:
         self.u: list[Vec] = []
         self.zero = zero
 
-    def _split(self, x: int) -> int:
-        i = bisect_left(self.t, x)
-        if i < len(self.t) and self.t[i] == x:
-            return i
-        self.t.insert(i, x)
-        self.u.insert(i, self.u[i - 1] if i > 0 else self.zero)
-        return i
-
-    def _merge(self, i: int) -> None:
-        if 0 <= i < len(self.t) and self.u[i] == (self.u[i - 1] if i > 0 else self.zero):
-            del self.t[i]
-            del self.u[i]
-
     def add(self, a: int, b: int, d: Vec, sign: int = 1) -> None:
         if a >= b:
             return
-        i = self._split(a)
-        j = self._split(b)
-        u = self.u
-        for k in range(i, j):
-            u[k] = tuple(x + sign * y for x, y in zip(u[k], d))
-        self._merge(j)
-        self._merge(i)
+        t, u, zero = self.t, self.u, self.zero
+        # Breakpoints at a and b (inlined: this is the hottest path of a simulation).
+        i = bisect_left(t, a)
+        if i == len(t) or t[i] != a:
+            t.insert(i, a)
+            u.insert(i, u[i - 1] if i > 0 else zero)
+        j = bisect_left(t, b, i)
+        if j == len(t) or t[j] != b:
+            t.insert(j, b)
+            u.insert(j, u[j - 1])
+        if sign > 0:
+            for k in range(i, j):
+                u[k] = tuple([x + y for x, y in zip(u[k], d)])
+        else:
+            for k in range(i, j):
+                u[k] = tuple([x - y for x, y in zip(u[k], d)])
+        if j < len(t) and u[j] == u[j - 1]:
+            del t[j]
+            del u[j]
+        if u[i] == (u[i - 1] if i > 0 else zero):
+            del t[i]
+            del u[i]
 
     def at(self, x: int) -> Vec:
         i = bisect_right(self.t, x) - 1
@@ -137,21 +139,29 @@ class SlotTable:
 
     def add(self, rr) -> None:
         self.reservations.add(rr)
+        total = None
         for pnode, d in rr.demand.items():
             self.profiles[pnode].add(rr.start, rr.end, d)
             self.by_node[pnode].add(rr)
-            self.total.add(rr.start, rr.end, d)
-        self.ends.add(rr.end)
-        self.starts.add(rr.start)
-        self.starting.setdefault(rr.start, set()).add(rr)
-        self.ending.setdefault(rr.end, set()).add(rr)
+            total = d if total is None else vadd(total, d)
+        if total is not None:
+            self.total.add(rr.start, rr.end, total)
+        self._index(rr)
 
     def remove(self, rr) -> None:
-        self.reservations.discard(rr)
+        total = None
         for pnode, d in rr.demand.items():
             self.profiles[pnode].add(rr.start, rr.end, d, -1)
+            total = d if total is None else vadd(total, d)
+        if total is not None:
+            self.total.add(rr.start, rr.end, total, -1)
+        self.forget(rr)
+
+    def forget(self, rr) -> None:
+        """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it)."""
+        self.reservations.discard(rr)
+        for pnode in rr.demand:
             self.by_node[pnode].discard(rr)
-            self.total.add(rr.start, rr.end, d, -1)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
@@ -161,11 +171,27 @@ class SlotTable:
                 if not bucket:
                     del index[t]
 
+    def _index(self, rr) -> None:
+        self.ends.add(rr.end)
+        self.starts.add(rr.start)
+        self.starting.setdefault(rr.start, set()).add(rr)
+        self.ending.setdefault(rr.end, set()).add(rr)
+
     def retime(self, rr, start: int, end: int) -> None:
         """Move a reservation (it must be in the table)."""
         self.remove(rr)
         rr.start, rr.end = start, end
         self.add(rr)
+
+    def nodes_with_room(self, need: Vec, t: int, nodes) -> list[int]:
+        """The nodes (in the given order) where `need` fits at instant t."""
+        caps, profiles = self.caps, self.profiles
+        out = []
+        for n in nodes:
+            used = profiles[n].at(t)
+            if all([u + x <= c for u, x, c in zip(used, need, caps[n])]):
+                out.append(n)
+        return out
 
     def free_at(self, node: int, t: int) -> Vec:
         return vsub(self.caps[node], self.profiles[node].at(t))

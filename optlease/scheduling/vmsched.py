@@ -33,7 +33,7 @@ class VMScheduler:
             demand[pnode] = vadd(demand[pnode], d) if pnode in demand else d
         return RR(lease, kind, start, end, dict(mapping), demand, self.table.next_seq())
 
-    def schedule(self, lease: Lease, now: int, earliest: dict[int, int], resuming: bool,
+    def schedule(self, lease: Lease, now: int, earliest: dict[int, int] | None, resuming: bool,
                  fixed: dict[int, int] | None = None) -> tuple[RR, list[Lease]]:
         if lease.kind is LeaseKind.AR:
             return self.exact(lease, now)
@@ -57,7 +57,7 @@ class VMScheduler:
         return vmrr, preempt
 
     # -- best-effort and immediate leases -------------------------------------------------------------------
-    def asap(self, lease: Lease, now: int, earliest: dict[int, int], allow_in_future: bool, resuming: bool,
+    def asap(self, lease: Lease, now: int, earliest: dict[int, int] | None, allow_in_future: bool, resuming: bool,
              fixed: dict[int, int] | None, strict: bool = False) -> RR:
         opts = self.opts
         remaining = lease.remaining()
@@ -65,9 +65,7 @@ class VMScheduler:
         duration = remaining + (self.resume_estimate(lease) if resuming else 0)
         min_duration = oh.scheduling_threshold(lease, opts, resuming)
         strictend = strict or not oh.can_be_suspended(lease, opts)
-        need = None
-        for d in lease.demands.values():
-            need = d if need is None else vadd(need, d)
+        need = lease.total_demand
         window = duration + shutdown if strictend else max(min_duration, 1)
         for t in self._candidates(now, earliest, allow_in_future):
             if not fits(need, self.table.total_free(t)) or not fits(need, self.table.total_free_between(t, t + window)):
@@ -76,9 +74,11 @@ class VMScheduler:
             if fixed is not None:
                 mapping, actualend = self.mapper.map_fixed(lease, fixed, t, end, strictend)
             else:
-                onlynodes = {n for n, e in earliest.items() if e <= t}
-                if len(onlynodes) == len(self.table.nodes):
-                    onlynodes = None
+                onlynodes = None
+                if earliest is not None:
+                    onlynodes = {n for n, e in earliest.items() if e <= t}
+                    if len(onlynodes) == len(self.table.nodes):
+                        onlynodes = None
                 mapping, actualend, _ = self.mapper.map(lease, t, end, strictend, onlynodes)
             if mapping is None or (actualend < end and actualend - t < min_duration):
                 continue
@@ -95,8 +95,11 @@ class VMScheduler:
             return vmrr
         raise NotSchedulable("no room for it at this time")
 
-    def _candidates(self, now: int, earliest: dict[int, int], allow_in_future: bool):
-        """Start times to try, in order: now, the nodes' earliest times, and every later end of a reservation."""
+    def _candidates(self, now: int, earliest: dict[int, int] | None, allow_in_future: bool):
+        """Start times to try, in order: now, the nodes' earliest times, and every later end of a reservation.
+        `earliest` None means every node, from now."""
+        if earliest is None:
+            earliest = {0: now}
         first = min(earliest.values())
         if not allow_in_future:
             if first <= now:
@@ -110,10 +113,13 @@ class VMScheduler:
 
     def resume_estimate(self, lease: Lease) -> int:
         """Haizea's estimate, never below the worst case of resuming the VMs one after another."""
+        if "resume-plan" in lease.cache:
+            return lease.cache["resume-plan"]
         worst = sum(oh.op_time(lease.req.memory_of(v), self.opts.resume_rate) if self.opts.override_resume is None
                     else self.opts.override_resume for v in lease.demands)
         worst += lease.numnodes * self.opts.enactment_overhead
-        return max(oh.resume_estimate(lease, self.opts), worst)
+        lease.cache["resume-plan"] = max(oh.resume_estimate(lease, self.opts), worst)
+        return lease.cache["resume-plan"]
 
     def build(self, lease: Lease, start: int, end: int, mapping: dict[int, int], resuming: bool, remaining: int,
               shutdown: int) -> RR:
