@@ -280,8 +280,9 @@ def random_round(seed: int, nodes: int = 3, leases: int = 5, span: int = 8) -> R
         req = LeaseRequest(i, kind, arrival, dur, tuple(dict(vm) for _ in range(vms)),
                            preemptible=kind is BE and rng.random() < 0.7,
                            start=rng.randint(1, span) if kind is AR else None)
-        if phase is Phase.RUNNING:
-            left = rng.randint(1, dur)
+        if phase is Phase.RUNNING:   # running leases tend to reach past the ARs, so suspending one can pay
+            left = rng.randint(max(1, dur // 2), dur + span // 2)
+            req = replace(req, duration=max(dur, left))
             where = tuple(rng.randint(1, nodes) for _ in range(vms))
             if room_for_all(where, 0, left + ov.shutdown, vm):
                 busy.extend((n, 0, left + ov.shutdown, vm) for n in where)

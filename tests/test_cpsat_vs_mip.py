@@ -1,0 +1,66 @@
+"""CP-SAT and the time-indexed pyomo/HiGHS MIP agree on the optimum of random small rounds; the LP bounds both."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from optlease.scheduling.cpsat.objective import plan_cost
+from optlease.scheduling.cpsat.prepare import prepare
+from optlease.scheduling.cpsat.solve import SolveOptions, solve_round
+from optlease.scheduling.mip import solve_rounds_mip
+from optlease.scheduling.snapshot import Preemption, Suspension
+from test_cpsat_round import check_plan, random_round
+
+LOOKAHEAD = 12
+SEEDS = list(range(1000, 1036))   # 36 rounds: 1-3 nodes, 3-7 leases, every policy option drawn at random
+OPTIONS = SolveOptions(workers=2, time_limit=30, lookahead=LOOKAHEAD)
+
+
+def round_of(seed: int):
+    """Every other round lets ARs preempt everything (so that suspensions are actually chosen)."""
+    contended = seed % 2 == 0
+    snap = random_round(seed, nodes=1 + (seed // 2) % (2 if contended else 3), leases=3 + seed % 5, span=6)
+    if contended:
+        snap = replace(snap, policy=replace(snap.policy, preemption=Preemption.AR_PREEMPTS_EVERYTHING,
+                                            suspension=Suspension.ALL, threshold_factor=0))
+    return snap
+
+
+@pytest.fixture(scope="module")
+def solved():
+    """Every round solved three ways; the MIP and its LP relaxation in one batch (one HiGHS worker)."""
+    snaps = [round_of(seed) for seed in SEEDS]
+    cpsat = [solve_round(snap, OPTIONS) for snap in snaps]
+    mip = solve_rounds_mip(snaps, lookahead=LOOKAHEAD)
+    lp = solve_rounds_mip(snaps, lookahead=LOOKAHEAD, relax=True)
+    return dict(zip(SEEDS, zip(snaps, cpsat, mip, lp)))
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[f"round-{s}" for s in SEEDS])
+def test_cpsat_and_mip_agree_on_the_optimum(solved, seed: int) -> None:
+    snap, plan, mip, lp = solved[seed]
+    assert plan.stats.status == "OPTIMAL" and mip.optimal
+    assert plan.stats.objective == round(mip.objective)
+    # the MIP's plan is a plan of the same round: safe, and worth what the MIP says
+    check_plan(snap, mip.plan)
+    assert plan_cost(prepare(snap, OPTIONS.weights, LOOKAHEAD), mip.plan) == plan.stats.objective
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[f"round-{s}" for s in SEEDS])
+def test_lp_relaxation_is_a_valid_bound(solved, seed: int) -> None:
+    _, plan, mip, lp = solved[seed]
+    assert lp.optimal and lp.plan is None
+    assert lp.objective <= mip.objective + 1e-6
+    assert lp.objective <= plan.stats.objective + 1e-6
+
+
+def test_the_rounds_exercise_every_kind_of_decision(solved) -> None:
+    """The random rounds are not all trivial: some suspend, migrate, refuse, defer, and some have a fractional LP."""
+    plans = [p for _, p, _, _ in solved.values()]
+    outcomes = {lp.outcome.value for p in plans for lp in p.leases}
+    assert {"accepted", "rejected", "deferred"} <= outcomes
+    assert sum(lp.suspend_at is not None for p in plans for lp in p.leases) >= 3
+    assert any(lp.migrations for p in plans for lp in p.leases)
+    assert any(lp.start is not None and lp.start > 1 for p in plans for lp in p.leases)
+    assert any(lp.objective < mip.objective - 1e-6 for _, _, mip, lp in solved.values())
