@@ -62,6 +62,10 @@ def _highspy_loadable() -> bool:
 def _solve_one(snap: RoundSnapshot, weights: Weights, lookahead: int | None, relax: bool,
                time_limit: float) -> MipResult:
     data = prepare(snap, weights, lookahead)
+    if not data.tails:   # nothing to decide: HiGHS would be handed an empty model
+        plan = None if relax else Plan(tuple(lease_plan(j, data, False, None, (), None) for j in data.jobs))
+        stats = RoundStats("OPTIMAL", 0, 0.0, 0.0, 0.0, 0, 0, source="lp" if relax else "mip")
+        return MipResult(0.0, 0.0, True, plan, stats)
     m, modes = _build(data)
     opt = Highs()
     opt.config.time_limit = time_limit

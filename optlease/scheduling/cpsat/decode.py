@@ -40,6 +40,17 @@ def lease_plan(job: Job, data: RoundData, placed: bool, start: int | None, nodes
                      suspend_at=suspend_at, migrations=moves)
 
 
+def holding_plan(data: RoundData) -> Plan:
+    """The plan that changes nothing: running leases go on, planned ARs keep their nodes, new requests are refused
+    and best-effort leases wait. Safe whenever the snapshot is; the hint and fallback when no greedy plan is given."""
+    leases = []
+    for job in data.jobs:
+        keep = job.has_tail and not job.optional and not job.deferrable and len(job.planned_nodes) == job.numvms
+        start = job.fixed_start if keep else None
+        leases.append(lease_plan(job, data, keep, start, job.planned_nodes if keep else (), None))
+    return Plan(tuple(leases))
+
+
 def decode(rm: RoundModel, value: Value) -> Plan:
     """The plan of a CP-SAT solution; `value` reads a variable or expression from the solver."""
     data, leases = rm.data, []

@@ -9,7 +9,7 @@ from ortools.sat.python import cp_model
 
 from optlease.scheduling.cpsat.constraints import add_capacity, add_exclusion, add_placement, add_suspensions, \
     add_symmetry
-from optlease.scheduling.cpsat.decode import add_hint, decode
+from optlease.scheduling.cpsat.decode import add_hint, decode, holding_plan
 from optlease.scheduling.cpsat.model import RoundModel, build_variables
 from optlease.scheduling.cpsat.objective import add_acceptance, add_stability, add_waiting, combine, plan_cost
 from optlease.scheduling.cpsat.prepare import RoundData, prepare
@@ -29,6 +29,7 @@ class SolveOptions:
     lookahead: int | None = None    # seconds after `now` a start may still be planned; None: enough for everything
     weights: Weights = Weights()
     log_search: bool = False
+    probing_level: int = 0          # CP-SAT presolve probing (2 is its default)
 
 
 def build_round(data: RoundData) -> tuple[RoundModel, cp_model.LinearExprT]:
@@ -43,29 +44,30 @@ def build_round(data: RoundData) -> tuple[RoundModel, cp_model.LinearExprT]:
 
 
 def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hint: Plan | None = None) -> Plan:
-    """Plan one round. With a hint (the greedy plan of the same snapshot) the hint is kept whenever the solver finds
-    nothing better in time; the returned plan's stats say which was kept and how far from proven optimal it is."""
+    """Plan one round. The hint (the greedy plan of the same snapshot; without one, the plan that changes nothing) is
+    kept whenever the solver finds nothing better in time; the plan's stats say which was kept and its gap."""
     data = prepare(snap, options.weights, options.lookahead)
     rm, objective = build_round(data)
     rm.model.minimize(objective)
-    if hint is not None:
-        add_hint(rm, hint)
+    if hint is None:   # a round never fails to produce a plan: without a greedy plan, change nothing
+        hint = holding_plan(data)
+    add_hint(rm, hint)
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.max_time_in_seconds = options.time_limit
     params.num_workers = max(1, options.workers)
     params.random_seed = options.seed
     params.log_search_progress = options.log_search
+    # presolve probing costs seconds on many optional intervals and gains little on these models
+    params.cp_model_probing_level = options.probing_level
     status = solver.solve(rm.model)
     proto = rm.model.proto
     size = dict(num_variables=len(proto.variables), num_constraints=len(proto.constraints))
     name = solver.status_name(status)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    hint_cost = plan_cost(data, hint) if hint is not None else None
-    if not found or (hint_cost is not None and hint_cost < round(solver.objective_value)):
+    hint_cost = plan_cost(data, hint)
+    if not found or hint_cost < round(solver.objective_value):
         log.info("round at %s: solver %s, keeping the hint", snap.now, name)
-        if hint is None:
-            raise RuntimeError(f"round at {snap.now}: CP-SAT found no plan ({name}) and no hint was given")
         bound = solver.best_objective_bound if found else None
         stats = RoundStats(f"HINT ({name})", hint_cost, bound, _gap(hint_cost, bound), solver.wall_time,
                            source="hint", **size)
