@@ -82,7 +82,8 @@ def add_hint(rm: RoundModel, plan: Plan) -> int:
             m.add_hint(rm.suspend_end[job.id, a], a == suspend_end)
         if job.id in rm.suspended:
             m.add_hint(rm.suspended[job.id], suspend_end in job.suspend_ends)
-        placed = (p.outcome is Outcome.ACCEPTED and p.start is not None and p.start <= data.horizon
+        placed = (p.outcome is Outcome.ACCEPTED and p.start is not None
+                  and (p.start <= data.horizon or p.start == job.fixed_start)
                   and len(p.nodes) == job.numvms
                   and all((job.id, vm, n) in rm.vm_to_node for vm, n in enumerate(p.nodes)))
         if not always(rm.present[job.id]):

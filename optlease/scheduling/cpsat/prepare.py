@@ -1,11 +1,12 @@
 """Turn a round snapshot into the jobs both round models share: roles, windows, candidate nodes, node classes."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from optlease.domain.lease import LeaseKind
-from optlease.scheduling.snapshot import Migration, Phase, RoundSnapshot, Weights
+from optlease.scheduling.snapshot import Admission, Exclusion, LeaseSnapshot, Migration, Phase, RoundSnapshot, \
+    Weights
 
 
 class Role(str, Enum):
@@ -96,72 +97,75 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
     ar_starts = sorted({l.request.start for l in snap.leases
                         if l.kind is LeaseKind.AR and l.request.start is not None and l.request.start > now
                         and (l.phase is Phase.RESERVED or (l.phase is Phase.NEW and l.request.start >= soonest
-                                                            and policy.admission.value == "accept-all"))})
-    jobs: list[Job] = []
-    for lease in snap.leases:
-        req = lease.request
-        demand = tuple(dict(vm) for vm in req.vms)
-        common = dict(id=lease.id, kind=lease.kind, demand=demand, remaining=lease.remaining,
-                      shutdown=lease.overheads.shutdown, suspend=lease.overheads.suspend)
-        fits_somewhere = all(any(_fits(vm, capacity[n]) for n in site.node_ids) for vm in demand)
-        if lease.phase is Phase.RUNNING:
-            ends = ()
-            if req.preemptible and lease.kind is LeaseKind.BEST_EFFORT and policy.may_suspend(req.numnodes):
-                since = lease.since if lease.since is not None else now - lease.ran
-                minimum = policy.threshold_factor * (lease.overheads.suspend + lease.overheads.resume)
-                ends = tuple(a for a in ar_starts
-                             if a - lease.overheads.suspend >= max(soonest, since + minimum)
-                             and a - lease.overheads.suspend < now + lease.remaining)
-            if not ends:
-                jobs.append(Job(role=Role.FIXED, origin=lease.nodes, **common))
-                continue
-            jobs.append(Job(role=Role.SUSPENDABLE, origin=lease.nodes, suspend_ends=ends, deferrable=True,
-                            earliest=min(ends), resume=lease.overheads.resume,
-                            migrate=_migrate(policy.migration, lease.overheads.migrate),
-                            weight=_age(now, req.arrival, weights.aging), **common))
-            continue
-        if lease.phase is Phase.NEW and lease.kind is LeaseKind.AR:
-            if policy.admission.value == "no-ARs":
-                jobs.append(Job(role=Role.REJECTED, reason="admission policy no-ARs refuses advance reservations",
-                                **common))
-                continue
-            if req.start is None or req.start < soonest:
-                jobs.append(Job(role=Role.REJECTED, reason="its start has passed or is too soon to schedule",
-                                **common))
-                continue
-        if not fits_somewhere:
-            jobs.append(Job(role=Role.REJECTED, reason="a VM is larger than every node", **common))
-            continue
-        if lease.kind is LeaseKind.AR:
-            if req.start is None or req.start < now:
-                raise ValueError(f"lease {lease.id}: an AR still to start needs a start not before now")
-            timing = dict(fixed_start=req.start, earliest=req.start, optional=lease.phase is Phase.NEW)
-        elif lease.kind is LeaseKind.IMMEDIATE:
-            if lease.phase is not Phase.NEW:
-                raise ValueError(f"lease {lease.id}: an immediate lease is new or running, not {lease.phase.value}")
-            timing = dict(fixed_start=soonest, earliest=soonest, optional=True)
-        else:
-            earliest = soonest
-            if lease.planned_start is not None:
-                earliest = max(now, min(soonest, lease.planned_start))
-            timing = dict(earliest=earliest, deferrable=True, weight=_age(now, req.arrival, weights.aging))
-        suspended = lease.phase is Phase.SUSPENDED
-        jobs.append(Job(role=Role.START, origin=lease.nodes if suspended else (),
-                        resume=lease.overheads.resume if suspended else 0,
-                        migrate=_migrate(policy.migration, lease.overheads.migrate) if suspended else 0,
-                        value=req.numnodes * req.duration if lease.kind is not LeaseKind.BEST_EFFORT else 0,
-                        planned_start=lease.planned_start, planned_nodes=lease.planned_nodes, **timing, **common))
+                                                            and policy.admission is Admission.ACCEPT_ALL))})
+    jobs = [_running_job(snap, lease, ar_starts, weights) if lease.phase is Phase.RUNNING
+            else _waiting_job(snap, lease, capacity, weights) for lease in snap.leases]
     horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs))
     classes, dropped = _interchangeable(snap, jobs)
     jobs = [_with_candidates(j, capacity, dropped, policy.migration) for j in jobs]
-    # a tail that cannot be placed anywhere is refused now rather than left for the solver to discover
+    # a tail that cannot be placed anywhere is refused now (or left running) rather than left for the solver to find
     jobs = [j if not j.has_tail or all(j.candidates) else
-            Job(**{**j.__dict__, "role": Role.REJECTED if j.role is Role.START else Role.FIXED,
-                   "reason": "no node can hold one of its VMs" if j.role is Role.START else ""})
-            for j in jobs]
+            replace(j, role=Role.REJECTED, reason="no node can hold one of its VMs") if j.role is Role.START else
+            replace(j, role=Role.FIXED) for j in jobs]
     return RoundData(now=now, horizon=horizon, jobs=tuple(jobs), nodes=tuple(site.node_ids), capacity=capacity,
-                     resource_types=site.resource_types, exclusion_global=policy.exclusion.value == "global",
+                     resource_types=site.resource_types, exclusion_global=policy.exclusion is Exclusion.GLOBAL,
                      interchangeable=classes, weights=weights)
+
+
+def _common(lease: LeaseSnapshot) -> dict:
+    return dict(id=lease.id, kind=lease.kind, demand=tuple(dict(vm) for vm in lease.request.vms),
+                remaining=lease.remaining, shutdown=lease.overheads.shutdown, suspend=lease.overheads.suspend)
+
+
+def _running_job(snap: RoundSnapshot, lease: LeaseSnapshot, ar_starts: list[int], weights: Weights) -> Job:
+    """FIXED, or SUSPENDABLE where policy, preemptibility and the scheduling threshold leave a suspension end."""
+    now, policy, req, ov = snap.now, snap.policy, lease.request, lease.overheads
+    ends: tuple[int, ...] = ()
+    if req.preemptible and lease.kind is LeaseKind.BEST_EFFORT and policy.may_suspend(req.numnodes):
+        since = lease.since if lease.since is not None else now - lease.ran
+        minimum = policy.threshold_factor * (ov.suspend + ov.resume)
+        ends = tuple(a for a in ar_starts
+                     if a - ov.suspend >= max(now + policy.non_schedulable_interval, since + minimum)
+                     and a - ov.suspend < now + lease.remaining)
+    if not ends:
+        return Job(role=Role.FIXED, origin=lease.nodes, **_common(lease))
+    return Job(role=Role.SUSPENDABLE, origin=lease.nodes, suspend_ends=ends, deferrable=True, earliest=min(ends),
+               resume=ov.resume, migrate=_migrate(policy.migration, ov.migrate),
+               weight=_age(now, req.arrival, weights.aging), **_common(lease))
+
+
+def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, dict[str, int]],
+                 weights: Weights) -> Job:
+    """START (a first start or a resume), or REJECTED with the reason."""
+    now, policy, req = snap.now, snap.policy, lease.request
+    soonest = now + policy.non_schedulable_interval
+    if lease.phase is Phase.NEW and lease.kind is LeaseKind.AR:
+        if policy.admission is Admission.NO_ARS:
+            return Job(role=Role.REJECTED, reason="admission policy no-ARs refuses advance reservations",
+                       **_common(lease))
+        if req.start is None or req.start < soonest:
+            return Job(role=Role.REJECTED, reason="its start has passed or is too soon to schedule", **_common(lease))
+    if not all(any(_fits(vm, cap) for cap in capacity.values()) for vm in req.vms):
+        return Job(role=Role.REJECTED, reason="a VM is larger than every node", **_common(lease))
+    if lease.kind is LeaseKind.AR:
+        if req.start is None or req.start < now:
+            raise ValueError(f"lease {lease.id}: an AR still to start needs a start not before now")
+        timing = dict(fixed_start=req.start, earliest=req.start, optional=lease.phase is Phase.NEW)
+    elif lease.kind is LeaseKind.IMMEDIATE:
+        if lease.phase is not Phase.NEW:
+            raise ValueError(f"lease {lease.id}: an immediate lease is new or running, not {lease.phase.value}")
+        timing = dict(fixed_start=soonest, earliest=soonest, optional=True)
+    else:
+        earliest = soonest
+        if lease.planned_start is not None:   # announced earlier: it may keep a start inside the interval
+            earliest = max(now, min(soonest, lease.planned_start))
+        timing = dict(earliest=earliest, deferrable=True, weight=_age(now, req.arrival, weights.aging))
+    suspended = lease.phase is Phase.SUSPENDED
+    return Job(role=Role.START, origin=lease.nodes if suspended else (),
+               resume=lease.overheads.resume if suspended else 0,
+               migrate=_migrate(policy.migration, lease.overheads.migrate) if suspended else 0,
+               value=req.numnodes * req.duration if lease.kind is not LeaseKind.BEST_EFFORT else 0,
+               planned_start=lease.planned_start, planned_nodes=lease.planned_nodes, **timing, **_common(lease))
 
 
 def _migrate(migration: Migration, seconds: int) -> int:
@@ -206,7 +210,7 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
         else:
             nodes = tuple(n for n in sorted(capacity) if n not in dropped)
         per_vm.append(tuple(n for n in nodes if _fits(demand, capacity[n])))
-    return Job(**{**job.__dict__, "candidates": tuple(per_vm)})
+    return replace(job, candidates=tuple(per_vm))
 
 
 def always(value: object) -> bool:
