@@ -1,0 +1,63 @@
+"""`optlease agent`: run the migfra-compatible agent of one host (MQTT tasks in, libvirt, MQTT results out)."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from optlease.cli.app import app
+from optlease.enact.fast import FastProtocolError, check_host
+from optlease.errors import InputError
+
+
+@app.command("agent")
+def agent(
+    host: Annotated[str, typer.Option("--host", help="This host's name: the <host> of fast/migfra/<host>/task.",
+                                      envvar="OPTLEASE_AGENT_HOST", show_default=False)],
+    libvirt_uri: Annotated[str, typer.Option("--libvirt", help="libvirt URI to drive, e.g. qemu:///system or "
+                                             "test:///default.", envvar="OPTLEASE_LIBVIRT_URI")] = "qemu:///system",
+    broker: Annotated[str, typer.Option("--broker", help="MQTT broker as HOST:PORT.",
+                                        envvar="OPTLEASE_MQTT_BROKER")] = "localhost:1883",
+    username: Annotated[Optional[str], typer.Option("--username", help="MQTT user name.",
+                                                    envvar="OPTLEASE_MQTT_USERNAME")] = None,
+    password: Annotated[Optional[str], typer.Option("--password", help="MQTT password (prefer the environment "
+                                                    "variable: command lines are visible to every user).",
+                                                    envvar="OPTLEASE_MQTT_PASSWORD")] = None,
+    tls_ca: Annotated[Optional[Path], typer.Option("--tls-ca", help="CA certificate file: connect with TLS and "
+                                                   "verify the broker against it.", exists=True, dir_okay=False,
+                                                   envvar="OPTLEASE_MQTT_TLS_CA")] = None,
+    handoff_timeout: Annotated[float, typer.Option("--handoff-timeout", min=0.1, help="Seconds a migration waits "
+                                                   "for the destination agent to take the domain.")] = 30.0,
+    migrate_uri: Annotated[Optional[str], typer.Option("--migrate-uri", help="Migrate libvirt to libvirt instead "
+                                                       "of over the broker; {host} is replaced by the destination, "
+                                                       "e.g. 'qemu+ssh://{host}/system'.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every task on stderr.")] = False,
+) -> None:
+    """Run the agent of one host: take FAST migfra tasks from the broker, drive libvirt, publish the results."""
+    # imported here: libvirt and paho load only for the command that needs them
+    from optlease.enact.agent import AgentError, Broker, BrokerError, parse_address, run_agent
+
+    try:
+        check_host(host)
+    except FastProtocolError as exc:
+        raise InputError(exc.message, "--host") from None
+    try:
+        address, port = parse_address(broker)
+    except InputError as exc:
+        raise exc.located("--broker") from None
+    if password is not None and username is None:
+        raise InputError("a password needs a --username", "--password")
+    if migrate_uri is not None and "{host}" not in migrate_uri:
+        raise InputError("the URI must contain {host}, where the destination goes", "--migrate-uri")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = Broker(address, port, username, password, None if tls_ca is None else str(tls_ca))
+    try:
+        run_agent(host, libvirt_uri, settings, handoff_timeout=handoff_timeout, migrate_uri=migrate_uri)
+    except (AgentError, BrokerError) as exc:
+        # not bad input: the outside world is not there; one line and exit 1, no traceback
+        print(f"optlease: error: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from None
