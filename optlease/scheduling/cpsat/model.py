@@ -6,7 +6,7 @@ from typing import Union
 
 from ortools.sat.python import cp_model
 
-from optlease.scheduling.cpsat.prepare import Job, Role, RoundData, always
+from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
 
 Lit = Union[cp_model.IntVar, int]   # a literal, or the constant 1 for "always"
 
@@ -45,7 +45,6 @@ class RoundModel:
 def build_variables(data: RoundData) -> RoundModel:
     """Every decision variable and the intervals that hold resources; the add_* groups relate them."""
     rm = RoundModel(data, cp_model.CpModel())
-    m, now = rm.model, data.now
     for job in data.jobs:
         if job.role is Role.FIXED:
             _add_fixed(rm, job)
