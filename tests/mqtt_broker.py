@@ -27,12 +27,13 @@ def free_port() -> int:
 class Mosquitto:
     """One broker process; stop() and start() again keep its port, to play a broker that goes away."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, allow_anonymous: bool = True) -> None:
         self.host, self.port = "127.0.0.1", free_port()
-        self.conf = workdir / "mosquitto.conf"
-        self.log = workdir / "mosquitto.log"
-        self.conf.write_text(f"listener {self.port} {self.host}\nallow_anonymous true\npersistence false\n"
-                             f"log_dest stderr\n")
+        self.conf = workdir / f"mosquitto-{self.port}.conf"
+        self.log = workdir / f"mosquitto-{self.port}.log"
+        # without anonymous access and without a password file, mosquitto refuses every client: a locked broker
+        self.conf.write_text(f"listener {self.port} {self.host}\nallow_anonymous {str(allow_anonymous).lower()}\n"
+                             f"persistence false\nlog_dest stderr\n")
         self.proc: subprocess.Popen | None = None
 
     @property

@@ -16,7 +16,7 @@ from optlease.enact import fast
 from optlease.enact.agent import Agent, Broker, Hypervisor
 from optlease.enact.agent.hypervisor import quiet_libvirt
 
-from mqtt_broker import Probe, mosquitto  # noqa: F401 - the fixture
+from mqtt_broker import MOSQUITTO, Mosquitto, Probe, mosquitto  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parent.parent
 NODE_XML = """<node>
@@ -279,15 +279,25 @@ def test_migration_moves_the_domain_to_the_destination(probe, agents, kind, befo
     assert dst.hv.conn.lookupByName(name).info()[1] == 262144
 
 
-def test_live_migration_applies_the_vcpu_map_on_the_destination(probe, agents):
+@pytest.mark.parametrize("kind", ["live", "warm"])
+def test_transient_domains_migrate_transient_with_their_vcpu_map(probe, agents, kind):
     src, dst = agents("src"), agents("dst")
     name = unique()
-    src.hv.conn.createXML(domain_xml(name), 0)          # transient: it stays transient
-    result = run(probe, "src", fast.MigrateVm(name, "dst", "live", vcpu_map=((2,), (3,))))
+    src.hv.conn.createXML(domain_xml(name), 0)
+    result = run(probe, "src", fast.MigrateVm(name, "dst", kind, vcpu_map=((2,), (3,))))
     assert result.ok, result.details
     dom = dst.hv.conn.lookupByName(name)
-    assert not dom.isPersistent() and dst.hv.state(name) == "running"
+    assert (src.hv.state(name), dst.hv.state(name), dom.isPersistent()) == ("undefined", "running", False)
     assert [[i for i, on in enumerate(cpus) if on] for cpus in dom.vcpuPinInfo(0)] == [[2], [3]]
+
+
+def test_stopping_a_transient_domain_with_undefine_succeeds(probe, agents):
+    agent = agents("node1", "test:///default")
+    name = unique()
+    start_vm(probe, "node1", name, transient=True)
+    result = run(probe, "node1", fast.StopVm((fast.StopEntry(name, undefine=True),)))
+    assert result.ok, result.details
+    assert agent.hv.state(name) == "undefined"
 
 
 @pytest.mark.parametrize("kind, state", [("live", "running"), ("warm", "running"), ("warm", "paused")],
@@ -394,13 +404,42 @@ def test_unreachable_outside_world_gives_one_line_and_exit_1(args, message):
     assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.skipif(MOSQUITTO is None, reason="the mosquitto broker binary is not installed")
+def test_a_broker_that_refuses_us_gives_one_line_and_exit_1(tmp_path):
+    locked = Mosquitto(tmp_path, allow_anonymous=False)
+    locked.start()
+    try:
+        done = optlease("agent", "--host", "n1", "--libvirt", "test:///default", "--broker", locked.address)
+    finally:
+        locked.stop()
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "refused the connection: Not authorized" in done.stderr
+
+
+def agent_process(host: str, broker: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host,
+                             "--libvirt", "test:///default", "--broker", broker],
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_ends_the_agent_process_cleanly(mosquitto, probe):  # noqa: F811
+    proc = agent_process("p1", mosquitto.address)
+    try:
+        probe.expect(lambda m: m.topic == fast.status_topic("p1"), timeout=20)
+        assert run(probe, "p1", fast.SuspendVm(("no-such-vm",))).kind == "vm suspended"
+        proc.terminate()
+        assert proc.wait(10) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
 def test_agent_processes_migrate_between_separate_test_default_hosts(mosquitto, probe):  # noqa: F811
     """Two `optlease agent` processes, each with its own test:///default: the domain moves between them."""
-    procs = {host: subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host,
-                                     "--libvirt", "test:///default", "--broker", mosquitto.address],
-                                    cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for host in ("p1", "p2")}
+    procs = {host: agent_process(host, mosquitto.address) for host in ("p1", "p2")}
     try:
         announced: set[str] = set()
         while announced != set(procs):      # in either order: expect() drops what it is not waiting for

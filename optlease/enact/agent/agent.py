@@ -48,6 +48,7 @@ class Agent:
         self._refused: list[str] = []
         self._done = threading.Event()
         self._quitting = False
+        self._up = False     # connected now: only then is a disconnect news worth a warning
         self._capacity = hypervisor.capacity()
         self._handlers: dict[str, Callable[[Task], tuple[VmResult, ...]]] = {
             "start vm": lambda t: tuple(self._each(c.name, lambda c=c: self.hv.start(c), c.time_measurement)
@@ -101,10 +102,12 @@ class Agent:
         vcpus, memory = self._capacity
         client.publish(status_topic(self.host), AgentStatus(self.host, "init", vcpus, memory).encode(), qos=1)
         log.info("%s: connected to %s, listening on %s", self.host, self.broker, task_topic(self.host))
+        self._up = True
         self._connected.set()
 
     def _on_disconnect(self, _client, _userdata, _flags, reason_code, _properties) -> None:
-        if not self._quitting:
+        was_up, self._up = self._up, False
+        if was_up and not self._quitting:
             log.warning("%s: lost the broker (%s); reconnecting", self.host, reason_code)
 
     def _on_task(self, msg: mqtt.MQTTMessage) -> None:

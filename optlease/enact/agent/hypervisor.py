@@ -100,6 +100,7 @@ class Hypervisor:
         if not entry.vm_name:
             raise HypervisorError("stop entry names no vm-name")
         dom = self._domain(entry.vm_name)
+        persistent = bool(dom.isPersistent())   # asked first: a transient domain is gone once it stops
         if dom.isActive():
             if entry.force:
                 dom.destroy()
@@ -108,7 +109,7 @@ class Hypervisor:
             self._wait_off(dom)
         elif not entry.undefine:
             raise HypervisorError(f"domain {entry.vm_name} is not running ({self._state(dom)})")
-        if entry.undefine and dom.isPersistent():
+        if entry.undefine and persistent:
             flags = libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE if dom.hasManagedSaveImage(0) else 0
             dom.undefineFlags(flags)
 
@@ -176,11 +177,16 @@ class Hypervisor:
     def release(self, out: Outgoing) -> None:
         """The destination has the domain: remove it here."""
         try:
-            dom = self._domain(out.offer.vm_name)
+            try:
+                dom = self._domain(out.offer.vm_name)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    return      # a transient domain saved for a warm migration is already gone
+                raise
             if dom.isActive():
                 dom.destroy()
             if out.offer.persistent:
-                self._domain(out.offer.vm_name).undefine()
+                dom.undefine()
         finally:
             self._drop_image(out)
 
