@@ -11,7 +11,7 @@ from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import MIGRATE, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held, Lease, NotSchedulable
-from optlease.scheduling.slottable import SlotTable
+from optlease.scheduling.slottable import SlotTable, fits
 from optlease.scheduling.vmsched import VMScheduler
 
 S = LeaseState
@@ -99,17 +99,35 @@ class LeaseScheduler:
                 break
             lease = self.queue.pop(0)
             self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
+            future = self.vm.can_schedule_in_future()
+            attempt = (self.table.released, future)
             try:
+                if lease.cache.get("failed") == attempt:
+                    raise NotSchedulable("nothing was freed since it last did not fit")
+                if not future and not self.room_now(lease, now):
+                    raise NotSchedulable("not enough room now")
                 self.schedule_lease(lease, now)
             except NotSchedulable:
+                lease.cache["failed"] = attempt
                 kept.append(lease)
                 self.log.debug("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
                 if self.opts.backfilling == "off":
                     break
         self.queue[:0] = kept
 
+    def room_now(self, lease: Lease, now: int) -> bool:
+        """A necessary condition for starting now, answered from what is free at this instant."""
+        if lease.state in SUSPENDED and self.opts.migration == "no":
+            need: dict[int, tuple] = {}
+            for vnode, pnode in lease.image_nodes.items():
+                d = lease.demands[vnode]
+                need[pnode] = tuple(x + y for x, y in zip(need[pnode], d)) if pnode in need else d
+            return all(fits(d, self.table.free_at(p, now)) for p, d in need.items())
+        return fits(lease.total_demand, self.table.total_free(now))
+
     def enqueue(self, lease: Lease) -> None:
         """Insert in arrival order (requeued and suspended leases go back to their place)."""
+        lease.cache.pop("failed", None)
         key = (lease.req.arrival, lease.id)
         i = len(self.queue)
         while i > 0 and (self.queue[i - 1].req.arrival, self.queue[i - 1].id) > key:

@@ -76,6 +76,8 @@ class GreedyMapper:
         maxend = end
         for pnode, need in per_node.items():
             prof, cap = table.profiles[pnode], table.caps[pnode]
+            if not fits(need, vsub(cap, prof.at(start))):
+                return None, None
             if fits(need, vsub(cap, prof.max_between(start, maxend))):
                 continue
             latest = prof.first_exceeding(start, need, cap)

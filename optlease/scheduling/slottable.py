@@ -129,6 +129,9 @@ class SlotTable:
         self.ending: dict[int, set] = {}
         self.reservations: set = set()
         self.cpu = self.types.index("CPU")
+        # Bumped whenever capacity is given back (a reservation ends or is removed): a lease that did not fit
+        # cannot fit later unless this moved, since adding reservations only takes capacity away.
+        self.released = 0
         self._seq = count()
 
     def vector(self, amounts: dict[str, int]) -> Vec:
@@ -159,6 +162,7 @@ class SlotTable:
 
     def forget(self, rr) -> None:
         """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it)."""
+        self.released += 1
         self.reservations.discard(rr)
         for pnode in rr.demand:
             self.by_node[pnode].discard(rr)

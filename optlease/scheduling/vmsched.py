@@ -67,7 +67,7 @@ class VMScheduler:
         strictend = strict or not oh.can_be_suspended(lease, opts)
         need = lease.total_demand
         window = duration + shutdown if strictend else max(min_duration, 1)
-        for t in self._candidates(now, earliest, allow_in_future):
+        for t in self._candidates(now, earliest, allow_in_future, fixed):
             if not fits(need, self.table.total_free(t)) or not fits(need, self.table.total_free_between(t, t + window)):
                 continue
             end = t + duration + shutdown
@@ -95,9 +95,10 @@ class VMScheduler:
             return vmrr
         raise NotSchedulable("no room for it at this time")
 
-    def _candidates(self, now: int, earliest: dict[int, int] | None, allow_in_future: bool):
-        """Start times to try, in order: now, the nodes' earliest times, and every later end of a reservation.
-        `earliest` None means every node, from now."""
+    def _candidates(self, now: int, earliest: dict[int, int] | None, allow_in_future: bool,
+                    fixed: dict[int, int] | None = None):
+        """Start times to try, in order: now, the nodes' earliest times, and every later end of a reservation
+        (on the lease's own nodes when its placement is fixed). `earliest` None means every node, from now."""
         if earliest is None:
             earliest = {0: now}
         first = min(earliest.values())
@@ -105,8 +106,12 @@ class VMScheduler:
             if first <= now:
                 yield now
             return
+        if fixed is not None:
+            ends = sorted({rr.end for p in set(fixed.values()) for rr in self.table.by_node[p] if rr.end > now})
+        else:
+            ends = self.table.ends_after(now)
         last = None
-        for t in heapq.merge(sorted(set(earliest.values())), self.table.ends_after(now)):
+        for t in heapq.merge(sorted(set(earliest.values())), ends):
             if t >= first and t != last:
                 last = t
                 yield t
