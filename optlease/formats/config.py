@@ -6,6 +6,7 @@ option, or a bad value, is an InputError naming the file, the section, the optio
 from __future__ import annotations
 
 import configparser
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -202,6 +203,7 @@ def parse_config(text: str, path: str = "<config>", base_dir: Path | None = None
     except configparser.Error as exc:
         line = getattr(exc, "lineno", None)
         msg = exc.message.splitlines()[0] if hasattr(exc, "message") else str(exc).splitlines()[0]
+        msg = re.sub(r"^While reading from .*?\[line\s+\d+\]: ", "", msg)
         raise InputError(f"malformed configuration: {msg}", f"{path}:{line}" if line else path) from None
     raw: dict[str, dict[str, str]] = {s: dict(parser.items(s)) for s in parser.sections()}
     for section, opts in (overrides or {}).items():

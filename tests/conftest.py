@@ -1,0 +1,22 @@
+"""Shared test helpers: where things are, and running the CLI as a real subprocess."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+INSTANCES = REPO / "instances"
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`optlease ARGS...` in a fresh interpreter, as a user would run it."""
+    return subprocess.run([sys.executable, "-m", "optlease.cli.main", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
