@@ -53,4 +53,4 @@ def test_demo_log_reads_like_the_manual(cli):
     lines = [line[25:] for line in proc.stdout.splitlines()]
     assert "LSCHED  ... lease #1 will be suspended at 2006-11-25 13:30:00.00." in lines
     assert "VMSCHED Started VMs for lease 2 on nodes [2, 3, 4, 1]" in lines
-    assert proc.stdout.splitlines()[-3].endswith("Done:                    2 (1 Best-effort + 1 AR)")
+    assert proc.stdout.splitlines()[-4].endswith("Done:                    2 (1 Best-effort + 1 AR)")
