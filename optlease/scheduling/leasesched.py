@@ -153,11 +153,17 @@ class LeaseScheduler:
                 [p.id for p in preempt], lease.id))
             for victim in preempt:
                 self.preempt(victim, vmrr.start, now)
-        if resuming and self.opts.migration != "no" and vmrr.mapping != lease.image_nodes:
-            mig = self.vm.rr(lease, MIGRATE, now, now + mtime, vmrr.mapping)
-            mig.demand = {}  # copying a memory image holds no node capacity
-            mig.origin = dict(lease.image_nodes)
-            vmrr.pre.insert(0, mig)
+        if resuming and vmrr.mapping != lease.image_nodes:
+            if self.opts.migration == "yes-notransfer":
+                # Images on shared storage: the lease just resumes elsewhere, nothing is copied.
+                lease.held.append(Held(MIGRATE, now, now, dict(vmrr.mapping), dict(lease.image_nodes)))
+                lease.image_nodes = dict(vmrr.mapping)
+                lease.migrations += 1
+            else:
+                mig = self.vm.rr(lease, MIGRATE, now, now + mtime, vmrr.mapping)
+                mig.demand = {}  # copying a memory image holds no node capacity
+                mig.origin = dict(lease.image_nodes)
+                vmrr.pre.insert(0, mig)
         if vmrr.backfill:
             self.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):

@@ -103,8 +103,8 @@ class VMScheduler:
             earliest = {0: now}
         first = min(earliest.values())
         if not allow_in_future:
-            if first <= now:
-                yield now
+            # Only now, or as soon as the lease's own preparation (copying its memory image) allows.
+            yield max(now, first)
             return
         if fixed is not None:
             ends = sorted({rr.end for p in set(fixed.values()) for rr in self.table.by_node[p] if rr.end > now})
@@ -157,9 +157,9 @@ class VMScheduler:
 
     def add_blocks(self, vmrr: RR, blocks: list, kind: str) -> None:
         rrs = []
-        for start, end, nodes in sorted(blocks, key=lambda b: b[0]):
-            mapping = {v: p for p, vs in nodes.items() for v in vs}
-            rr = self.rr(vmrr.lease, kind, start, end, mapping)
+        for start, end, _nodes in sorted(blocks, key=lambda b: b[0]):
+            # Each block holds the whole lease: VMs waiting for their turn (or already resumed) are in memory.
+            rr = self.rr(vmrr.lease, kind, start, end, vmrr.mapping)
             rr.vm = vmrr
             rr.first = rr.last = False
             rrs.append(rr)
