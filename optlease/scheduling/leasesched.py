@@ -32,6 +32,7 @@ class LeaseScheduler:
         self.finished: list[Lease] = []
         self._empty = GreedyMapper(SlotTable(site), policies)
         self._fits_empty: dict[tuple, bool] = {}
+        self._room: dict = {}
 
     # -- requests -------------------------------------------------------------------------------------------
     def request(self, lease: Lease, now: int) -> None:
@@ -94,6 +95,7 @@ class LeaseScheduler:
 
     def process_queue(self, now: int) -> None:
         kept: list[Lease] = []
+        self._room = {}
         while self.queue:
             if not self.vm.can_schedule_in_future() and self.table.is_full(now):
                 break
@@ -107,6 +109,7 @@ class LeaseScheduler:
                 if not future and not self.room_now(lease, now):
                     raise NotSchedulable("not enough room now")
                 self.schedule_lease(lease, now)
+                self._room = {}
             except NotSchedulable:
                 lease.cache["failed"] = attempt
                 kept.append(lease)
@@ -116,14 +119,19 @@ class LeaseScheduler:
         self.queue[:0] = kept
 
     def room_now(self, lease: Lease, now: int) -> bool:
-        """A necessary condition for starting now, answered from what is free at this instant."""
+        """A necessary condition for starting now, answered from what is free at this instant (cached in
+        `_room` for one pass over the queue, until something is placed)."""
+        room = self._room
         if lease.state in SUSPENDED and self.opts.migration == "no":
-            need: dict[int, tuple] = {}
             for vnode, pnode in lease.image_nodes.items():
-                d = lease.demands[vnode]
-                need[pnode] = tuple(x + y for x, y in zip(need[pnode], d)) if pnode in need else d
-            return all(fits(d, self.table.free_at(p, now)) for p, d in need.items())
-        return fits(lease.total_demand, self.table.total_free(now))
+                if pnode not in room:
+                    room[pnode] = self.table.free_at(pnode, now)
+                if not fits(lease.demands[vnode], room[pnode]):
+                    return False
+            return True
+        if "total" not in room:
+            room["total"] = self.table.total_free(now)
+        return fits(lease.total_demand, room["total"])
 
     def enqueue(self, lease: Lease) -> None:
         """Insert in arrival order (requeued and suspended leases go back to their place)."""

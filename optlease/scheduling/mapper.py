@@ -50,7 +50,7 @@ class GreedyMapper:
             cap = table.caps[pnode]
             need = demands[cur]
             while True:
-                if fits(need, vsub(cap, prof.max_between(start, maxend))):
+                if prof.fits_between(start, maxend, need, cap):
                     mapping[cur] = pnode
                     pos += 1
                     if pos == len(vnodes):
@@ -78,7 +78,7 @@ class GreedyMapper:
             prof, cap = table.profiles[pnode], table.caps[pnode]
             if not fits(need, vsub(cap, prof.at(start))):
                 return None, None
-            if fits(need, vsub(cap, prof.max_between(start, maxend))):
+            if prof.fits_between(start, maxend, need, cap):
                 continue
             latest = prof.first_exceeding(start, need, cap)
             if strictend or latest <= start:

@@ -34,6 +34,17 @@ class RR:
         self.last = True
         self.vm: RR | None = None     # suspend/resume/shutdown RRs: their vm RR
 
+    def total(self) -> tuple:
+        """Usage summed over nodes: the lease's whole footprint (every reservation that holds any holds all)."""
+        if len(self.demand) == 1:
+            return next(iter(self.demand.values()))
+        if len(self.mapping) == len(self.lease.demands):
+            return self.lease.total_demand
+        total = None
+        for d in self.demand.values():
+            total = d if total is None else tuple(x + y for x, y in zip(total, d))
+        return total
+
     def nodes(self) -> list[int]:
         return [self.mapping[v] for v in sorted(self.mapping)]
 

@@ -86,6 +86,21 @@ class Profile:
         i = bisect_right(self.t, x)
         return self.t[i] if i < len(self.t) else None
 
+    def fits_between(self, a: int, b: int, need: Vec, cap: Vec) -> bool:
+        """Whether `need` fits beside the usage at every instant of [a, b)."""
+        t, u = self.t, self.u
+        i = bisect_right(t, a) - 1
+        cur = u[i] if i >= 0 else self.zero
+        if not all([n + c <= k for n, c, k in zip(need, cur, cap)]):
+            return False
+        i += 1
+        n_t = len(t)
+        while i < n_t and t[i] < b:
+            if not all([n + c <= k for n, c, k in zip(need, u[i], cap)]):
+                return False
+            i += 1
+        return True
+
     def first_exceeding(self, a: int, need: Vec, cap: Vec) -> float:
         """From a on, the first time at which `need` no longer fits beside the usage (INF if never)."""
         t, u = self.t, self.u
@@ -142,22 +157,19 @@ class SlotTable:
 
     def add(self, rr) -> None:
         self.reservations.add(rr)
-        total = None
+        profiles, by_node = self.profiles, self.by_node
         for pnode, d in rr.demand.items():
-            self.profiles[pnode].add(rr.start, rr.end, d)
-            self.by_node[pnode].add(rr)
-            total = d if total is None else vadd(total, d)
-        if total is not None:
-            self.total.add(rr.start, rr.end, total)
+            profiles[pnode].add(rr.start, rr.end, d)
+            by_node[pnode].add(rr)
+        if rr.demand:
+            self.total.add(rr.start, rr.end, rr.total())
         self._index(rr)
 
     def remove(self, rr) -> None:
-        total = None
         for pnode, d in rr.demand.items():
             self.profiles[pnode].add(rr.start, rr.end, d, -1)
-            total = d if total is None else vadd(total, d)
-        if total is not None:
-            self.total.add(rr.start, rr.end, total, -1)
+        if rr.demand:
+            self.total.add(rr.start, rr.end, rr.total(), -1)
         self.forget(rr)
 
     def forget(self, rr) -> None:
