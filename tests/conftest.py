@@ -1,11 +1,18 @@
 """Shared test helpers: where things are, and running the CLI as a real subprocess."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI runs are reproducible; local runs keep exploring new random cases.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
 INSTANCES = REPO / "instances"

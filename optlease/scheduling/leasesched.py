@@ -188,7 +188,7 @@ class LeaseScheduler:
             or t - vmrr.start < oh.scheduling_threshold(lease, self.opts, resuming=False)
         if not cancel:
             try:
-                self.suspend_at(vmrr, t)
+                self.suspend_at(vmrr, t, now)
             except NotSchedulable:
                 cancel = True
             else:
@@ -211,14 +211,14 @@ class LeaseScheduler:
             lease.set_state(S.QUEUED)
         self.enqueue(lease)
 
-    def suspend_at(self, vmrr: RR, t: int) -> None:
+    def suspend_at(self, vmrr: RR, t: int, now: int) -> None:
         for rr in vmrr.post:
             self.table.remove(rr)
         old_post = vmrr.post
         old = (vmrr.start, vmrr.end)
         self.table.remove(vmrr)
         try:
-            self.vm.suspend(vmrr, t)
+            self.vm.suspend(vmrr, t, now)
         except NotSchedulable:
             vmrr.start, vmrr.end = old
             vmrr.post = old_post

@@ -145,12 +145,14 @@ class VMScheduler:
             self.add_shutdown(vmrr, shutdown)
         return vmrr
 
-    def suspend(self, vmrr: RR, by: int) -> None:
+    def suspend(self, vmrr: RR, by: int, now: int | None = None) -> None:
         """Suspension reservations that finish by `by`; the VM reservation ends where they begin."""
         blocks = oh.susprem_blocks(vmrr.lease, vmrr.mapping, by, oh.BACKWARD, self.opts, suspend=True)
         begin = min(b[0] for b in blocks)
         if begin <= vmrr.start:
             raise NotSchedulable("no time left to run before it must be suspended")
+        if now is not None and begin < now:
+            raise NotSchedulable("too late to suspend it in time")
         vmrr.post = []
         self.add_blocks(vmrr, blocks, SUSPEND)
         vmrr.end = begin
