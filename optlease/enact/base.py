@@ -1,0 +1,67 @@
+"""What the driver asks of enactment: the Enactor protocol, and the tasks and outcomes that cross it.
+
+A task names one VM by its stable name (`lease-<id>-vm-<vnode>`); the driver turns its plan into tasks through the
+pure reconcile step and hands them to an Enactor; outcomes come back later (simulated enactment answers at once).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+START, STOP, SUSPEND, RESUME, MIGRATE = "start", "stop", "suspend", "resume", "migrate"
+
+
+def vm_name(lease_id: int, vnode: int) -> str:
+    return f"lease-{lease_id}-vm-{vnode}"
+
+
+@dataclass(frozen=True)
+class VmTask:
+    """One VM operation on one host. `destination` only for migrate; `memory_mb`/`vcpus` only for start."""
+
+    kind: str
+    lease_id: int
+    vnode: int
+    host: str
+    destination: str | None = None
+    memory_mb: int = 0
+    vcpus: int = 1
+    migration_type: str = "warm"       # live | warm | offline (cold)
+    id: str = ""                       # filled by the enactor (a fresh id each time)
+
+    @property
+    def vm(self) -> str:
+        return vm_name(self.lease_id, self.vnode)
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    task: VmTask
+    ok: bool
+    details: str = ""
+    timed_out: bool = False
+
+
+@dataclass
+class HostInfo:
+    name: str
+    capacity: dict[str, int] = field(default_factory=dict)
+    alive: bool = True
+    last_seen: float = 0.0
+
+
+class Enactor(Protocol):
+    def submit(self, tasks: list[VmTask]) -> None:
+        """Send tasks (in the given order; the reconcile step has ordered them)."""
+
+    def outcomes(self) -> list[TaskOutcome]:
+        """Outcomes that arrived since the last call (results, errors, timeouts)."""
+
+    def hosts(self) -> dict[str, HostInfo]:
+        """The hosts known to enactment and whether they are alive."""
+
+    def running(self) -> dict[str, tuple[str, str]]:
+        """What the hosts report: vm name -> (host, state) with state running | paused | shut-off | saved."""
+
+    def close(self) -> None:
+        """Release connections."""
