@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import TextIO
 
-from optlease.domain.lease import LeaseKind, LeaseRequest
+from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
 from optlease.domain.site import Site
 from optlease.engine.log import EventLog
 from optlease.engine.simulator import SimulationResult, Simulator, kinds_breakdown
@@ -35,8 +35,40 @@ def load_workload(cfg: Config, tracefile: str | None = None) -> tuple[str, Workl
     return name, workload
 
 
+def read_imagefile(path: Path) -> list[DiskImage]:
+    """Haizea's image file: `name size` lines, a `#` line, then one image name per request, in order."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise InputError(exc.strerror or str(exc), str(path)) from None
+    sizes: dict[str, int] = {}
+    sequence: list[DiskImage] = []
+    in_sequence = False
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("#"):
+            in_sequence = True
+        elif not in_sequence:
+            parts = text.split()
+            if len(parts) != 2 or not parts[1].isdigit() or int(parts[1]) <= 0:
+                raise InputError("expected `image-name size-in-MB`", f"{path}:{number}")
+            sizes[parts[0]] = int(parts[1])
+        elif text not in sizes:
+            raise InputError(f"image {text!r} has no size in the first part of the file", f"{path}:{number}")
+        else:
+            sequence.append(DiskImage(text, sizes[text]))
+    return sequence
+
+
 def apply_trace_options(cfg: Config, requests: list[LeaseRequest]) -> list[LeaseRequest]:
-    """[tracefile] runtime-slowdown-overhead, add-overhead, bootshutdown-overhead and override-memory."""
+    """[tracefile] imagefile, runtime-slowdown-overhead, add-overhead, bootshutdown-overhead, override-memory."""
+    imagefile = cfg.get("tracefile", "imagefile")
+    if imagefile:
+        images = read_imagefile(cfg.resolve(imagefile))
+        requests = [dataclasses.replace(req, software=image) if image else req
+                    for req, image in zip(requests, images + [None] * (len(requests) - len(images)))]
     add = cfg.get("tracefile", "add-overhead")
     slowdown = cfg.get("tracefile", "runtime-slowdown-overhead")
     boot = cfg.get("tracefile", "bootshutdown-overhead") or 0
@@ -47,8 +79,8 @@ def apply_trace_options(cfg: Config, requests: list[LeaseRequest]) -> list[Lease
             factor = 1 + (slowdown or 0) / 100
             real = req.real_duration
             req = dataclasses.replace(
-                req, duration=math.ceil(req.duration * factor) + boot,
-                real_duration=None if real is None else math.ceil(real * factor) + boot)
+                req, duration=math.ceil(req.duration * factor - 1e-6) + boot,
+                real_duration=None if real is None else math.ceil(real * factor - 1e-6) + boot)
         if memory != -1:
             req = dataclasses.replace(req, vms=tuple({**vm, "Memory": memory} for vm in req.vms))
         out.append(req)

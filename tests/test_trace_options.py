@@ -1,0 +1,104 @@
+"""The [tracefile], [simulation] and policy options of a run, each seen to change what happens."""
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from optlease.accounting.metrics import run_summary
+from optlease.engine.run import simulate
+from optlease.errors import InputError
+from optlease.formats.config import load_config
+
+from conftest import INSTANCES, REPO
+
+QS = INSTANCES / "quickstart"
+
+
+def quickstart(tmp_path, extra: dict[str, dict[str, str]] | None = None, body: str = ""):
+    conf = tmp_path / "qs.conf"
+    conf.write_text((QS / "quickstart.conf").read_text().replace("tracefile: quickstart.lwf",
+                                                                  f"tracefile: {QS / 'quickstart.lwf'}") + body)
+    cfg = load_config(conf, overrides=extra)
+    out = io.StringIO()
+    result = simulate(cfg, out=out)
+    return result, out.getvalue()
+
+
+def vm_spans(lease):
+    return [(h.start, h.end) for h in lease.held if h.kind == "vm" and h.outcome is None]
+
+
+def test_bootshutdown_and_slowdown_overheads_lengthen_best_effort_leases(tmp_path):
+    result, _ = quickstart(tmp_path, {"tracefile": {"add-overhead": "besteffort",
+                                                    "runtime-slowdown-overhead": "10",
+                                                    "bootshutdown-overhead": "00:01:00"}})
+    be, ar = result.leases
+    assert be.req.duration == 3960 + 60 and sum(e - s for s, e in vm_spans(be)) == 4020
+    assert ar.req.duration == 1800  # ARs untouched with add-overhead: besteffort
+
+
+def test_override_memory_changes_suspend_and_resume_times(tmp_path):
+    result, _ = quickstart(tmp_path, {"tracefile": {"override-memory": "512"}})
+    be = result.leases[0]
+    suspend = next(h for h in be.held if h.kind == "suspend")
+    assert suspend.end - suspend.start == 16  # 512 MB at 32 MB/s
+
+
+def test_imagefile_assigns_images_in_request_order(tmp_path):
+    (tmp_path / "images").write_text("small.img 600\nbig.img 4096\n#\nbig.img\nsmall.img\n")
+    result, _ = quickstart(tmp_path, {"tracefile": {"imagefile": str(tmp_path / "images")}})
+    assert [lease.req.software.id for lease in result.leases] == ["big.img", "small.img"]
+    assert result.leases[0].req.software.size == 4096
+
+
+def test_imagefile_with_an_unknown_image_is_named(tmp_path):
+    (tmp_path / "images").write_text("small.img 600\n#\nhuge.img\n")
+    with pytest.raises(InputError, match=r"images:3: image 'huge.img' has no size"):
+        quickstart(tmp_path, {"tracefile": {"imagefile": str(tmp_path / "images")}})
+
+
+def test_injection_file_adds_ar_requests(tmp_path):
+    (tmp_path / "inj.lwf").write_text("# submit start dur realdur nodes cpu mem disk image size\n"
+                                      "600 7200 1800 1800 2 1 1024 0 'NONE.img' 600\n")
+    result, log = quickstart(tmp_path, {"tracefile": {"injectionfile": str(tmp_path / "inj.lwf")}})
+    assert len(result.leases) == 3
+    assert "Loaded workload with 3 requests (1 Best-effort + 2 AR)" in log
+    summary = run_summary(result.site, result.leases, result.end_time)
+    assert summary["ar"] == {"accepted": 2, "rejected": 0}
+
+
+@pytest.mark.parametrize("stop_when, end", [("all-leases-done", "14:31:04"), ("besteffort-submitted", "13:00:00")],
+                         ids=["all-done", "be-submitted"])
+def test_stop_when(tmp_path, stop_when, end):
+    result, log = quickstart(tmp_path, {"simulation": {"stop-when": stop_when}})
+    assert f"13:00:00.00] CLOCK   Starting" in log
+    assert f"{end}.00] CLOCK   Simulated clock has stopped" in log
+
+
+def test_status_messages_every_interval(tmp_path):
+    _, log = quickstart(tmp_path, {"simulation": {"status-message-interval": "30"}})
+    assert log.count("--- Haizea status summary ---") >= 3  # 13:30, 14:00 and the final one
+
+
+def test_admission_policy_no_ars(tmp_path):
+    result, log = quickstart(tmp_path, {"scheduling": {"policy-admission": "no-ARs"}})
+    assert "Lease #2 has not been accepted: advance reservations are not accepted" in log
+    assert vm_spans(result.leases[0]) == [(0, 3600)]  # nothing preempted it
+
+
+def test_no_preemption_policy_rejects_the_ar(tmp_path):
+    result, log = quickstart(tmp_path, {"scheduling": {"policy-preemption": "no-preemption"}})
+    assert "Lease #2 has been rejected: not enough resources in the requested interval" in log
+
+
+def test_custom_host_policy_by_dotted_path(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "tests" / "data" / "policies"))
+    _, log = quickstart(tmp_path, {"scheduling": {"policy-host-selection": "youngest_host.HighestNodeFirst"}})
+    assert "Lease #1 can be scheduled on nodes [4]" in log
+
+
+def test_unloadable_policy_is_named(tmp_path):
+    with pytest.raises(InputError, match=r"policy-preemption: cannot load policy 'nowhere.Policy'"):
+        quickstart(tmp_path, {"scheduling": {"policy-preemption": "nowhere.Policy"}})
