@@ -102,3 +102,18 @@ def test_custom_host_policy_by_dotted_path(tmp_path, monkeypatch):
 def test_unloadable_policy_is_named(tmp_path):
     with pytest.raises(InputError, match=r"policy-preemption: cannot load policy 'nowhere.Policy'"):
         quickstart(tmp_path, {"scheduling": {"policy-preemption": "nowhere.Policy"}})
+
+
+def test_datafile_holds_the_run_and_every_lease(cli, tmp_path):
+    import json
+
+    conf = tmp_path / "qs.conf"
+    conf.write_text((QS / "quickstart.conf").read_text().replace("tracefile: quickstart.lwf",
+                                                                  f"tracefile: {QS / 'quickstart.lwf'}")
+                    .replace("[accounting]\n", "[accounting]\ndatafile: run.json\n"))
+    proc = cli("simulate", "-c", conf, "-q")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert data["summary"]["best_effort"]["completed"] == 1
+    lease1 = data["leases"][0]
+    assert (lease1["wait"], lease1["end"], lease1["suspensions"]) == (0, 5464, 1)

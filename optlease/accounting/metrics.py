@@ -52,3 +52,20 @@ def run_summary(site: Site, leases: list[Lease], end_time: int) -> dict[str, Any
         "rejected": [{"id": lease.id, "type": lease.kind.value, "reason": lease.reason}
                      for lease in leases if lease.state is LeaseState.REJECTED],
     }
+
+
+def lease_records(leases: list[Lease]) -> list[dict[str, Any]]:
+    """Per-lease accounting: what Haizea's lease probes collect (wait, slowdown, state, overheads)."""
+    out = []
+    for lease in leases:
+        started = lease.first_start
+        out.append({
+            "id": lease.id, "type": lease.kind.value, "state": lease.state.value, "arrival": lease.req.arrival,
+            "start": started, "end": lease.end, "numnodes": lease.numnodes, "duration": lease.req.duration,
+            "real_duration": lease.req.actual_duration,
+            "wait": None if started is None else started - lease.req.arrival,
+            "bounded_slowdown": bounded_slowdown(lease) if lease.state is LeaseState.DONE else None,
+            "preemptions": lease.preemptions, "suspensions": lease.suspensions, "migrations": lease.migrations,
+            "requeues": lease.requeues, "reason": lease.reason,
+        })
+    return out

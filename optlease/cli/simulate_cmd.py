@@ -23,7 +23,7 @@ def simulate(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the log.")] = False,
 ) -> None:
     """Simulate a workload with Haizea's semantics; print Haizea's log and status summary."""
-    from optlease.accounting.metrics import run_summary
+    from optlease.accounting.metrics import lease_records, run_summary
     from optlease.engine.run import simulate as run
     from optlease.formats.config import load_config
     from optlease.formats.schedule_json import write_schedule
@@ -33,12 +33,16 @@ def simulate(
     origin = cfg.get("simulation", "starttime")
     if schedule_out:
         write_schedule(str(schedule_out), result.site, result.leases, origin)
+    summary = run_summary(result.site, result.leases, result.end_time)
+    summary["wall_time_s"] = round(result.wall_time, 3)
+    summary["rounds"] = result.rounds
     if summary_out:
-        summary = run_summary(result.site, result.leases, result.end_time)
-        summary["wall_time_s"] = round(result.wall_time, 3)
-        summary["rounds"] = result.rounds
         text = json.dumps(summary, indent=1)
         if str(summary_out) == "-":
             print(text)
         else:
             summary_out.write_text(text + "\n")
+    datafile = cfg.get("accounting", "datafile")
+    if datafile:
+        data = {"summary": summary, "leases": lease_records(result.leases)}
+        cfg.resolve(datafile).write_text(json.dumps(data, indent=1) + "\n")
