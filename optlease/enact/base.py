@@ -5,6 +5,7 @@ pure reconcile step and hands them to an Enactor; outcomes come back later (simu
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -13,6 +14,15 @@ START, STOP, SUSPEND, RESUME, MIGRATE = "start", "stop", "suspend", "resume", "m
 
 def vm_name(lease_id: int, vnode: int) -> str:
     return f"lease-{lease_id}-vm-{vnode}"
+
+
+_VM_NAME = re.compile(r"lease-(-?[0-9]+)-vm-([0-9]+)")
+
+
+def parse_vm_name(name: str) -> tuple[int, int] | None:
+    """(lease id, vnode) of an optlease VM name; None for a VM optlease did not name."""
+    match = _VM_NAME.fullmatch(name) if isinstance(name, str) else None
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,9 @@ class VmTask:
     vcpus: int = 1
     migration_type: str = "warm"       # live | warm | offline (cold)
     id: str = ""                       # filled by the enactor (a fresh id each time)
+    wave: int = 0                      # the reconcile step's wave: it starts when wave - 1 has succeeded
+    swap_with: str | None = None       # migrate only: the VM on the destination that comes back (same size)
+    force: bool = False                # stop only: destroy instead of a clean shutdown (a suspended VM)
 
     @property
     def vm(self) -> str:
@@ -40,6 +53,7 @@ class TaskOutcome:
     ok: bool
     details: str = ""
     timed_out: bool = False
+    skipped: bool = False              # never sent: an earlier wave of its batch failed
 
 
 @dataclass
