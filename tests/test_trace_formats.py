@@ -46,6 +46,9 @@ BAD_CASES = [
     ("text-zero-nodes.lwf", 1, "field 5 (nodes) is 0, it must be positive"),
     ("text-unclosed-quote.lwf", 1, "cannot split the line into fields"),
     ("unknown-format.trace", None, "cannot tell the trace format"),
+    ("huge-numnodes.lwf", 6, "9999999999 nodes is more than optlease accepts"),
+    ("swf-huge-job.swf", 1, "9999999999 nodes is more than optlease accepts"),
+    ("text-huge-nodes.lwf", 1, "9999999999 nodes is more than optlease accepts"),
 ]
 
 

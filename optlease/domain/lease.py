@@ -5,6 +5,17 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 
+# The most VMs one lease (or one node-set of a site) may have: a bound on what a trace line can make optlease build.
+MAX_VMS = 100_000
+
+
+def check_vm_count(count: int) -> str | None:
+    """None when a number of VMs or nodes is acceptable, else why not."""
+    if count > MAX_VMS:
+        return f"{count} nodes is more than optlease accepts in one lease or node-set ({MAX_VMS})"
+    return None
+
+
 class LeaseKind(str, Enum):
     AR = "ar"
     BEST_EFFORT = "best-effort"

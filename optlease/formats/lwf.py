@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
+from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest, check_vm_count
 from optlease.domain.site import Site, SiteError
 from optlease.errors import InputError
 from optlease.formats.timefmt import TimeFormatError, parse_duration, parse_time
@@ -73,6 +73,8 @@ class _Reader:
         out: list[dict[str, int]] = []
         for node_set in sets:
             count = self.positive_int(node_set, "numnodes")
+            if check_vm_count(len(out) + count):
+                raise self.error(node_set, check_vm_count(len(out) + count))
             capacity: dict[str, int] = {}
             for res in node_set:
                 if res.tag != "res":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
+from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest, check_vm_count
 from optlease.errors import InputError
 from optlease.formats.lwf import Workload
 
@@ -48,6 +48,8 @@ def _line(line: str, where: str, lease_id: int, cpu_unit: int) -> LeaseRequest:
     duration = _int(tokens, 2, where, minimum=1)
     real = min(_int(tokens, 3, where, minimum=1), duration)
     nodes = _int(tokens, 4, where, minimum=1)
+    if check_vm_count(nodes):
+        raise InputError(check_vm_count(nodes), where)
     cpus = _int(tokens, 5, where, minimum=1)
     memory = _int(tokens, 6, where, minimum=1)
     _int(tokens, 7, where, minimum=0)

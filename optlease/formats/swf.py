@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from optlease.domain.lease import LeaseKind, LeaseRequest
+from optlease.domain.lease import LeaseKind, LeaseRequest, check_vm_count
 from optlease.errors import InputError
 from optlease.formats.lwf import Workload
 
@@ -97,6 +97,8 @@ def parse_swf(text: str, path: str = "<swf>", *, queues: set[int] | None = None,
             skipped["unknown processor count"] += 1
             continue
         nodes = max(1, int(processors / scale))
+        if check_vm_count(nodes):
+            raise InputError(check_vm_count(nodes), where)
         run = max(1, _seconds(f[RUN]))
         duration = _seconds(f[REQ_TIME]) if f[REQ_TIME] > 0 else run
         real = min(run, duration)
