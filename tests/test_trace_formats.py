@@ -49,6 +49,8 @@ BAD_CASES = [
     ("huge-numnodes.lwf", 6, "9999999999 nodes is more than optlease accepts"),
     ("swf-huge-job.swf", 1, "9999999999 nodes is more than optlease accepts"),
     ("text-huge-nodes.lwf", 1, "9999999999 nodes is more than optlease accepts"),
+    ("huge-duration.lwf", 3, "'99999999:00:00' is more than 100 years"),
+    ("swf-huge-time.swf", 1, "99999999999999 seconds is more than 100 years"),
 ]
 
 

@@ -97,7 +97,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "persistence-file": O("str", "none"),
     },
     "scheduling": {
-        "mapper": O("choice", "greedy", "greedy"),
+        "mapper": O("choice", "greedy", "greedy", "cpsat"),
+        "solver-time-limit": O("float", 1.0, positive=True),   # mapper cpsat: seconds per round
+        "solver-workers": O("int", 2, positive=True),
+        "solver-seed": O("int", 0),
+        "lookahead": O("duration", None, positive=True),        # mapper cpsat: seconds a start may be planned ahead
         "policy-admission": O("policy", "accept-all", "accept-all", "no-ARs"),
         "policy-preemption": O("policy", "no-preemption", "no-preemption", "ar-preempts-everything"),
         "policy-host-selection": O("policy", "greedy", "no-policy", "greedy"),
@@ -124,6 +128,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "imagetransfer-bandwidth": O("int", REQUIRED, positive=True),
         "stop-when": O("choice", "all-leases-done", "all-leases-done", "besteffort-submitted", "besteffort-done"),
         "status-message-interval": O("int", None, positive=True),
+        "time-scale": O("float", 1.0, positive=True),
     },
     "accounting": {
         "datafile": O("str", None),
@@ -149,6 +154,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "swf-queues": O("intlist", None),
         "swf-processor-scale": O("int", 1, positive=True),
         "swf-memory": O("int", 1024, positive=True),
+    },
+    "daemon": {
+        "listen": O("str", "127.0.0.1:42493"),
+        "token": O("str", None),
+        "pidfile": O("str", None),
     },
     "opennebula": {
         "host": O("str", "localhost"),

@@ -28,6 +28,7 @@ from pathlib import Path
 from optlease.domain.lease import LeaseKind, LeaseRequest, check_vm_count
 from optlease.errors import InputError
 from optlease.formats.lwf import Workload
+from optlease.formats.timefmt import MAX_SECONDS
 
 # The 18 SWF fields, in order (1-based in every message, as the SWF documentation numbers them).
 FIELDS = (
@@ -56,7 +57,9 @@ def _numbers(tokens: list[str], where: str) -> list[float]:
     return values
 
 
-def _seconds(value: float) -> int:
+def _seconds(value: float, where: str) -> int:
+    if value > MAX_SECONDS:
+        raise InputError(f"{_token(value)} seconds is more than 100 years", where)
     return math.ceil(value - 1e-9)
 
 
@@ -99,13 +102,13 @@ def parse_swf(text: str, path: str = "<swf>", *, queues: set[int] | None = None,
         nodes = max(1, int(processors / scale))
         if check_vm_count(nodes):
             raise InputError(check_vm_count(nodes), where)
-        run = max(1, _seconds(f[RUN]))
-        duration = _seconds(f[REQ_TIME]) if f[REQ_TIME] > 0 else run
+        run = max(1, _seconds(f[RUN], where))
+        duration = _seconds(f[REQ_TIME], where) if f[REQ_TIME] > 0 else run
         real = min(run, duration)
         extra = {"trace-id": _token(f[JOB]), "source": where, "swf-queue": _token(f[QUEUE]),
                  "swf-user": _token(f[USER]), "swf-wait": _token(f[WAIT])}
         requests.append(LeaseRequest(
-            id=len(requests) + 1, kind=LeaseKind.BEST_EFFORT, arrival=_seconds(f[SUBMIT]), duration=duration,
+            id=len(requests) + 1, kind=LeaseKind.BEST_EFFORT, arrival=_seconds(f[SUBMIT], where), duration=duration,
             vms=tuple({"CPU": cpu, "Memory": memory} for _ in range(nodes)), preemptible=preemptible,
             real_duration=None if real == duration else real, extra=extra))
     # Requests are served in arrival order (SWF files are sorted by submit time already); ties keep file order.

@@ -16,6 +16,15 @@ class TimeFormatError(InputError):
     """A time or duration string that cannot be read."""
 
 
+# Times and durations past this are refused when read: nothing a lease manager plans runs for a century.
+MAX_SECONDS = 100 * 365 * 86400
+
+
+def check_seconds(seconds: float, text: str = "") -> None:
+    if seconds > MAX_SECONDS:
+        raise TimeFormatError(f"{text or seconds!r} is more than 100 years")
+
+
 def parse_duration(text: str) -> int:
     """Seconds in a relative time or duration string."""
     raw = text.strip()
@@ -39,7 +48,9 @@ def parse_duration(text: str) -> int:
         days, (hours, minutes) = 0, numbers
     if minutes >= 60 or seconds >= 60:
         raise TimeFormatError(f"{text!r}: minutes and seconds must be below 60")
-    return days * 86400 + hours * 3600 + minutes * 60 + math.ceil(seconds - 1e-9)
+    total = days * 86400 + hours * 3600 + minutes * 60 + math.ceil(seconds - 1e-9)
+    check_seconds(total, text)
+    return total
 
 
 def parse_iso(text: str) -> datetime:
@@ -62,7 +73,9 @@ def parse_time(text: str, origin: datetime | None, relative_to: int = 0) -> int:
     if is_iso(text):
         if origin is None:
             raise TimeFormatError(f"{text!r} is an absolute time, but no start time is known to relate it to")
-        return math.ceil((parse_iso(text) - origin).total_seconds())
+        seconds = math.ceil((parse_iso(text) - origin).total_seconds())
+        check_seconds(abs(seconds), text)
+        return seconds
     raw = text.strip()
     if raw.startswith("-"):  # before the origin (Haizea writes ARs that start before the workload this way)
         return relative_to - parse_duration(raw[1:])
