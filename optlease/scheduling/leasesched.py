@@ -33,6 +33,11 @@ class LeaseScheduler:
         self._empty = GreedyMapper(SlotTable(site), policies)
         self._fits_empty: dict[tuple, bool] = {}
         self._room: dict = {}
+        # mapper cpsat: called after each round's greedy pass, it may re-plan what has not started (greedy: None)
+        self.round_hook = None
+        if opts.mapper == "cpsat":
+            from optlease.scheduling.cpsat_round import CpsatRound
+            self.round_hook = CpsatRound(self)
 
     # -- requests -------------------------------------------------------------------------------------------
     def request(self, lease: Lease, now: int) -> None:
@@ -84,6 +89,8 @@ class LeaseScheduler:
                         self.log.t(lease.req.start), self.log.t(lease.req.start + lease.req.duration)))
                 self._schedule_or_reject(lease, now)
         self.process_queue(now)
+        if self.round_hook is not None:
+            self.round_hook(now)
 
     def _schedule_or_reject(self, lease: Lease, now: int) -> None:
         try:

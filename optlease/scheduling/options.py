@@ -28,6 +28,11 @@ class SchedulingOptions:
     policy_admission: str = "accept-all"
     policy_preemption: str = "no-preemption"
     policy_host_selection: str = "greedy"
+    mapper: str = "greedy"                  # greedy | cpsat (greedy first, then a CP-SAT round over its plan)
+    solver_time_limit: float = 1.0          # mapper cpsat: seconds per round
+    solver_workers: int = 2
+    solver_seed: int = 0
+    lookahead: int | None = None            # mapper cpsat: seconds after now a start may be planned (None: all)
 
     @property
     def max_in_future(self) -> int:
@@ -50,4 +55,6 @@ class SchedulingOptions:
             non_schedulable_interval=g("non-schedulable-interval"),
             policy_admission=g("policy-admission"), policy_preemption=g("policy-preemption"),
             policy_host_selection=g("policy-host-selection"),
+            mapper=g("mapper"), solver_time_limit=g("solver-time-limit"), solver_workers=g("solver-workers"),
+            solver_seed=g("solver-seed"), lookahead=g("lookahead"),
         )

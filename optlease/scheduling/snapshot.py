@@ -102,6 +102,7 @@ class LeaseSnapshot:
     since: int | None = None       # RUNNING: when it last started or resumed
     planned_start: int | None = None
     planned_nodes: tuple[int, ...] = ()
+    pinned: bool = False           # RESERVED only: the round may not move it (start and nodes stay as planned)
 
     @property
     def id(self) -> int:

@@ -138,6 +138,13 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
                  weights: Weights) -> Job:
     """START (a first start or a resume), or REJECTED with the reason."""
     now, policy, req = snap.now, snap.policy, lease.request
+    if lease.pinned:   # an occupancy the round may not move: its start and nodes stay as planned
+        if lease.phase is not Phase.RESERVED or lease.planned_start is None or lease.planned_start < now \
+                or len(lease.planned_nodes) != req.numnodes:
+            raise ValueError(f"lease {lease.id}: a pinned lease is reserved, with a start not before now and nodes")
+        return Job(role=Role.START, fixed_start=lease.planned_start, earliest=lease.planned_start,
+                   planned_start=lease.planned_start, planned_nodes=lease.planned_nodes,
+                   candidates=tuple((n,) for n in lease.planned_nodes), **_common(lease))
     soonest = now + policy.non_schedulable_interval
     if lease.phase is Phase.NEW and lease.kind is LeaseKind.AR:
         if policy.admission is Admission.NO_ARS:
@@ -201,7 +208,7 @@ def _interchangeable(snap: RoundSnapshot, jobs: list[Job]) -> tuple[tuple[tuple[
 
 def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: frozenset[int],
                      migration: Migration) -> Job:
-    if not job.has_tail:
+    if not job.has_tail or job.candidates:   # pinned jobs come with their nodes
         return job
     per_vm = []
     for vm, demand in enumerate(job.demand):

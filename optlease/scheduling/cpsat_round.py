@@ -1,0 +1,279 @@
+"""`[scheduling] mapper: cpsat`: after each round's greedy pass, solve the round with CP-SAT and re-plan the
+best-effort leases that have not started where the solver's plan is strictly better.
+
+The greedy pass runs unchanged and commits its reservations. This hook then takes a snapshot of the slot table:
+every reservation that has started, belongs to an AR or immediate lease, or cannot be moved (a migration already
+booked) is a fixed occupancy on its nodes; every best-effort lease that is queued, suspended and waiting for a
+resume, or booked for a start that has not begun is *movable*. The greedy plan of the movable leases is the hint.
+Where CP-SAT's plan costs strictly less by the round objective, the leases whose start or nodes changed lose their
+greedy reservations and get new ones built by the VM scheduler at the solver's start and nodes; each is checked
+against the slot table before anything is committed, and the whole change is undone if one does not fit (the
+greedy plan then stands). Leases the solver defers go back to the queue. Every round records its RoundStats.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
+from optlease.scheduling import overheads as oh
+from optlease.scheduling.records import MIGRATE, SHUTDOWN, RR, Lease, NotSchedulable
+from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
+                                          Phase, Plan, Policy, Preemption, RoundSnapshot, RoundStats, Suspension)
+
+S = LeaseState
+WAITING = (S.QUEUED, S.SUSPENDED_QUEUED)
+BOOKED = (S.SCHEDULED, S.SUSPENDED_SCHEDULED)
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One round of a cpsat run: when, how many leases were movable, and the solver's statistics."""
+
+    now: int
+    movable: int
+    changed: int
+    stats: RoundStats
+
+
+@dataclass
+class _Withdrawn:
+    lease: Lease
+    state: S
+    vmrr: RR | None
+    queued: bool
+
+
+class CpsatRound:
+    """The round hook of a LeaseScheduler whose options say `mapper: cpsat`."""
+
+    def __init__(self, sched) -> None:
+        from optlease.scheduling.cpsat.solve import SolveOptions
+
+        self.sched = sched
+        opts = sched.opts
+        self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=opts.solver_workers,
+                                    seed=opts.solver_seed, lookahead=opts.lookahead)
+        # The greedy pass already took every decision about ARs, immediate leases and suspensions: the round
+        # only places best-effort starts and resumes (where the images are), from now on.
+        self.policy = Policy(suspension=Suspension.NONE, migration=Migration.NO,
+                             exclusion=Exclusion(opts.exclusion), threshold_factor=opts.threshold_factor,
+                             preemption=Preemption.NO_PREEMPTION, non_schedulable_interval=0)
+        self.records: list[RoundRecord] = []
+        self._announced: dict[int, int] = {}   # lease id -> seq of the VM reservation the last round ended with
+
+    @property
+    def stats(self) -> list[RoundStats]:
+        return [r.stats for r in self.records]
+
+    # -- the round --------------------------------------------------------------------------------------------
+    def __call__(self, now: int) -> None:
+        wall = time.perf_counter()
+        movable = self._movable(now)
+        changed = 0
+        if not movable:
+            stats = RoundStats("EMPTY", 0, 0.0, 0.0, 0.0, 0, 0, source="greedy")
+        elif all(self._greedy_start(lease) == now for lease in movable):
+            # every movable lease starts now, its earliest: no plan finishes any of them sooner
+            stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
+        else:
+            stats, changed = self._solve(now, movable)
+        self.records.append(RoundRecord(now, len(movable), changed, stats))
+        self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
+                           if lease.state in BOOKED and lease.last_vmrr() is not None}
+
+    def _solve(self, now: int, movable: list[Lease]) -> tuple[RoundStats, int]:
+        from optlease.scheduling.cpsat.objective import plan_cost
+        from optlease.scheduling.cpsat.prepare import prepare
+        from optlease.scheduling.cpsat.solve import solve_round
+
+        snap, hint = self.snapshot(now, movable)
+        plan = solve_round(snap, self.options, hint)
+        stats = plan.stats
+        if stats.source != "cpsat":
+            return replace(stats, source="greedy"), 0
+        data = prepare(snap, self.options.weights, self.options.lookahead)
+        if not plan_cost(data, plan) < plan_cost(data, hint):
+            return replace(stats, source="greedy"), 0
+        got, greedy = plan.by_id, hint.by_id
+        moves = [lease for lease in movable if _differs(got[lease.id], greedy[lease.id])]
+        if not moves:
+            return replace(stats, source="greedy"), 0
+        if not self._apply(now, moves, got):
+            return replace(stats, status=f"{stats.status} (did not fit the slot table)", source="greedy"), 0
+        return stats, len(moves)
+
+    # -- the snapshot -----------------------------------------------------------------------------------------
+    def _movable(self, now: int) -> list[Lease]:
+        out = []
+        for lease in self.sched.leases.values():
+            if lease.kind is not LeaseKind.BEST_EFFORT:
+                continue
+            if lease.state is S.QUEUED or (lease.state is S.SUSPENDED_QUEUED and lease.image_nodes):
+                out.append(lease)
+            elif lease.state in BOOKED:
+                vmrr = lease.last_vmrr()
+                rrs = (*vmrr.pre, vmrr, *vmrr.post)
+                if all(rr.state == "scheduled" and rr.kind != MIGRATE and rr.start >= now for rr in rrs) \
+                        and (lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping):
+                    out.append(lease)
+        out.sort(key=lambda lease: (lease.req.arrival, lease.id))
+        return out
+
+    @staticmethod
+    def _greedy_start(lease: Lease) -> int | None:
+        if lease.state not in BOOKED:
+            return None
+        vmrr = lease.last_vmrr()
+        return vmrr.pre[0].start if vmrr.pre else vmrr.start
+
+    def snapshot(self, now: int, movable: list[Lease]) -> tuple[RoundSnapshot, Plan]:
+        """The round as the solver sees it, and the greedy plan of it (the hint)."""
+        sched, opts = self.sched, self.sched.opts
+        ids = {lease.id for lease in movable}
+        types = sched.table.types
+        # every reservation still to hold capacity, per lease: one envelope per lease, per node its largest use
+        held: dict[int, tuple[Lease, list[RR]]] = {}
+        for rr in sched.table.reservations:
+            if rr.lease.id in ids or not rr.demand or rr.end <= now or rr.state not in ("scheduled", "active"):
+                continue
+            held.setdefault(rr.lease.id, (rr.lease, []))[1].append(rr)
+        leases, hint = [], []
+        for lease_id in sorted(held):
+            lease, rrs = held[lease_id]
+            begin, end = max(now, min(rr.start for rr in rrs)), max(rr.end for rr in rrs)
+            use: dict[int, tuple] = {}
+            for rr in rrs:
+                for pnode, d in rr.demand.items():
+                    use[pnode] = tuple(map(max, use[pnode], d)) if pnode in use else d
+            nodes = tuple(sorted(use))
+            vms = tuple({t: v for t, v in zip(types, use[n]) if v} for n in nodes)
+            req = LeaseRequest(lease_id, LeaseKind.AR, min(begin, lease.req.arrival), end - begin, vms, start=begin)
+            if begin <= now:
+                leases.append(LeaseSnapshot(req, Phase.RUNNING, nodes=nodes, ran=0, since=now))
+            else:
+                leases.append(LeaseSnapshot(req, Phase.RESERVED, planned_start=begin, planned_nodes=nodes,
+                                            pinned=True))
+                hint.append(LeasePlan(lease_id, Outcome.ACCEPTED, start=begin, nodes=nodes, end=end))
+        for lease in movable:
+            snap, plan = self._lease_snapshot(lease, now)
+            leases.append(snap)
+            hint.append(plan)
+        return RoundSnapshot(now, sched.site, tuple(leases), self.policy), Plan(tuple(hint))
+
+    def _lease_snapshot(self, lease: Lease, now: int) -> tuple[LeaseSnapshot, LeasePlan]:
+        opts = self.sched.opts
+        resuming = lease.is_suspended()
+        ov = Overheads(resume=self.sched.vm.resume_estimate(lease) if resuming else 0,
+                       shutdown=oh.shutdown_time(lease, opts))
+        vnodes = sorted(lease.demands)
+        kw: dict = {}
+        if resuming:
+            kw["nodes"] = tuple(lease.image_nodes[v] for v in vnodes)
+        plan = LeasePlan(lease.id, Outcome.DEFERRED, reason="queued by the greedy pass")
+        if lease.state in BOOKED:
+            vmrr = lease.last_vmrr()
+            start, nodes = self._greedy_start(lease), tuple(vmrr.mapping[v] for v in vnodes)
+            plan = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes,
+                             end=start + ov.resume + lease.remaining())
+            if self._announced.get(lease.id) == vmrr.seq:   # booked by an earlier round: keep it stable
+                kw.update(planned_start=start, planned_nodes=nodes)
+        phase = Phase.SUSPENDED if resuming else Phase.RESERVED if "planned_start" in kw else Phase.QUEUED
+        return LeaseSnapshot(lease.req, phase, ov, left=lease.remaining(), **kw), plan
+
+    # -- committing the solver's plan -------------------------------------------------------------------------
+    def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan]) -> bool:
+        """Re-plan `moves` as the solver says; all or nothing (False: the greedy plan is left as it was)."""
+        sched = self.sched
+        withdrawn = [self._withdraw(lease) for lease in moves]
+        placed: list[Lease] = []
+        ok = True
+        for lease in sorted(moves, key=lambda l: (plan[l.id].start if plan[l.id].start is not None else 0, l.id)):
+            p = plan[lease.id]
+            if p.outcome is not Outcome.ACCEPTED or p.start is None:
+                continue   # deferred: it stays in the queue
+            vmrr = self._build(lease, p, now)
+            if vmrr is None:
+                ok = False
+                break
+            self._commit(lease, vmrr, now)
+            placed.append(lease)
+        if ok:
+            return True
+        for lease in placed:
+            self._withdraw(lease)
+        for w in withdrawn:
+            self._restore(w)
+        return False
+
+    def _build(self, lease: Lease, p: LeasePlan, now: int) -> RR | None:
+        sched, opts = self.sched, self.sched.opts
+        resuming = lease.is_suspended()
+        remaining, shutdown = lease.remaining(), oh.shutdown_time(lease, opts)
+        resume = sched.vm.resume_estimate(lease) if resuming else 0
+        mapping = {v: n for v, n in zip(sorted(lease.demands), p.nodes)}
+        if resuming and mapping != lease.image_nodes:
+            return None
+        try:
+            vmrr = sched.vm.build(lease, p.start, p.start + resume + remaining + shutdown, mapping, resuming,
+                                  remaining, shutdown)
+        except NotSchedulable:
+            return None
+        if not vmrr.post or vmrr.post[0].kind != SHUTDOWN or vmrr.start < now:
+            return None
+        table = sched.table
+        for rr in (*vmrr.pre, vmrr, *vmrr.post):
+            for pnode, d in rr.demand.items():
+                if not table.profiles[pnode].fits_between(rr.start, rr.end, d, table.caps[pnode]):
+                    return None
+        return vmrr
+
+    def _commit(self, lease: Lease, vmrr: RR, now: int) -> None:
+        sched = self.sched
+        if lease in sched.queue:
+            sched.queue.remove(lease)
+        # as the greedy pass counts them: a best-effort reservation for later than now
+        vmrr.backfill = (vmrr.pre[0].start if vmrr.pre else vmrr.start) > now
+        if vmrr.backfill:
+            sched.vm.future_count += 1
+        for rr in (*vmrr.pre, vmrr, *vmrr.post):
+            sched.table.add(rr)
+        lease.vmrrs.append(vmrr)
+        lease.set_state(S.SUSPENDED_SCHEDULED if lease.state is S.SUSPENDED_QUEUED else S.SCHEDULED)
+
+    def _withdraw(self, lease: Lease) -> _Withdrawn:
+        """Take a lease's booked (not started) reservation out and put it back in the queue."""
+        sched = self.sched
+        w = _Withdrawn(lease, lease.state, None, lease in sched.queue)
+        if lease.state in BOOKED:
+            vmrr = lease.vmrrs.pop()
+            w.vmrr = vmrr
+            if vmrr.backfill:
+                sched.vm.future_count -= 1
+            for rr in (*vmrr.pre, vmrr, *vmrr.post):
+                sched.table.remove(rr)
+            lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_SCHEDULED else S.QUEUED)
+            sched.enqueue(lease)
+        return w
+
+    def _restore(self, w: _Withdrawn) -> None:
+        sched, lease = self.sched, w.lease
+        if w.vmrr is None:
+            return
+        if lease in sched.queue:
+            sched.queue.remove(lease)
+        vmrr = w.vmrr
+        if vmrr.backfill:
+            sched.vm.future_count += 1
+        for rr in (*vmrr.pre, vmrr, *vmrr.post):
+            sched.table.add(rr)
+        lease.vmrrs.append(vmrr)
+        lease.set_state(w.state)
+
+
+def _differs(a: LeasePlan, b: LeasePlan) -> bool:
+    placed_a = a.outcome is Outcome.ACCEPTED and a.start is not None
+    placed_b = b.outcome is Outcome.ACCEPTED and b.start is not None
+    if placed_a != placed_b:
+        return True
+    return placed_a and (a.start != b.start or tuple(a.nodes) != tuple(b.nodes))
