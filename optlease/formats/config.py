@@ -166,6 +166,18 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "stop-when-no-more-leases": O("bool", False),
         "dry-run": O("bool", False),
     },
+    # mode fast: the MQTT broker that carries FAST tasks to the hosts' agents, and how long to wait for them
+    "mqtt": {
+        "host": O("str", "127.0.0.1"),
+        "port": O("int", 1883, positive=True),
+        "username": O("str", None),
+        "password": O("str", None),
+        "tls-ca": O("str", None),
+        "keepalive": O("int", 30, positive=True),
+        "task-timeout": O("float", 30.0, positive=True),    # seconds to wait for a task's result before a retry
+        "task-retries": O("int", 2),
+        "host-timeout": O("float", None, positive=True),    # seconds without a message before a host is silent
+    },
 }
 KNOWN_PROBES = ("ar", "best-effort", "immediate", "cpu-utilization", "disk-usage")
 # Sections a configuration must have, as the manual says.

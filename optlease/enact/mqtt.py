@@ -1,0 +1,459 @@
+"""Enactment over MQTT: VmTasks go out as FAST migfra tasks, results come back and become TaskOutcomes.
+
+The enactor subscribes to `fast/migfra/+/result` (QoS 1) and `fast/agent/+/status` and only publishes once the broker
+has granted both (results are not retained: a result sent before we listen is lost). Each task goes to
+`fast/migfra/<host>/task` with QoS 2 and a fresh id; the result carrying that id (compared as a string) settles it.
+No result within `task_timeout` seconds: the task is sent again with a fresh id, up to `task_retries` times, then it
+fails with `timed_out`. The tasks of one submit() go out wave by wave: wave k once every task of wave k-1 succeeded;
+when one fails the later waves are never sent (their outcomes say `skipped`), so a change is never half applied
+beyond the wave that failed.
+
+Hosts announce themselves with `task: init` (and their capacity) on `fast/agent/<host>/status`; every message from a
+host counts as a sign of life, and with `host_timeout` set a host silent for longer is marked not alive.
+
+A broker that goes away: paho reconnects with backoff, we subscribe again, and tasks not yet sent wait for the
+subscriptions; every task keeps its timer, so one whose result was lost is retried. A retry can run a task twice on
+an agent that did receive the first copy (FAST has no idempotency key); the second run then answers `error`.
+Nothing the network or a payload does raises into the caller: malformed messages are logged and dropped.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import paho.mqtt.client as mqtt
+
+from optlease.enact import fast
+from optlease.enact.agent.broker import Broker, make_client
+from optlease.enact.base import MIGRATE, RESUME, START, STOP, SUSPEND, HostInfo, TaskOutcome, VmTask, parse_vm_name
+
+log = logging.getLogger("optlease.enact.mqtt")
+TICK = 0.05     # seconds between timer checks
+
+
+def minimal_domain_xml(task: VmTask, domain_type: str = "kvm") -> str:
+    """A bare domain for a start task: name, memory, vcpus (libvirt's test driver takes it with type `test`)."""
+    memory_kib = max(task.memory_mb, 1) * 1024
+    return (f"<domain type='{domain_type}'>\n  <name>{task.vm}</name>\n  <memory unit='KiB'>{memory_kib}</memory>\n"
+            f"  <vcpu>{task.vcpus}</vcpu>\n  <os><type>hvm</type></os>\n</domain>\n")
+
+
+@dataclass
+class _Part:
+    """One wire message of a job (a job is one VmTask; a swap sent as two migrations has two parts)."""
+    job: "_Job"
+    host: str
+    build: Callable[[str], fast.Task]      # fresh id -> the task to publish
+    id: str = ""
+    attempt: int = 0
+    deadline: float = 0.0
+    sent: bool = False
+    result: fast.Result | None = None
+    timed_out: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.timed_out
+
+
+@dataclass
+class _Job:
+    task: VmTask
+    batch: "_Batch"
+    parts: list[_Part] = field(default_factory=list)
+
+
+@dataclass
+class _Batch:
+    waves: list[list[_Job]]
+    index: int = 0
+
+
+class MqttEnactor:
+    """The Enactor that speaks FAST over MQTT to one migfra(-compatible) agent per host."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 1883, username: str | None = None,
+                 password: str | None = None, tls_ca: str | None = None, keepalive: int = 30,
+                 task_timeout: float = 30.0, task_retries: int = 2, host_timeout: float | None = None, *,
+                 swap_with: bool = False, domain_xml: Callable[[VmTask], str] | None = None,
+                 stop_force: bool = False, connect_timeout: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic, reconnect_delay: tuple[float, float] = (1, 4)) -> None:
+        """`swap_with`: send a swap as migfra's one `swap-with` migration (the optlease agent refuses it; by default
+        it goes out as two migrations in the same wave). `domain_xml`: the XML a start defines (default: start a
+        domain already defined on the host, by name). Waits up to `connect_timeout` for the subscriptions, never
+        raises when the broker is not there: paho keeps trying."""
+        self.broker = Broker(host, port, username, password, tls_ca, keepalive)
+        self.task_timeout = float(task_timeout)
+        self.task_retries = int(task_retries)
+        self.host_timeout = host_timeout
+        self.swap_with = swap_with
+        self.domain_xml = domain_xml
+        self.stop_force = stop_force
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._pending: dict[str, _Part] = {}
+        self._unsent: list[_Part] = []
+        self._batches: list[_Batch] = []
+        self._outcomes: list[TaskOutcome] = []
+        self._hosts: dict[str, HostInfo] = {}
+        self._running: dict[str, tuple[str, str]] = {}
+        self._ready = threading.Event()
+        self._idle = threading.Condition(self._lock)
+        self._sub_mid: int | None = None
+        self._closing = False
+        self.client = make_client(self.broker, "optlease-enactor")
+        self.client.reconnect_delay_set(*reconnect_delay)
+        self.client.suppress_exceptions = True
+        self.client.on_connect = self._guard(self._on_connect)
+        self.client.on_disconnect = self._guard(self._on_disconnect)
+        self.client.on_subscribe = self._guard(self._on_subscribe)
+        self.client.message_callback_add(fast.ALL_RESULTS, self._guard(self._on_result))
+        self.client.message_callback_add(fast.ALL_STATUS, self._guard(self._on_status))
+        self.client.connect_async(host, port, keepalive=keepalive)
+        self.client.loop_start()
+        self._ticker = threading.Thread(target=self._tick_loop, name="optlease-enactor-timers", daemon=True)
+        self._ticker.start()
+        if not self._ready.wait(connect_timeout):
+            log.warning("MQTT broker %s: not subscribed within %g s; tasks wait until it is", self.broker,
+                        connect_timeout)
+
+    @classmethod
+    def from_config(cls, cfg, **options) -> "MqttEnactor":
+        """From a configuration's `[mqtt]` section."""
+        get = lambda name: cfg.get("mqtt", name)   # noqa: E731
+        return cls(get("host"), get("port"), get("username"), get("password"), get("tls-ca"), get("keepalive"),
+                   get("task-timeout"), get("task-retries"), get("host-timeout"), **options)
+
+    # ---------------------------------------------------------------------------------------- Enactor protocol
+    def submit(self, tasks: list[VmTask]) -> None:
+        """Send tasks in their waves (VmTask.wave; the order given within a wave). Returns at once."""
+        if not tasks:
+            return
+        waves: dict[int, list[VmTask]] = {}
+        for t in tasks:
+            waves.setdefault(t.wave, []).append(t)
+        batch = _Batch([])
+        for wave_no in sorted(waves):
+            batch.waves.append([self._job(t, batch) for t in waves[wave_no]])
+        sends: list[_Part] = []
+        with self._lock:
+            self._batches.append(batch)
+            self._start_wave(batch, sends)
+        self._publish(sends)
+
+    def outcomes(self) -> list[TaskOutcome]:
+        with self._lock:
+            out, self._outcomes = self._outcomes, []
+        return out
+
+    def hosts(self) -> dict[str, HostInfo]:
+        with self._lock:
+            self._check_silence()
+            return {h: replace(info, capacity=dict(info.capacity)) for h, info in self._hosts.items()}
+
+    def running(self) -> dict[str, tuple[str, str]]:
+        """What the hosts reported through successful results: vm -> (host, running | paused). FAST has no task
+        that lists a host's domains, so this is the enactor's own record of what it did."""
+        with self._lock:
+            return dict(self._running)
+
+    def close(self) -> None:
+        self._closing = True
+        self._ticker.join(2)
+        try:
+            self.client.disconnect()
+        finally:
+            self.client.loop_stop()
+
+    # ------------------------------------------------------------------------------------------ extra helpers
+    @property
+    def connected(self) -> bool:
+        return self._ready.is_set()
+
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._batches)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until every submitted task has its outcome; False when the timeout came first."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._batches:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, TICK * 4))
+            return True
+
+    def wait_hosts(self, names, timeout: float) -> bool:
+        """Block until every named host has announced itself (and is alive)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            known = self.hosts()
+            if all(n in known and known[n].alive for n in names):
+                return True
+            time.sleep(TICK)
+        return False
+
+    # ---------------------------------------------------------------------------------------- building tasks
+    def _job(self, task: VmTask, batch: _Batch) -> _Job:
+        job = _Job(task, batch)
+        vm = task.vm
+        if task.kind == START:
+            xml = self.domain_xml(task) if self.domain_xml is not None else None
+            config = fast.VmConfig(vm_name=None if xml else vm, xml=xml,
+                                   memory_kib=task.memory_mb * 1024 if task.memory_mb else None, vcpus=task.vcpus)
+            job.parts.append(_Part(job, task.host, lambda i: fast.StartVm((config,), id=i)))
+        elif task.kind == STOP:
+            entry = fast.StopEntry(vm, force=task.force or self.stop_force, undefine=True)
+            job.parts.append(_Part(job, task.host, lambda i: fast.StopVm((entry,), id=i)))
+        elif task.kind == SUSPEND:
+            job.parts.append(_Part(job, task.host, lambda i: fast.SuspendVm((vm,), id=i)))
+        elif task.kind == RESUME:
+            job.parts.append(_Part(job, task.host, lambda i: fast.ResumeVm((vm,), id=i)))
+        elif task.kind == MIGRATE:
+            dest, mtype = task.destination, task.migration_type
+            if task.swap_with is not None and self.swap_with:
+                swap = fast.SwapWith(task.swap_with)
+                job.parts.append(_Part(job, task.host, lambda i: fast.MigrateVm(vm, dest, mtype, swap_with=swap,
+                                                                                id=i)))
+            else:
+                job.parts.append(_Part(job, task.host, lambda i: fast.MigrateVm(vm, dest, mtype, id=i)))
+                if task.swap_with is not None:      # the partner moves back in the same wave
+                    other = task.swap_with
+                    job.parts.append(_Part(job, dest, lambda i: fast.MigrateVm(other, task.host, mtype, id=i)))
+        else:
+            raise ValueError(f"unknown task kind {task.kind!r}")
+        return job
+
+    # ------------------------------------------------------------------------------------ waves and timers
+    def _start_wave(self, batch: _Batch, sends: list[_Part]) -> None:
+        """Send the batch's current wave (lock held)."""
+        for job in batch.waves[batch.index]:
+            for part in job.parts:
+                self._send(part, sends)
+
+    def _send(self, part: _Part, sends: list[_Part]) -> None:
+        """Give the part a fresh id and a fresh timer; publish now if subscribed, else when we are (lock held)."""
+        self._pending.pop(part.id, None)
+        part.id = fast.new_task_id()
+        part.attempt += 1
+        part.deadline = self.clock() + self.task_timeout
+        part.sent = False
+        self._pending[part.id] = part
+        if self._ready.is_set():
+            sends.append(part)
+        else:
+            self._unsent.append(part)
+
+    def _publish(self, parts: list[_Part]) -> None:
+        """Publish outside the lock (paho has its own)."""
+        for part in parts:
+            try:
+                task = part.build(part.id)
+                info = self.client.publish(fast.task_topic(part.host), fast.encode_task(task, part.host), qos=2)
+                part.sent = True
+                log.info("%s %s -> %s (%s, attempt %d)", task.kind, part.job.task.vm, part.host, part.id,
+                         part.attempt)
+                if info.rc != mqtt.MQTT_ERR_SUCCESS:
+                    log.warning("publish of %s to %s: %s; its timer will retry it", part.id, part.host,
+                                mqtt.error_string(info.rc))
+            except Exception as exc:      # noqa: BLE001 - a bad host name fails this task, not the enactor
+                log.warning("cannot send %s to %s: %s", part.job.task.kind, part.host, exc)
+                with self._lock:
+                    self._pending.pop(part.id, None)
+                    part.result = fast.Result("unknown", (fast.VmResult(part.job.task.vm, fast.ERROR, str(exc)),))
+                    more: list[_Part] = []
+                    self._settled(part, more)
+                self._publish(more)
+
+    def _tick_loop(self) -> None:
+        while not self._closing:
+            try:
+                self._tick()
+            except Exception:      # noqa: BLE001 - the timers must keep running
+                log.exception("enactor timer failed")
+            time.sleep(TICK)
+
+    def _tick(self) -> None:
+        sends: list[_Part] = []
+        with self._lock:
+            now = self.clock()
+            for part in [p for p in self._pending.values() if p.deadline <= now]:
+                self._pending.pop(part.id, None)
+                if part.attempt <= self.task_retries:
+                    log.warning("no result for %s %s on %s within %g s (%s); sending it again", part.job.task.kind,
+                                part.job.task.vm, part.host, self.task_timeout, part.id)
+                    if part in self._unsent:
+                        self._unsent.remove(part)
+                    self._send(part, sends)
+                else:
+                    log.warning("%s %s on %s: no result after %d attempts", part.job.task.kind, part.job.task.vm,
+                                part.host, part.attempt)
+                    if part in self._unsent:
+                        self._unsent.remove(part)
+                    part.timed_out = True
+                    self._settled(part, sends)
+            if self._ready.is_set() and self._unsent:
+                sends.extend(self._unsent)
+                self._unsent.clear()
+            self._check_silence()
+        self._publish(sends)
+
+    def _check_silence(self) -> None:
+        if self.host_timeout is None:
+            return
+        now = self.clock()
+        for info in self._hosts.values():
+            if info.alive and now - info.last_seen > self.host_timeout:
+                info.alive = False
+                log.warning("host %s silent for %g s: not alive", info.name, now - info.last_seen)
+
+    def _settled(self, part: _Part, sends: list[_Part]) -> None:
+        """A part has its result or has timed out: settle its job, then its wave (lock held)."""
+        job = part.job
+        if not all(p.done for p in job.parts):
+            return
+        ok = all(p.result is not None and p.result.ok for p in job.parts)
+        details = "; ".join(d for d in (self._details(p) for p in job.parts) if d)
+        timed_out = any(p.timed_out for p in job.parts)
+        self._outcomes.append(TaskOutcome(job.task, ok, details, timed_out))
+        if ok:
+            self._record(job.task)
+        batch = job.batch
+        wave = batch.waves[batch.index]
+        if not all(all(p.done for p in j.parts) for j in wave):
+            return
+        wave_ok = all(o.ok for o in self._outcomes_of(wave))
+        batch.index += 1
+        if wave_ok and batch.index < len(batch.waves):
+            self._start_wave(batch, sends)
+            return
+        if not wave_ok:
+            for later in batch.waves[batch.index:]:
+                for j in later:
+                    self._outcomes.append(TaskOutcome(j.task, False, f"not sent: wave {batch.index - 1} failed",
+                                                      skipped=True))
+        self._batches.remove(batch)
+        self._idle.notify_all()
+
+    def _outcomes_of(self, wave: list[_Job]):
+        for job in wave:
+            yield TaskOutcome(job.task, all(p.result is not None and p.result.ok for p in job.parts))
+
+    def _details(self, part: _Part) -> str:
+        if part.timed_out:
+            return f"no result from {part.host} after {part.attempt} attempts of {self.task_timeout:g} s"
+        assert part.result is not None
+        if part.result.ok:
+            return part.result.details
+        return part.result.details or f"{part.host} answered {part.result.kind}"
+
+    def _record(self, task: VmTask) -> None:
+        vm = task.vm
+        if task.kind == START:
+            self._running[vm] = (task.host, "running")
+        elif task.kind == STOP:
+            self._running.pop(vm, None)
+        elif task.kind == SUSPEND:
+            self._running[vm] = (task.host, "paused")
+        elif task.kind == RESUME:
+            self._running[vm] = (task.host, "running")
+        elif task.kind == MIGRATE:
+            state = self._running.get(vm, (task.host, "running"))[1]
+            if task.swap_with is not None:
+                other = self._running.get(task.swap_with, (task.destination, "running"))[1]
+                self._running[task.swap_with] = (task.host, other)
+            self._running[vm] = (task.destination, state)
+
+    # ------------------------------------------------------------------------------------------- MQTT events
+    def _guard(self, handler):
+        def callback(*args) -> None:
+            try:
+                handler(*args)
+            except Exception:      # noqa: BLE001 - paho's network thread must survive anything
+                log.exception("enactor: failed to handle an MQTT event")
+        return callback
+
+    def _on_connect(self, client: mqtt.Client, _userdata, _flags, reason_code, _properties) -> None:
+        if reason_code.is_failure:
+            log.warning("MQTT broker %s refused the connection: %s", self.broker, reason_code)
+            return
+        _rc, self._sub_mid = client.subscribe([(fast.ALL_RESULTS, 1), (fast.ALL_STATUS, 1)])
+        log.info("connected to MQTT broker %s", self.broker)
+
+    def _on_subscribe(self, _client, _userdata, mid, reason_codes, _properties) -> None:
+        if mid != self._sub_mid:
+            return
+        if any(rc.is_failure for rc in reason_codes):
+            log.warning("MQTT broker %s refused our subscriptions: %s", self.broker, reason_codes)
+            return
+        self._ready.set()
+        with self._lock:
+            sends, self._unsent = self._unsent, []
+        self._publish(sends)
+
+    def _on_disconnect(self, _client, _userdata, _flags, reason_code, _properties) -> None:
+        self._ready.clear()
+        if not self._closing:
+            log.warning("lost MQTT broker %s (%s); reconnecting", self.broker, reason_code)
+
+    def _seen(self, host: str) -> HostInfo:
+        info = self._hosts.get(host)
+        if info is None:
+            info = self._hosts[host] = HostInfo(host)
+        info.last_seen = self.clock()
+        if not info.alive:
+            log.info("host %s is back", host)
+        info.alive = True
+        return info
+
+    def _on_status(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
+        try:
+            host = fast.host_of_topic(msg.topic)
+            status = fast.parse_status(msg.payload)
+        except fast.FastProtocolError as exc:
+            log.warning("dropped a status message on %s: %s", msg.topic, exc)
+            return
+        with self._lock:
+            info = self._seen(host)
+            if status.task == "init":
+                capacity = {}
+                if status.vcpus is not None:
+                    capacity["vcpus"] = status.vcpus
+                if status.memory_kib is not None:
+                    capacity["memory_mb"] = status.memory_kib // 1024
+                info.capacity = capacity
+                log.info("host %s announced itself (%s)", host, capacity)
+
+    def _on_result(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
+        try:
+            host = fast.host_of_topic(msg.topic)
+            result = fast.parse_result(msg.payload)
+        except fast.FastProtocolError as exc:
+            log.warning("dropped a result on %s: %s", msg.topic, exc)
+            return
+        sends: list[_Part] = []
+        with self._lock:
+            self._seen(host)
+            part = self._pending.get(result.id) if result.id is not None else None
+            if part is None:
+                log.info("result %s on %s matches no task under way (late, retried or not ours): dropped",
+                         result.id, msg.topic)
+                return
+            if part.host != host:
+                log.warning("result %s came from %s, but its task went to %s: dropped", result.id, host, part.host)
+                return
+            del self._pending[result.id]
+            part.result = result
+            if not result.ok:
+                log.warning("%s %s on %s failed: %s", part.job.task.kind, part.job.task.vm, host,
+                            result.details or result.kind)
+            self._settled(part, sends)
+        self._publish(sends)
+
+
+__all__ = ["MqttEnactor", "minimal_domain_xml", "parse_vm_name"]

@@ -1,0 +1,221 @@
+"""The MQTT enactor against a real mosquitto and real agents on libvirt test hosts: reconciled plans really change
+the domains (start, swap, suspend, resume elsewhere, stop), an agent's error, a host nobody serves, announcements and
+silence, malformed messages, and a broker that restarts under it."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import libvirt
+import pytest
+
+from optlease.enact import fast
+from optlease.enact.agent import Agent, Broker, Hypervisor
+from optlease.enact.agent.hypervisor import quiet_libvirt
+from optlease.enact.base import HostInfo, VmTask, vm_name
+from optlease.enact.mqtt import MqttEnactor, minimal_domain_xml
+from optlease.formats.config import parse_config
+from optlease.reconcile import ABSENT, RUNNING, SUSPENDED, VmPlacement, reconcile
+
+from mqtt_broker import Mosquitto, Probe, mosquitto  # noqa: F401 - the fixture
+
+NODE_XML = """<node>
+  <cpu><nodes>1</nodes><sockets>1</sockets><cores>4</cores><threads>1</threads><active>4</active>
+       <mhz>2000</mhz><model>i686</model></cpu>
+  <memory>8388608</memory>
+</node>
+"""
+A, B = vm_name(1, 1), vm_name(2, 1)
+LIBVIRT_STATE = {RUNNING: "running", SUSPENDED: "paused"}
+
+
+@pytest.fixture
+def enactor(mosquitto):  # noqa: F811
+    """make(**options): an enactor on the test broker (made before the agents, so it hears their announcements)."""
+    made: list[MqttEnactor] = []
+
+    def make(**options) -> MqttEnactor:
+        options.setdefault("task_timeout", 5.0)
+        options.setdefault("domain_xml", lambda t: minimal_domain_xml(t, "test"))
+        e = MqttEnactor(mosquitto.host, mosquitto.port, connect_timeout=10, **options)
+        assert e.connected
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.close()
+
+
+@pytest.fixture
+def agents(mosquitto, tmp_path: Path):  # noqa: F811
+    """start(*hosts): one in-process agent per host, each on its own libvirt test node."""
+    quiet_libvirt()
+    started: list[tuple[Agent, libvirt.virConnect]] = []
+
+    def start(*hosts: str) -> dict[str, Agent]:
+        out = {}
+        for host in hosts:
+            node = tmp_path / f"{host}.xml"
+            node.write_text(NODE_XML)
+            conn = libvirt.open(f"test://{node}")
+            agent = Agent(host, Hypervisor(conn), Broker(mosquitto.host, mosquitto.port))
+            agent.start()
+            started.append((agent, conn))
+            out[host] = agent
+        return out
+
+    yield start
+    for agent, conn in started:
+        agent.stop()
+        conn.close()
+
+
+def settle(e: MqttEnactor, tasks: list[VmTask], timeout: float = 20.0):
+    e.submit(tasks)
+    assert e.wait_idle(timeout), "tasks did not settle in time"
+    return e.outcomes()
+
+
+def domains(agents: dict[str, Agent]) -> dict[str, tuple[str, str]]:
+    """What libvirt really holds: vm -> (host, state), for the domains that exist."""
+    out = {}
+    for host, agent in agents.items():
+        for dom in agent.hv.conn.listAllDomains(0):
+            out[dom.name()] = (host, agent.hv.state(dom.name()))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- real changes
+
+def vm(host, state=RUNNING):
+    return VmPlacement(host if state != ABSENT else None, state, vcpus=4, memory_mb=256)
+
+
+PLANS = [
+    ("start", {A: vm("h1"), B: vm("h2")}),
+    ("swap", {A: vm("h2"), B: vm("h1")}),            # both hosts full (4 vcpus each): a swap, two migrations
+    ("suspend", {A: vm("h2", SUSPENDED), B: vm("h1")}),
+    ("resume-elsewhere", {A: vm("h3"), B: vm("h1")}),  # the paused image moves warm, then resumes on h3
+    ("stop", {}),
+]
+
+
+def test_reconciled_plans_really_change_the_domains(enactor, agents):
+    e = enactor()
+    hosts = agents("h1", "h2", "h3")
+    assert e.wait_hosts(hosts, 10)
+    assert e.hosts()["h1"].capacity == {"vcpus": 4, "memory_mb": 8192}
+    for step, desired in PLANS:
+        b = reconcile(e.running(), desired, e.hosts(), "live")
+        assert b.tasks and not b.lost, step
+        if step == "swap":
+            assert [t.swap_with for t in b.migrate] == [B]
+        outcomes = settle(e, b.tasks)
+        assert {o.task for o in outcomes} == set(b.tasks)
+        assert all(o.ok for o in outcomes), (step, outcomes)
+        expected = {name: (p.host, LIBVIRT_STATE[p.state]) for name, p in desired.items()}
+        assert domains(hosts) == expected, step
+        assert e.running() == expected, step
+
+
+def test_an_error_answer_is_a_failed_outcome_and_later_waves_are_skipped(enactor, agents):
+    e = enactor()
+    agents("h1")
+    assert e.wait_hosts(["h1"], 10)
+    start = VmTask("start", 7, 1, "h1", vcpus=1, memory_mb=128)
+    assert [o.ok for o in settle(e, [start])] == [True]
+    # a VM of that name already runs there: the agent answers status: error, and wave 1 is never sent
+    again = settle(e, [start, VmTask("suspend", 7, 1, "h1", wave=1)])
+    by_kind = {o.task.kind: o for o in again}
+    assert not by_kind["start"].ok and "already running" in by_kind["start"].details
+    assert by_kind["suspend"].skipped and not by_kind["suspend"].ok
+    assert e.running() == {vm_name(7, 1): ("h1", "running")}
+
+
+def test_a_host_without_agent_times_out_after_the_retries(enactor, mosquitto):  # noqa: F811
+    e = enactor(task_timeout=0.5, task_retries=2)
+    probe = Probe(mosquitto, ["fast/migfra/ghost/task"])
+    try:
+        began = time.monotonic()
+        (outcome,) = settle(e, [VmTask("start", 1, 1, "ghost")], timeout=10)
+        took = time.monotonic() - began
+        sent = probe.quiet(0.2)
+    finally:
+        probe.close()
+    assert not outcome.ok and outcome.timed_out and "after 3 attempts" in outcome.details
+    assert 1.4 <= took < 4
+    # three copies went out, each with a fresh id
+    ids = [fast.parse_task(m.payload).id for m in sent]
+    assert len(ids) == 3 and len(set(ids)) == 3
+
+
+# ------------------------------------------------------------------------------------------- hosts and noise
+
+def test_announcements_silence_and_malformed_messages(enactor, agents, mosquitto):  # noqa: F811
+    e = enactor(host_timeout=1.0)
+    probe = Probe(mosquitto, ["optlease-test/nothing"])
+    try:
+        agents("h1")
+        probe.publish(fast.status_topic("h9"), fast.AgentStatus("h9", "init", 2, 4 * 1024 * 1024).encode())
+        assert e.wait_hosts(["h1", "h9"], 10)
+        assert e.hosts()["h9"].capacity == {"vcpus": 2, "memory_mb": 4096}
+        # noise on both topics: dropped and logged, the enactor goes on
+        for topic in (fast.result_topic("h1"), fast.status_topic("h1")):
+            for payload in (b"", b"\xff\xfe", b"result: [", b"- a list", b"---\nresult: vm started\nid: t-x\n"
+                            b"list: [{vm-name: a, status: maybe}]\n---", b"---\nresult: vm stopped\nid: t-nobody\n---"):
+                probe.publish(topic, payload)
+        probe.publish("fast/migfra/h1/result/extra", b"---\nresult: vm started\n---")
+        # the agent announces itself only when it connects: after the host timeout both hosts are silent
+        deadline = time.monotonic() + 5
+        while any(info.alive for info in e.hosts().values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {h: i.alive for h, i in e.hosts().items()} == {"h1": False, "h9": False}
+        # any answer is a sign of life again
+        assert [o.ok for o in settle(e, [VmTask("start", 3, 1, "h1")])] == [True]
+        assert e.hosts()["h1"].alive and not e.hosts()["h9"].alive
+    finally:
+        probe.close()
+
+
+def test_a_broker_restart_mid_run(enactor, agents, mosquitto):  # noqa: F811
+    e = enactor(task_timeout=3.0)
+    hosts = agents("h1", "h2")
+    assert e.wait_hosts(hosts, 10)
+    assert all(o.ok for o in settle(e, [VmTask("start", 1, 1, "h1"), VmTask("start", 2, 1, "h2")]))
+    mosquitto.stop()
+    deadline = time.monotonic() + 5
+    while e.connected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not e.connected
+    # submitted while the broker is away: waits for the subscriptions, keeps its timer, goes out after
+    e.submit([VmTask("suspend", 1, 1, "h1")])
+    mosquitto.start()
+    assert e.wait_idle(20)
+    outcomes = e.outcomes()
+    # the agents may come back after the enactor: a suspend that found nobody is retried until one did
+    assert [o.ok for o in outcomes] == [True], outcomes
+    assert settle(e, [VmTask("migrate", 2, 1, "h2", destination="h1", migration_type="warm")])[0].ok
+    assert domains(hosts) == {A: ("h1", "paused"), B: ("h1", "running")}
+
+
+def test_mqtt_section_of_the_configuration(mosquitto):  # noqa: F811
+    text = (f"[general]\nmode: fast\n[scheduling]\nsuspension: all\nsuspend-rate: 32\nresume-rate: 32\n"
+            f"[accounting]\n[mqtt]\nhost: {mosquitto.host}\nport: {mosquitto.port}\ntask-timeout: 0.5\n"
+            f"task-retries: 0\nhost-timeout: 2.5\n")
+    cfg = parse_config(text)
+    e = MqttEnactor.from_config(cfg, connect_timeout=10)
+    try:
+        assert e.connected and (e.task_timeout, e.task_retries, e.host_timeout) == (0.5, 0, 2.5)
+        assert cfg.get("mqtt", "keepalive") == 30 and cfg.get("mqtt", "username") is None
+    finally:
+        e.close()
+
+
+def test_no_broker_at_all_never_raises():
+    e = MqttEnactor("127.0.0.1", 1, task_timeout=0.2, task_retries=0, connect_timeout=0.3)
+    try:
+        (outcome,) = settle(e, [VmTask("stop", 1, 1, "h1")], timeout=5)
+        assert outcome.timed_out and not e.connected and e.hosts() == {}
+    finally:
+        e.close()
