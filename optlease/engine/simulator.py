@@ -1,17 +1,17 @@
 """The simulated clock: replays a workload through the lease scheduler, skipping from one event to the next.
 
-At each instant, in Haizea's order: premature ends, reservations ending, reservations starting, new requests and
-one scheduling round, then starts and ends again (for what the round placed now and for zero-length reservations).
+Each instant runs the step shared with the daemon (optlease.engine.loop.Stepper); only the clock differs.
 """
 from __future__ import annotations
 
-import heapq
 import time
 from dataclasses import dataclass, field
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
+from optlease.engine.clock import SimulatedClock
 from optlease.engine.log import EventLog
+from optlease.engine.loop import Stepper
 from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
@@ -51,36 +51,8 @@ class Simulator:
         self.sched = LeaseScheduler(site, opts, policies, log)
         self.leases = [Lease(r, {v: self.sched.table.vector(d) for v, d in enumerate(r.vms, start=1)})
                        for r in self.requests]
-        self._premature: list[tuple[int, int, int, Lease]] = []
-
-    def _start(self, now: int) -> None:
-        for rr in self.sched.table.starting_at(now):
-            if rr.state != "scheduled":
-                continue
-            real_end = self.sched.start_rr(rr, now)
-            if real_end is not None:
-                heapq.heappush(self._premature, (real_end, rr.lease.id, rr.seq, rr.lease))
-
-    def _end(self, now: int) -> None:
-        for rr in self.sched.table.ending_at(now):
-            if rr.state == "active":
-                self.sched.end_rr(rr, now)
-
-    def _prematures(self, now: int) -> None:
-        while self._premature and self._premature[0][0] <= now:
-            t, _, seq, lease = heapq.heappop(self._premature)
-            vmrr = lease.last_vmrr()
-            if t == now and vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and now < vmrr.end:
-                self.sched.premature_end(lease, now)
-
-    def _next_premature(self) -> int | None:
-        while self._premature:
-            t, _, seq, lease = self._premature[0]
-            vmrr = lease.last_vmrr()
-            if vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and t < vmrr.end:
-                return t
-            heapq.heappop(self._premature)
-        return None
+        self.stepper = Stepper(self.sched)
+        self.clock = SimulatedClock()
 
     def _done(self, next_arrival: int) -> bool:
         sched = self.sched
@@ -97,38 +69,30 @@ class Simulator:
 
     def run(self) -> SimulationResult:
         wall = time.perf_counter()
-        log, sched = self.log, self.sched
+        log, sched, stepper, clock, leases = self.log, self.sched, self.stepper, self.clock, self.leases
         log.status("CLOCK", "Starting simulated clock")
-        now, i, rounds = 0, 0, 0
+        now, i = clock.now(), 0
         last_status = 0
         while True:
-            log.now = now
-            self._prematures(now)
-            self._end(now)
-            self._start(now)
-            while i < len(self.leases) and self.leases[i].req.arrival <= now:
-                sched.request(self.leases[i], now)
-                i += 1
-            sched.schedule(now)
-            rounds += 1
-            self._start(now)
-            self._end(now)
+            j = i
+            while j < len(leases) and leases[j].req.arrival <= now:
+                j += 1
+            stepper.step(now, leases[i:j])
+            i = j
             if self.status_interval and now - last_status >= self.status_interval * 60:
                 self.print_status()
                 last_status = now
             if self._done(i):
                 break
-            candidates = [t for t in (sched.table.next_event_after(now), self._next_premature(),
-                                      self.leases[i].req.arrival if i < len(self.leases) else None)
-                          if t is not None]
-            if not candidates:
+            nxt = stepper.next_event(now)
+            if i < len(leases) and (nxt is None or leases[i].req.arrival < nxt):
+                nxt = leases[i].req.arrival
+            if nxt is None:
                 raise RuntimeError(f"simulation is stuck at t={now}: leases remain but nothing will happen")
-            now = min(candidates)
-            if rounds % 512 == 0:
-                sched.table.prune(now)
+            now = clock.advance(nxt)
         log.status("CLOCK", "Simulated clock has stopped")
         return SimulationResult(self.site, sorted(self.leases, key=lambda lease: lease.id), now,
-                                time.perf_counter() - wall, self.opts, rounds)
+                                time.perf_counter() - wall, self.opts, stepper.rounds)
 
     def print_status(self) -> None:
         """Haizea's status summary: leases by state, each with its kinds."""

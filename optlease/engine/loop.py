@@ -1,0 +1,95 @@
+"""The per-instant step that the simulator and the daemon share, and what a user may do to a lease between steps.
+
+At each instant, in Haizea's order: premature ends, reservations ending, reservations starting, new requests and
+one scheduling round, then starts and ends again (for what the round placed now and for zero-length reservations).
+Only the clock (simulated or real) and the enactment around it differ between a simulation and a daemon.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Iterable
+
+from optlease.domain.lease import LeaseState
+from optlease.scheduling.leasesched import LeaseScheduler
+from optlease.scheduling.records import Lease
+
+S = LeaseState
+
+
+class Stepper:
+    """Runs steps of one LeaseScheduler and knows when the next thing will happen."""
+
+    def __init__(self, sched: LeaseScheduler) -> None:
+        self.sched = sched
+        self.rounds = 0
+        self._premature: list[tuple[int, int, int, Lease]] = []
+
+    def step(self, now: int, arrivals: Iterable[Lease] = ()) -> None:
+        sched = self.sched
+        sched.log.now = now
+        self._prematures(now)
+        self._end(now)
+        self._start(now)
+        for lease in arrivals:
+            sched.request(lease, now)
+        sched.schedule(now)
+        self.rounds += 1
+        self._start(now)
+        self._end(now)
+        if self.rounds % 512 == 0:
+            sched.table.prune(now)
+
+    def next_event(self, now: int) -> int | None:
+        """The next instant at which a reservation starts or ends, or a lease really ends (None: nothing planned)."""
+        a, b = self.sched.table.next_event_after(now), self._next_premature()
+        if a is None:
+            return b
+        return a if b is None or a <= b else b
+
+    def _start(self, now: int) -> None:
+        for rr in self.sched.table.starting_at(now):
+            if rr.state != "scheduled":
+                continue
+            real_end = self.sched.start_rr(rr, now)
+            if real_end is not None:
+                heapq.heappush(self._premature, (real_end, rr.lease.id, rr.seq, rr.lease))
+
+    def _end(self, now: int) -> None:
+        for rr in self.sched.table.ending_at(now):
+            if rr.state == "active":
+                self.sched.end_rr(rr, now)
+
+    def _prematures(self, now: int) -> None:
+        while self._premature and self._premature[0][0] <= now:
+            t, _, seq, lease = heapq.heappop(self._premature)
+            vmrr = lease.last_vmrr()
+            if t == now and vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and now < vmrr.end:
+                self.sched.premature_end(lease, now)
+
+    def _next_premature(self) -> int | None:
+        while self._premature:
+            t, _, seq, lease = self._premature[0]
+            vmrr = lease.last_vmrr()
+            if vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and t < vmrr.end:
+                return t
+            heapq.heappop(self._premature)
+        return None
+
+
+def cancel(sched: LeaseScheduler, lease: Lease, now: int) -> None:
+    """A user cancels a lease: its reservations leave the slot table (what already ran is kept as history), it
+    leaves the queue, and it ends as cancelled. The next scheduling round uses the room it frees."""
+    if lease.state is S.NEW:
+        lease.set_state(S.PENDING)
+    if lease in sched.pending:
+        sched.pending.remove(lease)
+    if lease in sched.queue:
+        sched.queue.remove(lease)
+    vmrr = lease.last_vmrr()
+    if vmrr is not None and any(rr.state in ("scheduled", "active") for rr in (*vmrr.pre, vmrr, *vmrr.post)):
+        sched.cancel_vmrr(vmrr, now)
+    sched.log.info("LSCHED", "Lease #%i has been cancelled." % lease.id)
+    lease.set_state(S.CANCELLED)
+    lease.end = now
+    sched.leases.pop(lease.id, None)
+    sched.finished.append(lease)
