@@ -1,0 +1,186 @@
+"""Haizea's client commands against a running daemon: `request-lease`, `cancel-lease`, `list-leases`,
+`show-queue`, `list-hosts` (each with `-s SERVER`, Haizea's XML-RPC URL)."""
+from __future__ import annotations
+
+import http.client
+import socket
+import sys
+import xmlrpc.client
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from optlease.cli.app import app
+
+DEFAULT_SERVER = "http://localhost:42493"
+TIMEOUT = 30.0
+Server = Annotated[str, typer.Option("-s", "--server", help="URL of the optlease (or Haizea) XML-RPC server.",
+                                     envvar="OPTLEASE_SERVER")]
+Debug = Annotated[bool, typer.Option("-D", "--debug", help="Accepted for Haizea compatibility.", hidden=True)]
+
+
+class _Transport(xmlrpc.client.Transport):
+    def make_connection(self, host):
+        conn = super().make_connection(host)
+        conn.timeout = TIMEOUT
+        return conn
+
+
+def _fail(message: str) -> typer.Exit:
+    print(f"optlease: error: {message}", file=sys.stderr)
+    return typer.Exit(1)
+
+
+def call(server: str, method: str, *args):
+    """One XML-RPC call; a daemon that is not there or a refusal becomes one line and exit 1."""
+    if not server.startswith(("http://", "https://")):
+        raise _fail(f"server {server!r} is not an http:// URL")
+    transport = xmlrpc.client.SafeTransport() if server.startswith("https://") else _Transport()
+    proxy = xmlrpc.client.ServerProxy(server, transport=transport, allow_none=True)
+    try:
+        return getattr(proxy, method)(*args)
+    except xmlrpc.client.Fault as exc:
+        raise _fail(str(exc.faultString).replace("\n", " ")) from None
+    except xmlrpc.client.ProtocolError as exc:
+        raise _fail(f"{server}: {exc.errcode} {exc.errmsg}") from None
+    except (OSError, http.client.HTTPException, socket.timeout) as exc:
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise _fail(f"cannot reach the lease manager at {server} ({why}); is `optlease serve` running?") from None
+
+
+def lease_xml(start: str, duration: str, numnodes: int, preemptible: Optional[bool], cpu: int, mem: int,
+              image: Optional[str], image_size: Optional[int]) -> str:
+    from lxml import etree
+
+    if start not in ("now", "best_effort") and not start.startswith("+") and not (len(start) >= 10
+                                                                                  and start[4] == "-"):
+        raise _fail(f"-t {start!r}: give an ISO time, +DD:HH:MM:SS, 'now' or 'best_effort'")
+    if duration == "unlimited":
+        raise _fail("-d unlimited: leases without an end are not supported; give HH:MM:SS")
+    lease = etree.Element("lease")
+    if preemptible is not None:
+        lease.set("preemptible", "true" if preemptible else "false")
+    nodes = etree.SubElement(etree.SubElement(lease, "nodes"), "node-set", numnodes=str(numnodes))
+    etree.SubElement(nodes, "res", type="CPU", amount=str(cpu))
+    etree.SubElement(nodes, "res", type="Memory", amount=str(mem))
+    start_el = etree.SubElement(lease, "start")
+    if start == "now":
+        etree.SubElement(start_el, "now")
+    elif start != "best_effort":
+        etree.SubElement(start_el, "exact", time=start)
+    etree.SubElement(lease, "duration", time=duration)
+    software = etree.SubElement(lease, "software")
+    if image:
+        etree.SubElement(software, "disk-image", id=image, size=str(image_size or 0 or 1))
+    else:
+        etree.SubElement(software, "none")
+    return etree.tostring(lease, encoding="unicode")
+
+
+@app.command("request-lease")
+def request_lease(
+    server: Server = DEFAULT_SERVER,
+    file: Annotated[Optional[Path], typer.Option("-f", "--file", help="File with a <lease> XML description.",
+                                                 dir_okay=False)] = None,
+    start: Annotated[Optional[str], typer.Option("-t", "--start", help="Start: ISO time, +DD:HH:MM:SS from now, "
+                                                 "'now' or 'best_effort'.")] = None,
+    duration: Annotated[Optional[str], typer.Option("-d", "--duration", help="Duration [DD:]HH:MM:SS.")] = None,
+    numnodes: Annotated[Optional[int], typer.Option("-n", "--numnodes", min=1, help="Number of nodes.")] = None,
+    preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--non-preemptible",
+                                                        help="Whether the lease may be preempted.")] = None,
+    cpu: Annotated[int, typer.Option("-c", "--cpu", min=1, max=100, help="CPU percentage per node "
+                                     "(0 < c <= 100).")] = 100,
+    mem: Annotated[int, typer.Option("-m", "--mem", min=1, help="Memory per node (MB).")] = 1024,
+    vmimage: Annotated[Optional[str], typer.Option("-i", "--vmimage", help="Disk image identifier.")] = None,
+    vmimagesize: Annotated[Optional[int], typer.Option("-z", "--vmimagesize", min=1,
+                                                       help="Disk image size (MB).")] = None,
+    debug: Debug = False,
+) -> None:
+    """Request a new lease (from options or from a <lease> XML file)."""
+    if file is not None:
+        try:
+            xml = file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _fail(f"{file}: {getattr(exc, 'strerror', None) or exc}") from None
+    else:
+        missing = [opt for opt, value in (("-t", start), ("-d", duration), ("-n", numnodes)) if value is None]
+        if missing:
+            raise _fail(f"give -f FILE, or {', '.join(missing)} (with -t, -d and -n)")
+        xml = lease_xml(start, duration, numnodes, preemptible, cpu, mem, vmimage, vmimagesize)
+    lease_id = call(server, "create_lease", xml)
+    print("Lease submitted correctly.")
+    print(f"Lease ID: {lease_id}")
+
+
+@app.command("cancel-lease")
+def cancel_lease(
+    lease: Annotated[int, typer.Option("-l", "--lease", help="ID of the lease to cancel.")],
+    server: Server = DEFAULT_SERVER,
+    debug: Debug = False,
+) -> None:
+    """Cancel a lease."""
+    call(server, "cancel_lease", lease)
+    print(f"Lease {lease} cancelled.")
+
+
+HEADER = (("ID", 5), ("Type", 14), ("State", 11), ("Starting time", 24), ("Duration", 14), ("Nodes", 7))
+
+
+def lease_rows(xmls: list[str]) -> list[tuple[str, ...]]:
+    from lxml import etree
+
+    from optlease.formats.lwf import safe_parser
+
+    rows = []
+    for xml in xmls:
+        elem = etree.fromstring(xml.encode(), safe_parser())
+        exact = elem.find("start/exact")
+        now = elem.find("start/now")
+        start = exact.get("time") if exact is not None else ("Now" if now is not None else "Unspecified")
+        numnodes = sum(int(ns.get("numnodes", "1")) for ns in elem.iter("node-set"))
+        kind = elem.get("type") or ("AR" if exact is not None else "Immediate" if now is not None
+                                    else "Best-effort")
+        dur = elem.find("duration")
+        rows.append((elem.get("id", "?"), kind, elem.get("state", "?"), start,
+                     dur.get("time", "?") if dur is not None else "?", str(numnodes)))
+    return rows
+
+
+def print_table(header, rows) -> None:
+    """Haizea's layout: left-aligned columns, each widened to its longest value when needed."""
+    header = tuple((name, max([width] + [len(row[i]) + 2 for row in rows])) for i, (name, width) in enumerate(header))
+    print(" " + "".join(f"{name:<{width}}" for name, width in header))
+    for row in rows:
+        print(" " + "".join(f"{value:<{width}}" for value, (_, width) in zip(row, header)).rstrip())
+
+
+@app.command("list-leases")
+def list_leases(
+    server: Server = DEFAULT_SERVER,
+    all_leases: Annotated[bool, typer.Option("-a", "--all", help="Also list done, cancelled and rejected "
+                                             "leases.")] = False,
+    debug: Debug = False,
+) -> None:
+    """List the leases in the system (not done or cancelled ones, unless --all)."""
+    xmls = call(server, "get_leases", True) if all_leases else call(server, "get_leases")
+    print_table(HEADER, lease_rows(xmls))
+
+
+@app.command("show-queue")
+def show_queue(server: Server = DEFAULT_SERVER, debug: Debug = False) -> None:
+    """Show the best-effort queue."""
+    rows = lease_rows(call(server, "get_queue"))
+    if not rows:
+        print("Queue is empty.")
+        return
+    print_table(HEADER, rows)
+
+
+@app.command("list-hosts")
+def list_hosts(server: Server = DEFAULT_SERVER, debug: Debug = False) -> None:
+    """List the hosts the lease manager schedules on."""
+    hosts = call(server, "get_hosts")
+    rows = [(str(h.get("id")), str(h.get("hostname")), str(h.get("cpu")), str(h.get("mem")),
+             "up" if h.get("alive", True) else "down") for h in hosts]
+    print_table((("ID", 5), ("Hostname", 16), ("CPU", 8), ("Memory", 10), ("State", 6)), rows)

@@ -1,0 +1,254 @@
+"""The request API: Haizea's XML-RPC interface (`create_lease`, `cancel_lease`, `get_leases`, `get_lease`,
+`get_queue`, `get_hosts`, `test_func`), so Haizea's own clients work unchanged.
+
+Lease XML is read with the project's safe parser (no DTD, no entities, no network) and checked against the site
+before anything is stored; every refusal is an XML-RPC Fault with a one-line message. With a token configured the
+server answers only on the path `/<token>` (clients put it in the URL: `http://host:42493/<token>`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import ipaddress
+from datetime import datetime
+from xmlrpc.client import Fault
+from xmlrpc.server import SimpleXMLRPCRequestHandler, SimpleXMLRPCServer
+
+from lxml import etree
+
+from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
+from optlease.domain.site import Site
+from optlease.engine.daemon import Manager
+from optlease.errors import InputError
+from optlease.formats import lwf
+from optlease.formats.timefmt import format_duration, format_time
+
+MAX_XML_BYTES = 64 * 1024
+MAX_BODY_BYTES = 256 * 1024
+MAX_SECONDS = 100 * 365 * 86400        # no lease lasts or starts more than a century from now
+MAX_AMOUNT = 2**31 - 1
+
+
+def parse_lease_xml(xml: str, lease_id: int, arrival: int, origin: datetime, site: Site) -> LeaseRequest:
+    """One <lease> element as a request arriving now; InputError (one line) for anything the site cannot take."""
+    data = xml.encode() if isinstance(xml, str) else xml
+    if not isinstance(data, bytes):
+        raise InputError("the lease must be given as an XML string")
+    if len(data) > MAX_XML_BYTES:
+        raise InputError(f"lease XML is {len(data)} bytes; at most {MAX_XML_BYTES} are accepted")
+    try:
+        root = etree.fromstring(data, lwf.safe_parser())
+    except etree.XMLSyntaxError as exc:
+        raise InputError(f"malformed lease XML: {exc.msg}") from None
+    if root is None or root.tag != "lease":
+        raise InputError(f"root element is <{getattr(root, 'tag', '?')}>, expected <lease>")
+    if root.getroottree().docinfo.doctype or root.getroottree().docinfo.internalDTD is not None:
+        raise InputError("lease XML may not have a DOCTYPE (no DTDs or entities are accepted)")
+    _check_numbers(root, site)
+    reader = lwf._Reader("lease", origin)
+    try:
+        req = reader.lease(root, lease_id, arrival, None)
+    except InputError as exc:
+        raise InputError(exc.message) from None
+    if req.duration > MAX_SECONDS:
+        raise InputError(f"duration {format_duration(req.duration)} is too long (at most 100 years)")
+    if req.kind is LeaseKind.AR:
+        if req.start < arrival:
+            raise InputError(f"start time {format_time(origin, req.start)} is in the past")
+        if req.start - arrival > MAX_SECONDS:
+            raise InputError("start time is more than 100 years away")
+    for vm in req.vms:
+        for rtype, amount in vm.items():
+            if rtype not in site.resource_types:
+                raise InputError(f"resource type {rtype!r} is not one the site has "
+                                 f"({' '.join(site.resource_types)})")
+            most = max(site.capacity(n).get(rtype, 0) for n in site.node_ids)
+            if amount > most:
+                raise InputError(f"{rtype} {amount} per node is more than any node has ({most})")
+    extra = {k: v for k, v in req.extra.items() if k != "source"}
+    return dataclasses.replace(req, extra=extra)
+
+
+def _check_numbers(root, site: Site) -> None:
+    """Before the reader expands node sets: no absurd counts or amounts."""
+    total = 0
+    for node_set in root.iter("node-set"):
+        raw = (node_set.get("numnodes") or "").strip()
+        if raw.isdigit():
+            if len(raw) > 12:
+                raise InputError(f"numnodes={raw[:20]} is far too large")
+            total += int(raw)
+    if total > len(site.nodes):
+        raise InputError(f"the lease asks for {total} nodes; the site has {len(site.nodes)}")
+    for res in root.iter("res"):
+        raw = (res.get("amount") or "").strip()
+        if raw.lstrip("-").isdigit() and (len(raw) > 12 or int(raw) > MAX_AMOUNT):
+            raise InputError(f"amount={raw[:20]} of {res.get('type')} is far too large")
+
+
+def state_label(state: LeaseState) -> str:
+    """Haizea's spelling: Scheduled, Active, Suspended-Queued..."""
+    return "-".join(p.capitalize() for p in state.value.split("-"))
+
+
+def lease_to_xml(lease, origin: datetime) -> str:
+    """A lease as Haizea's get_leases returns it (its request's <lease> XML with `id` and `state`), plus
+    optlease's own attributes: `type`, `start-time` (planned or actual start), `end-time`."""
+    req = lease.req
+    elem = etree.Element("lease", id=str(req.id), state=state_label(lease.state),
+                         preemptible="true" if req.preemptible else "false", type=req.kind.label)
+    vmrr = lease.last_vmrr()
+    start = lease.first_start if lease.first_start is not None else (vmrr.start if vmrr is not None else None)
+    if start is not None:
+        elem.set("start-time", format_time(origin, start))
+    if lease.end is not None:
+        elem.set("end-time", format_time(origin, lease.end))
+    if lease.reason:
+        elem.set("reason", lease.reason)
+    nodes = etree.SubElement(elem, "nodes")
+    for vm in req.vms:
+        ns = etree.SubElement(nodes, "node-set", numnodes="1")
+        for rtype, amount in vm.items():
+            etree.SubElement(ns, "res", type=rtype, amount=str(amount))
+    start_el = etree.SubElement(elem, "start")
+    if req.kind is LeaseKind.AR:
+        etree.SubElement(start_el, "exact", time=format_time(origin, req.start))
+    elif req.kind is LeaseKind.IMMEDIATE:
+        etree.SubElement(start_el, "now")
+    etree.SubElement(elem, "duration", time=format_duration(req.duration))
+    software = etree.SubElement(elem, "software")
+    if req.software is None:
+        etree.SubElement(software, "none")
+    else:
+        etree.SubElement(software, "disk-image", id=req.software.id, size=str(req.software.size))
+    return etree.tostring(elem, encoding="unicode")
+
+
+class Api:
+    """The functions the XML-RPC server exposes; every failure is a Fault with one line."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.m = manager
+
+    def _dispatch(self, method: str, params: tuple):
+        func = getattr(self, method, None) if method in API_METHODS else None
+        if func is None:
+            raise Fault(1, f"unknown method {method!r}")
+        try:
+            return func(*params)
+        except Fault:
+            raise
+        except TypeError as exc:
+            raise Fault(1, f"{method}: bad arguments ({exc})".replace("\n", " ")) from None
+        except InputError as exc:
+            raise Fault(1, str(exc).replace("\n", " ")) from None
+
+    def create_lease(self, lease_xml: str) -> int:
+        m = self.m
+        if not isinstance(lease_xml, (str, bytes)):
+            raise InputError("create_lease takes the lease as an XML string")
+        xml = lease_xml if isinstance(lease_xml, str) else lease_xml.decode("utf-8", "replace")
+        return m.submit(lambda i, arrival: parse_lease_xml(lease_xml, i, arrival, m.origin, m.site), xml)
+
+    def cancel_lease(self, lease_id: int) -> int:
+        self.m.cancel(_lease_id(lease_id))
+        return 0
+
+    def get_leases(self, include_finished: bool = False) -> list[str]:
+        """Leases in the system (Haizea's meaning); `True` adds finished, cancelled and rejected ones."""
+        m = self.m
+        with m.lock:
+            leases = [lease for lease in m.all.values()
+                      if include_finished or lease.state not in (LeaseState.DONE, LeaseState.CANCELLED,
+                                                                 LeaseState.REJECTED, LeaseState.FAILED)]
+            return [lease_to_xml(lease, m.origin) for lease in sorted(leases, key=lambda lease: lease.id)]
+
+    def get_lease(self, lease_id: int) -> str:
+        m = self.m
+        with m.lock:
+            lease = m.all.get(_lease_id(lease_id))
+            if lease is None:
+                raise InputError(f"no lease {lease_id}")
+            return lease_to_xml(lease, m.origin)
+
+    def get_queue(self) -> list[str]:
+        m = self.m
+        with m.lock:
+            return [lease_to_xml(lease, m.origin) for lease in m.sched.queue]
+
+    def get_hosts(self) -> list[dict]:
+        m = self.m
+        with m.lock:
+            infos = m.enactor.hosts()
+            out = []
+            for i in m.site.node_ids:
+                name = m.host(i)
+                cap = m.site.capacity(i)
+                info = infos.get(name)
+                out.append({"id": i, "hostname": name, "cpu": cap.get("CPU", 0), "mem": cap.get("Memory", 0),
+                            "capacity": {k: v for k, v in cap.items()},
+                            "alive": True if info is None else bool(info.alive)})
+            return out
+
+    def test_func(self) -> int:
+        return 0
+
+
+API_METHODS = ("create_lease", "cancel_lease", "get_leases", "get_lease", "get_queue", "get_hosts", "test_func")
+
+
+def _lease_id(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise InputError(f"lease id {value!r} is not a whole number")
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"lease id {value!r} is not a whole number") from None
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InputError(f"[daemon] listen: {text!r} is not HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def make_server(manager: Manager, listen: str, token: str | None) -> SimpleXMLRPCServer:
+    host, port = parse_listen(listen)
+    if not is_loopback(host) and not token:
+        raise InputError(f"[daemon] listen: {host} is not loopback; set [daemon] token to let others in")
+    expected = "/" + token if token else None
+
+    class Handler(SimpleXMLRPCRequestHandler):
+        rpc_paths = ("/", "/RPC2")
+
+        def is_rpc_path_valid(self) -> bool:
+            if expected is None:
+                return self.path in self.rpc_paths
+            return hmac.compare_digest(self.path.encode(), expected.encode())
+
+        def do_POST(self) -> None:
+            length = self.headers.get("content-length", "")
+            if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+                self.send_response(413)
+                self.send_header("Content-length", "0")
+                self.end_headers()
+                return
+            super().do_POST()
+
+        def log_message(self, format: str, *args) -> None:
+            pass
+
+    server = SimpleXMLRPCServer((host, port), requestHandler=Handler, logRequests=False, allow_none=True,
+                                bind_and_activate=True)
+    server.register_instance(Api(manager))
+    return server

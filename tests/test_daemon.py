@@ -1,0 +1,279 @@
+"""The daemon as users run it: `optlease serve` as a process on a free loopback port, the client commands as
+processes, SQLite files in a temporary folder; kill -9 and restart; malformed requests; `serve --stop`."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import xmlrpc.client
+
+import pytest
+
+from conftest import REPO, run_cli
+
+CONF = """[general]
+loglevel: INFO
+mode: simulated
+persistence-file: state.db
+
+[scheduling]
+suspension: all
+suspend-rate: 32
+resume-rate: 32
+wakeup-interval: 5
+backfilling: aggressive
+
+[simulation]
+clock: real
+resources: 4 CPU:100 Memory:1024
+imagetransfer-bandwidth: 100
+
+[accounting]
+
+[daemon]
+listen: 127.0.0.1:{port}
+{extra}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def site(tmp_path):
+    port = free_port()
+    conf = tmp_path / "d.conf"
+    conf.write_text(CONF.format(port=port, extra=""))
+    return conf, f"http://127.0.0.1:{port}"
+
+
+def start_fg(conf) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(conf), "--fg"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: proc.poll() is not None or ping(conf), 20, "daemon start")
+    assert proc.poll() is None, proc.stderr.read()
+    return proc
+
+
+def ping(conf) -> bool:
+    port = conf.read_text().split("listen: 127.0.0.1:")[1].split()[0]
+    try:
+        return xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}").test_func() == 0
+    except OSError:
+        return False
+
+
+def wait_until(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def table(server, *extra) -> dict[int, list[str]]:
+    out = run_cli("list-leases", "-s", server, *extra, timeout=30)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split()[:4] == ["ID", "Type", "State", "Starting"]
+    rows = {}
+    for line in lines[1:]:
+        cells = line.split()
+        rows[int(cells[0])] = cells
+    return rows
+
+
+def states(server) -> dict[int, str]:
+    return {i: row[2] for i, row in table(server, "--all").items()}
+
+
+def request(server, *args) -> int:
+    out = run_cli("request-lease", "-s", server, *args, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "Lease submitted correctly."
+    return int(out.stdout.splitlines()[1].removeprefix("Lease ID: "))
+
+
+def test_leases_go_scheduled_active_done_and_serve_stop(site):
+    conf, server = site
+    out = run_cli("serve", "-c", conf, timeout=40)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Started optlease daemon with pid")
+    try:
+        assert request(server, "-t", "+00:00:08", "-d", "00:00:02", "-n", "1", "--non-preemptible",
+                       "-c", "100", "-m", "512", "-i", "foobar.img", "-z", "600") == 1
+        rows = table(server)
+        assert rows[1][1:3] == ["AR", "Scheduled"] and rows[1][-2:] == ["00:00:02.00", "1"]
+        assert request(server, "-t", "best_effort", "-d", "00:00:02", "-n", "4", "-c", "100", "-m", "512") == 2
+        assert request(server, "-t", "best_effort", "-d", "00:00:02", "-n", "4") == 3
+        assert request(server, "-t", "best_effort", "-d", "01:00:00", "-n", "4") == 4
+        rows = table(server, "--all")
+        assert rows[2][1] == "Best-effort" and rows[2][2] in ("Scheduled", "Active", "Done")
+        assert rows[2][3] == "Unspecified" and rows[4][2] == "Queued"
+        queue = run_cli("show-queue", "-s", server)
+        assert "4" in [line.split()[0] for line in queue.stdout.splitlines()[1:]]
+        hosts = run_cli("list-hosts", "-s", server).stdout.splitlines()
+        assert hosts[0].split() == ["ID", "Hostname", "CPU", "Memory", "State"]
+        assert [h.split()[1] for h in hosts[1:]] == ["simul-1", "simul-2", "simul-3", "simul-4"]
+        cancel = run_cli("cancel-lease", "-l", "4", "-s", server)
+        assert cancel.returncode == 0, cancel.stderr
+        seen: dict[int, list[str]] = {1: [], 2: [], 3: []}
+
+        def all_done():
+            now = states(server)
+            for i in seen:
+                if not seen[i] or seen[i][-1] != now[i]:
+                    seen[i].append(now[i])
+            return all(now[i] == "Done" for i in seen)
+
+        wait_until(all_done, 30, "every lease done")
+        assert "Active" in seen[1] and seen[1][-1] == "Done"
+        assert states(server)[4] == "Cancelled"
+        again = run_cli("cancel-lease", "-l", "4", "-s", server)
+        assert again.returncode == 1 and "already cancelled" in again.stderr
+    finally:
+        stop = run_cli("serve", "-c", conf, "--stop", timeout=40)
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout.startswith("Stopped optlease daemon")
+    assert not (conf.parent / "state.db.pid").exists()
+    gone = run_cli("list-leases", "-s", server)
+    assert gone.returncode == 1 and gone.stderr.count("\n") == 1 and "is `optlease serve` running?" in gone.stderr
+    assert run_cli("serve", "-c", conf, "--stop").returncode == 1
+
+
+def test_kill9_then_restart_loses_nothing(site):
+    conf, server = site
+    proc = start_fg(conf)
+    try:
+        request(server, "-t", "+00:00:02", "-d", "00:00:03", "-n", "2", "--non-preemptible")
+        request(server, "-t", "best_effort", "-d", "00:00:03", "-n", "2")
+        request(server, "-t", "best_effort", "-d", "00:00:02", "-n", "4")
+        request(server, "-t", "now", "-d", "00:00:02", "-n", "1")
+        wait_until(lambda: states(server)[1] == "Active", 10, "the AR to start")
+        before = states(server)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        proc = start_fg(conf)
+        after = states(server)
+        assert sorted(after) == [1, 2, 3, 4]
+        order = ["Queued", "Scheduled", "Active", "Done"]
+        for i, state in before.items():
+            assert after[i] == state or (state in order and after[i] in order[order.index(state):]), (before, after)
+        assert request(server, "-t", "best_effort", "-d", "00:00:01", "-n", "1") == 5
+        wait_until(lambda: set(states(server).values()) <= {"Done", "Rejected"}, 30,
+                   "the run to finish after the restart")
+        final = states(server)
+        assert all(final[i] == "Done" for i in (1, 2, 3, 5)), final
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+BILLION = """<?xml version="1.0"?>
+<!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">
+<!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">]>
+<lease><nodes><node-set numnodes="1"><res type="CPU" amount="100"/><res type="Memory" amount="1"/></node-set>
+</nodes><start/><duration time="&lol3;"/></lease>"""
+XXE = """<?xml version="1.0"?><!DOCTYPE l [<!ENTITY x SYSTEM "file:///etc/passwd">]>
+<lease><nodes><node-set numnodes="1"><res type="CPU" amount="100"/><res type="Memory" amount="1"/></node-set>
+</nodes><start/><duration time="&x;"/></lease>"""
+GOOD = ('<lease><nodes><node-set numnodes="1"><res type="CPU" amount="100"/><res type="Memory" amount="1"/>'
+        '</node-set></nodes><start/><duration time="00:00:01"/></lease>')
+
+CLI_CORPUS = [
+    ["-t", "best_effort", "-d", "00:00:01", "-n", "0"],
+    ["-t", "best_effort", "-d", "00:00:01", "-n", "-3"],
+    ["-t", "best_effort", "-d", "00:00:01", "-n", "5"],
+    ["-t", "best_effort", "-d", "00:00:01", "-n", "99999999999999999999"],
+    ["-t", "best_effort", "-d", "00:00:00", "-n", "1"],
+    ["-t", "best_effort", "-d", "-00:00:05", "-n", "1"],
+    ["-t", "best_effort", "-d", "999999999:00:00:00", "-n", "1"],
+    ["-t", "best_effort", "-d", "soon", "-n", "1"],
+    ["-t", "yesterday", "-d", "00:00:01", "-n", "1"],
+    ["-t", "2001-01-01 00:00:00", "-d", "00:00:01", "-n", "1"],
+    ["-t", "best_effort", "-d", "00:00:01", "-n", "1", "-c", "0"],
+    ["-t", "best_effort", "-d", "00:00:01", "-n", "1", "-c", "101"],
+    ["-t", "best_effort", "-d", "00:00:01", "-n", "1", "-m", "999999999999"],
+    ["-t", "best_effort", "-d", "00:00:01", "-n", "1", "--frobnicate"],
+    ["-t", "best_effort"],
+]
+API_CORPUS = [
+    ("create_lease", ("<lease",)), ("create_lease", (BILLION,)), ("create_lease", (XXE,)),
+    ("create_lease", ("<lease/>",)), ("create_lease", ("not xml at all",)), ("create_lease", (42,)),
+    ("create_lease", (GOOD.replace('"100"', '"-5"'),)), ("create_lease", (GOOD.replace("<start/>", ""),)),
+    ("create_lease", (GOOD.replace("00:00:01", "00:00:01" + "x" * 70000),)),
+    ("create_lease", ()), ("cancel_lease", ("abc",)), ("cancel_lease", (999,)), ("get_lease", (999,)),
+    ("no_such_method", ()),
+]
+
+
+def test_malformed_requests_are_refused_in_one_line(site, tmp_path):
+    conf, server = site
+    proc = start_fg(conf)
+    try:
+        for args in CLI_CORPUS:
+            out = run_cli("request-lease", "-s", server, *args, timeout=30)
+            assert out.returncode in (1, 2), (args, out.stdout)
+            assert out.stderr.count("\n") == 1 and out.stderr.startswith("optlease: error:"), (args, out.stderr)
+        for name, xml in (("billion.xml", BILLION), ("xxe.xml", XXE), ("bad.xml", "<lease><nodes>")):
+            (tmp_path / name).write_text(xml)
+            out = run_cli("request-lease", "-s", server, "-f", tmp_path / name, timeout=30)
+            assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+        proxy = xmlrpc.client.ServerProxy(server, allow_none=True)
+        for method, args in API_CORPUS:
+            with pytest.raises(xmlrpc.client.Fault) as exc:
+                getattr(proxy, method)(*args)
+            assert "\n" not in exc.value.faultString, (method, exc.value.faultString)
+        with socket.create_connection(("127.0.0.1", int(server.rsplit(":", 1)[1])), timeout=5) as s:
+            s.sendall(b"POST / HTTP/1.0\r\nContent-Length: 9999999\r\n\r\n<garbage")
+            assert b"413" in s.recv(200)
+        assert proxy.test_func() == 0
+        assert table(server) == {}
+        (tmp_path / "good.xml").write_text(GOOD)
+        assert request(server, "-f", tmp_path / "good.xml") == 1
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    assert proc.returncode == 0
+
+
+def test_token_is_required_when_configured(tmp_path):
+    port = free_port()
+    conf = tmp_path / "d.conf"
+    conf.write_text(CONF.format(port=port, extra="token: s3cret\n"))
+    proc = start_fg_token(conf, port)
+    try:
+        refused = run_cli("list-leases", "-s", f"http://127.0.0.1:{port}")
+        assert refused.returncode == 1 and "404" in refused.stderr
+        assert run_cli("list-leases", "-s", f"http://127.0.0.1:{port}/s3cret").returncode == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def start_fg_token(conf, port) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(conf), "--fg"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def up():
+        try:
+            return xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}/s3cret").test_func() == 0
+        except OSError:
+            return proc.poll() is not None
+    wait_until(up, 20, "daemon start")
+    return proc
+
+
+def test_non_loopback_without_token_is_refused(tmp_path):
+    conf = tmp_path / "d.conf"
+    conf.write_text(CONF.format(port=free_port(), extra="").replace("listen: 127.0.0.1", "listen: 0.0.0.0"))
+    out = run_cli("serve", "-c", conf, "--fg", timeout=30)
+    assert out.returncode == 2 and "set [daemon] token" in out.stderr and out.stderr.count("\n") == 1

@@ -1,0 +1,151 @@
+"""Persistence: the journal in SQLite replays into a fresh scheduler with every lease in the same state."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from optlease.domain.lease import LeaseState
+from optlease.engine.api import parse_lease_xml
+from optlease.engine.daemon import Manager
+from optlease.engine.persist import Store, request_from_json, request_to_json
+from optlease.errors import InputError
+from optlease.formats.config import parse_config
+
+CONF = """[general]
+mode: simulated
+persistence-file: {db}
+[scheduling]
+suspension: all
+suspend-rate: 32
+resume-rate: 32
+backfilling: aggressive
+policy-preemption: ar-preempts-everything
+[simulation]
+clock: real
+resources: 4 CPU:100 Memory:1024
+imagetransfer-bandwidth: 100
+[accounting]
+"""
+BE = ('<lease preemptible="true"><nodes><node-set numnodes="{n}"><res type="CPU" amount="100"/>'
+      '<res type="Memory" amount="512"/></node-set></nodes><start/><duration time="00:{m:02d}:00"/></lease>')
+AR = ('<lease preemptible="false"><nodes><node-set numnodes="{n}"><res type="CPU" amount="100"/>'
+      '<res type="Memory" amount="512"/></node-set></nodes><start><exact time="+00:{s:02d}:00"/></start>'
+      '<duration time="00:{m:02d}:00"/></lease>')
+
+
+def manager(tmp_path, db="state.db"):
+    cfg = parse_config(CONF.format(db=db), str(tmp_path / "d.conf"), tmp_path)
+    return Manager(cfg)
+
+
+def submit(m, xml):
+    return m.submit(lambda i, t: parse_lease_xml(xml, i, t, m.origin, m.site), xml)
+
+
+def run_until(m, end):
+    """Step at every planned event up to `end`, then at `end` (what the real clock does)."""
+    while (t := m.stepper.next_event(m.last_t)) is not None and t <= end:
+        m.step(t)
+    m.step(end)
+
+
+def states(m):
+    return {i: lease.state for i, lease in m.all.items()}
+
+
+def test_replay_restores_every_lease_and_ids_continue(tmp_path):
+    m = manager(tmp_path)
+    m.last_t = 0
+    submit(m, BE.format(n=4, m=30))
+    submit(m, BE.format(n=2, m=20))
+    m.step(0)
+    submit(m, AR.format(n=2, s=10, m=30))     # preempts the running best-effort lease at t=600
+    submit(m, BE.format(n=1, m=5))
+    m.step(60)
+    run_until(m, 700)
+    lid = submit(m, BE.format(n=1, m=5))
+    m.cancel(2)
+    before = states(m)
+    reservations = {i: [(rr.start, rr.end, rr.state) for v in lease.vmrrs for rr in (*v.pre, v, *v.post)]
+                    for i, lease in m.all.items()}
+    accumulated = {i: lease.accumulated for i, lease in m.all.items()}
+    m.stop()
+
+    again = manager(tmp_path)
+    assert not [n for n in again.notes if "recorded as" in n]
+    assert states(again) == before
+    assert before[2] is LeaseState.CANCELLED and before[lid] is LeaseState.NEW
+    assert again.all[1].suspensions + again.all[1].requeues == 1 and again.all[3].state is LeaseState.ACTIVE
+    assert {i: [(rr.start, rr.end, rr.state) for v in lease.vmrrs for rr in (*v.pre, v, *v.post)]
+            for i, lease in again.all.items()} == reservations
+    assert {i: lease.accumulated for i, lease in again.all.items()} == accumulated
+    assert submit(again, BE.format(n=1, m=1)) == lid + 1
+    # the run goes on to the end from the reloaded state
+    t = again.last_t
+    for _ in range(100):
+        t = again.stepper.next_event(t) or t + 1
+        again.step(t)
+        if not again.sched.leases and not again.inbox:
+            break
+    assert all(s in (LeaseState.DONE, LeaseState.CANCELLED) for s in states(again).values()), states(again)
+    again.stop()
+
+
+def test_rows_are_committed_with_states(tmp_path):
+    m = manager(tmp_path)
+    submit(m, BE.format(n=1, m=5))
+    m.step(0)
+    db = sqlite3.connect(tmp_path / "state.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("SELECT id, state FROM leases").fetchall() == [(1, "active")]
+    assert db.execute("SELECT kind, state FROM reservations WHERE lease_id=1").fetchall()[0] == ("vm", "active")
+    assert [k for (k,) in db.execute("SELECT kind FROM events ORDER BY seq")] == ["request", "step"]
+    m.stop()
+
+
+def test_in_memory_when_persistence_is_none(tmp_path):
+    m = manager(tmp_path, db="none")
+    submit(m, BE.format(n=1, m=5))
+    m.stop()
+    assert not list(tmp_path.glob("*.db"))
+
+
+def test_request_json_round_trip(tmp_path):
+    m = manager(tmp_path, db="none")
+    req = parse_lease_xml(AR.format(n=2, s=1, m=2), 7, 30, m.origin, m.site)
+    assert request_from_json(request_to_json(req)) == req
+    m.stop()
+
+
+def test_schema_version_is_checked(tmp_path):
+    Store(str(tmp_path / "x.db")).close()
+    db = sqlite3.connect(tmp_path / "x.db")
+    db.execute("UPDATE meta SET value='99' WHERE key='schema'")
+    db.commit()
+    with pytest.raises(ValueError, match="schema 99"):
+        Store(str(tmp_path / "x.db"))
+
+
+@pytest.mark.parametrize("xml, message", [
+    ("<lease", "malformed lease XML"),
+    ("<nodes/>", "expected <lease>"),
+    (BE.format(n=5, m=1), "the site has 4"),
+    (BE.format(n=99999999999999, m=1), "far too large"),
+    (BE.format(n=0, m=1), "must be positive"),
+    (BE.format(n=-1, m=1), "numnodes"),
+    (BE.format(n=1, m=0).replace("00:00:00", "00:00:00"), "duration must be positive"),
+    (BE.format(n=1, m=1).replace('amount="100"', 'amount="999999999999999"'), "far too large"),
+    (BE.format(n=1, m=1).replace('amount="100"', 'amount="101"'), "more than any node has"),
+    (BE.format(n=1, m=1).replace('type="CPU"', 'type="GPU"'), "resource type 'GPU'"),
+    (BE.format(n=1, m=1).replace("00:01:00", "99999:00:00:00"), "100 years"),
+    (AR.format(n=1, s=1, m=1).replace("+00:01:00", "2001-01-01 00:00:00"), "in the past"),
+    ('<!DOCTYPE l [<!ENTITY a "aaaa"><!ENTITY b "&a;&a;&a;&a;">]><lease>&b;</lease>', "DOCTYPE"),
+    ('<!DOCTYPE l [<!ENTITY x SYSTEM "file:///etc/passwd">]><lease>&x;</lease>', "DOCTYPE"),
+])
+def test_bad_requests_are_one_line_input_errors(tmp_path, xml, message):
+    m = manager(tmp_path, db="none")
+    with pytest.raises(InputError, match=message) as exc:
+        parse_lease_xml(xml, 1, 0, m.origin, m.site)
+    assert "\n" not in str(exc.value)
+    m.stop()
