@@ -198,3 +198,52 @@ def test_waves_never_overload_a_host_and_end_in_the_plan(scenario):
         for h, info in hosts_.items():
             assert usage(state, h) <= info.capacity["vcpus"]
     assert state == {vm: p for vm, p in desired.items() if p.state != ABSENT}
+
+
+# ------------------------------------------------------------------------------------ the quickstart, end to end
+
+def quickstart_rows():
+    import io
+
+    from optlease.engine.log import EventLog
+    from optlease.engine.run import apply_trace_options, load_workload, site_of
+    from optlease.engine.simulator import Simulator
+    from optlease.formats.config import load_config
+    from optlease.reconcile import rows_of_leases
+    from optlease.scheduling.options import SchedulingOptions
+    from optlease.scheduling.policies import Policies
+
+    from conftest import INSTANCES
+    cfg = load_config(INSTANCES / "quickstart" / "quickstart.conf")
+    opts = SchedulingOptions.from_config(cfg)
+    _, workload = load_workload(cfg)
+    sim = Simulator(site_of(cfg, workload), apply_trace_options(cfg, workload.requests), opts,
+                    Policies(opts.policy_admission, opts.policy_preemption, opts.policy_host_selection),
+                    EventLog(cfg.get("simulation", "starttime"), "INFO", io.StringIO()))
+    return rows_of_leases(sim.run().leases)
+
+
+def test_the_quickstart_plan_walked_round_by_round():
+    """Lease 1 runs on node 1, is suspended for the AR (lease 2, 4 nodes, one of them node 1), and resumes when the
+    AR's VM on node 1 has stopped: the stop and the resume are paired, in two waves."""
+    rows = quickstart_rows()
+    host_of = {n: f"node{n}" for n in range(1, 5)}
+    nodes = {h: HostInfo(h, {"vcpus": 1, "memory_mb": 1024}) for h in host_of.values()}
+    state: dict[str, VmPlacement] = {}
+    seen = []
+    for now in (0, 1768, 1800, 3600, 5464):
+        b = reconcile(state, desired_state(rows, now, host_of), nodes, "warm")
+        assert not b.lost
+        seen.append([[(t.kind, t.vm, t.host) for t in wave] for wave in b.waves])
+        for t in b.tasks:
+            apply_task(state, t)
+    L1, L2 = vm_name(1, 1), [vm_name(2, v) for v in range(1, 5)]
+    assert seen == [
+        [[("start", L1, "node1")]],
+        [[("suspend", L1, "node1")]],
+        [[("start", L2[3], "node1"), ("start", L2[0], "node2"), ("start", L2[1], "node3"),
+          ("start", L2[2], "node4")]],
+        [[("stop", L2[3], "node1"), ("stop", L2[0], "node2"), ("stop", L2[1], "node3"), ("stop", L2[2], "node4")],
+         [("resume", L1, "node1")]],
+        [[("stop", L1, "node1")]],
+    ]
