@@ -80,8 +80,7 @@ def make_enactor(cfg: Config, site: Site):
     except ImportError:
         raise InputError("[general] mode: fast needs the MQTT enactment (optlease.enact.mqtt), which this "
                          "installation does not have", cfg.path) from None
-    factory = getattr(MqttEnactor, "from_config", MqttEnactor)
-    return factory(cfg) if factory is MqttEnactor else factory(cfg, site)
+    return MqttEnactor.from_config(cfg)
 
 
 def site_from_config(cfg: Config) -> Site:
