@@ -102,6 +102,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-workers": O("int", 2, positive=True),
         "solver-seed": O("int", 0),
         "lookahead": O("duration", None, positive=True),        # mapper cpsat: seconds a start may be planned ahead
+        "solver-neighbourhood": O("int", 16),   # mapper cpsat: nodes offered to a lease beyond its VMs (0: every node)
         "policy-admission": O("policy", "accept-all", "accept-all", "no-ARs"),
         "policy-preemption": O("policy", "no-preemption", "no-preemption", "ar-preempts-everything"),
         "policy-host-selection": O("policy", "greedy", "no-policy", "greedy"),

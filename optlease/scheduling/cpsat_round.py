@@ -83,8 +83,6 @@ class CpsatRound:
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
 
     def _solve(self, now: int, movable: list[Lease]) -> tuple[RoundStats, int]:
-        from optlease.scheduling.cpsat.objective import plan_cost
-        from optlease.scheduling.cpsat.prepare import prepare
         from optlease.scheduling.cpsat.solve import solve_round
 
         snap, hint = self.snapshot(now, movable)
@@ -92,8 +90,7 @@ class CpsatRound:
         stats = plan.stats
         if stats.source != "cpsat":
             return replace(stats, source="greedy"), 0
-        data = prepare(snap, self.options.weights, self.options.lookahead)
-        if not plan_cost(data, plan) < plan_cost(data, hint):
+        if not stats.objective < stats.hint_objective:   # strictly better than greedy, or greedy stands
             return replace(stats, source="greedy"), 0
         got, greedy = plan.by_id, hint.by_id
         moves = [lease for lease in movable if _differs(got[lease.id], greedy[lease.id])]
@@ -139,6 +136,7 @@ class CpsatRound:
                 continue
             held.setdefault(rr.lease.id, (rr.lease, []))[1].append(rr)
         leases, hint = [], []
+        release = {n: now for n in sched.table.nodes}   # when each node's fixed occupancies are over
         for lease_id in sorted(held):
             lease, rrs = held[lease_id]
             begin, end = max(now, min(rr.start for rr in rrs)), max(rr.end for rr in rrs)
@@ -147,6 +145,8 @@ class CpsatRound:
                 for pnode, d in rr.demand.items():
                     use[pnode] = tuple(map(max, use[pnode], d)) if pnode in use else d
             nodes = tuple(sorted(use))
+            for n in nodes:
+                release[n] = max(release[n], end)
             vms = tuple({t: v for t, v in zip(types, use[n]) if v} for n in nodes)
             req = LeaseRequest(lease_id, LeaseKind.AR, min(begin, lease.req.arrival), end - begin, vms, start=begin)
             if begin <= now:
@@ -155,8 +155,14 @@ class CpsatRound:
                 leases.append(LeaseSnapshot(req, Phase.RESERVED, planned_start=begin, planned_nodes=nodes,
                                             pinned=True))
                 hint.append(LeasePlan(lease_id, Outcome.ACCEPTED, start=begin, nodes=nodes, end=end))
+        ranked = sorted(release, key=lambda n: (release[n], n))
+        extra = opts.solver_neighbourhood
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
+            if extra > 0 and lease.numnodes + extra < len(ranked):
+                # a neighbourhood: the nodes that free up first, and the nodes the greedy plan and image use
+                near = {*ranked[:lease.numnodes + extra], *plan.nodes, *snap.nodes}
+                snap = replace(snap, allowed_nodes=tuple(sorted(near)))
             leases.append(snap)
             hint.append(plan)
         return RoundSnapshot(now, sched.site, tuple(leases), self.policy), Plan(tuple(hint))

@@ -33,6 +33,7 @@ class SchedulingOptions:
     solver_workers: int = 2
     solver_seed: int = 0
     lookahead: int | None = None            # mapper cpsat: seconds after now a start may be planned (None: all)
+    solver_neighbourhood: int = 16          # mapper cpsat: nodes offered to a lease beyond its VMs (0: every node)
 
     @property
     def max_in_future(self) -> int:
@@ -56,5 +57,5 @@ class SchedulingOptions:
             policy_admission=g("policy-admission"), policy_preemption=g("policy-preemption"),
             policy_host_selection=g("policy-host-selection"),
             mapper=g("mapper"), solver_time_limit=g("solver-time-limit"), solver_workers=g("solver-workers"),
-            solver_seed=g("solver-seed"), lookahead=g("lookahead"),
+            solver_seed=g("solver-seed"), lookahead=g("lookahead"), solver_neighbourhood=g("solver-neighbourhood"),
         )

@@ -103,6 +103,9 @@ class LeaseSnapshot:
     planned_start: int | None = None
     planned_nodes: tuple[int, ...] = ()
     pinned: bool = False           # RESERVED only: the round may not move it (start and nodes stay as planned)
+    release: int | None = None     # not before this time (offline optimization: the lease's arrival)
+    allowed_nodes: tuple[int, ...] = ()   # the nodes its VMs may (re)start on (empty: every node); a caller's
+                                          # neighbourhood that keeps a round small (not exact: see models/)
 
     @property
     def id(self) -> int:
@@ -179,6 +182,7 @@ class RoundStats:
     num_variables: int
     num_constraints: int
     source: str = "cpsat"          # which plan was returned: cpsat, hint, mip
+    hint_objective: int | None = None   # the hint's cost in the same model (the greedy plan's, in the simulator)
 
 
 @dataclass(frozen=True)

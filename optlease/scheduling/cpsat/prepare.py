@@ -42,6 +42,7 @@ class Job:
     value: int = 0                    # node-seconds at stake (optional jobs)
     planned_start: int | None = None
     planned_nodes: tuple[int, ...] = ()
+    allowed: tuple[int, ...] = ()     # the snapshot's neighbourhood of nodes (empty: every node)
 
     @property
     def numvms(self) -> int:
@@ -100,7 +101,9 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
                                                             and policy.admission is Admission.ACCEPT_ALL))})
     jobs = [_running_job(snap, lease, ar_starts, weights) if lease.phase is Phase.RUNNING
             else _waiting_job(snap, lease, capacity, weights) for lease in snap.leases]
-    horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs))
+    # leases released later (offline optimization) push the automatic look-ahead back by the last release
+    released = max((l.release - now for l in snap.leases if l.release is not None and l.release > now), default=0)
+    horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs) + released)
     classes, dropped = _interchangeable(snap, jobs)
     jobs = [_with_candidates(j, capacity, dropped, policy.migration) for j in jobs]
     # a tail that cannot be placed anywhere is refused now (or left running) rather than left for the solver to find
@@ -114,7 +117,8 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
 
 def _common(lease: LeaseSnapshot) -> dict:
     return dict(id=lease.id, kind=lease.kind, demand=tuple(dict(vm) for vm in lease.request.vms),
-                remaining=lease.remaining, shutdown=lease.overheads.shutdown, suspend=lease.overheads.suspend)
+                remaining=lease.remaining, shutdown=lease.overheads.shutdown, suspend=lease.overheads.suspend,
+                allowed=lease.allowed_nodes)
 
 
 def _running_job(snap: RoundSnapshot, lease: LeaseSnapshot, ar_starts: list[int], weights: Weights) -> Job:
@@ -161,9 +165,10 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
     elif lease.kind is LeaseKind.IMMEDIATE:
         if lease.phase is not Phase.NEW:
             raise ValueError(f"lease {lease.id}: an immediate lease is new or running, not {lease.phase.value}")
-        timing = dict(fixed_start=soonest, earliest=soonest, optional=True)
+        at = max(soonest, lease.release) if lease.release is not None else soonest
+        timing = dict(fixed_start=at, earliest=at, optional=True)
     else:
-        earliest = soonest
+        earliest = soonest if lease.release is None else max(soonest, lease.release)
         if lease.planned_start is not None:   # announced earlier: it may keep a start inside the interval
             earliest = max(now, min(soonest, lease.planned_start))
         timing = dict(earliest=earliest, deferrable=True, weight=_age(now, req.arrival, weights.aging))
@@ -195,7 +200,7 @@ def _auto_lookahead(now: int, jobs: list[Job]) -> int:
 def _interchangeable(snap: RoundSnapshot, jobs: list[Job]) -> tuple[tuple[tuple[int, ...], ...], frozenset[int]]:
     """Identical nodes nothing refers to, each class cut to the number of VMs that could land there; and the cut-off
     nodes (any solution using them has a twin using the kept ones instead)."""
-    touched = {n for lease in snap.leases for n in (*lease.nodes, *lease.planned_nodes)}
+    touched = {n for lease in snap.leases for n in (*lease.nodes, *lease.planned_nodes, *lease.allowed_nodes)}
     movable_vms = max(1, sum(j.numvms for j in jobs if j.has_tail))
     classes, dropped = [], set()
     for group in snap.node_classes:
@@ -216,6 +221,9 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
             nodes = (job.origin[vm],)
         else:
             nodes = tuple(n for n in sorted(capacity) if n not in dropped)
+            if job.allowed:
+                allowed = set(job.allowed)
+                nodes = tuple(n for n in nodes if n in allowed)
         per_vm.append(tuple(n for n in nodes if _fits(demand, capacity[n])))
     return replace(job, candidates=tuple(per_vm))
 

@@ -70,12 +70,13 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
         log.info("round at %s: solver %s, keeping the hint", snap.now, name)
         bound = solver.best_objective_bound if found else None
         stats = RoundStats(f"HINT ({name})", hint_cost, bound, _gap(hint_cost, bound), solver.wall_time,
-                           source="hint", **size)
+                           source="hint", hint_objective=hint_cost, **size)
         return replace(hint, stats=stats)
     objective_value = round(solver.objective_value)
     bound = solver.best_objective_bound
     plan = decode(rm, lambda e: e if isinstance(e, int) else solver.value(e))
-    stats = RoundStats(name, objective_value, bound, _gap(objective_value, bound), solver.wall_time, **size)
+    stats = RoundStats(name, objective_value, bound, _gap(objective_value, bound), solver.wall_time,
+                       hint_objective=hint_cost, **size)
     return replace(plan, stats=stats)
 
 
