@@ -119,3 +119,36 @@ def test_random_cpsat_schedules_are_safe_and_nothing_is_lost(site, reqs, opts):
         if lease.kind is LeaseKind.BEST_EFFORT and lease.state is LeaseState.REJECTED:
             assert "never fit" in lease.reason
     assert len(sim.sched.round_hook.records) == result.rounds
+
+
+def test_a_neighbourhood_limits_the_nodes_a_lease_may_take():
+    from optlease.domain.lease import LeaseRequest
+    from optlease.domain.site import Site
+    from optlease.scheduling.cpsat.solve import SolveOptions, solve_round
+    from optlease.scheduling.snapshot import LeaseSnapshot, Outcome, Phase, Policy, RoundSnapshot
+
+    vm = {"CPU": 100, "Memory": 1024}
+    site = Site.homogeneous(6, vm)
+    busy = LeaseSnapshot(LeaseRequest(1, LeaseKind.AR, 0, 600, (vm,), start=0), Phase.RUNNING, nodes=(5,))
+    free = LeaseSnapshot(LeaseRequest(2, LeaseKind.BEST_EFFORT, 0, 300, (vm, vm)), Phase.QUEUED,
+                         allowed_nodes=(4, 5, 6))
+    plan = solve_round(RoundSnapshot(100, site, (busy, free), Policy(non_schedulable_interval=0)),
+                       SolveOptions(workers=1, time_limit=5))
+    got = plan.of(2)
+    assert got.outcome is Outcome.ACCEPTED and got.start == 100 and sorted(got.nodes) == [4, 6]
+
+
+@pytest.mark.parametrize("conf, objective", [
+    pytest.param(INSTANCES / "haizea" / "expected" / "wait.conf", 326240, id="wait-greedy-is-optimal"),
+    pytest.param(INSTANCES / "haizea" / "expected" / "reservation.conf", 72080, id="reservation"),
+], )
+def test_optimize_reports_a_proven_offline_optimum_and_a_valid_schedule(cli, tmp_path, conf, objective):
+    import json
+
+    out = tmp_path / "offline.json"
+    res = cli("optimize", "-c", conf, "--time-limit", "10", "--workers", "1", "--schedule-out", out)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert (got["status"], got["objective"], got["best_bound"], got["gap"]) == ("OPTIMAL", objective, objective, 0.0)
+    assert got["objective"] <= got["greedy_objective"] and got["checker_violations"] == 0
+    assert check_schedule(json.loads(out.read_text())) == []

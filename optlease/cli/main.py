@@ -13,6 +13,7 @@ from optlease.cli import simulate_cmd  # noqa: E402,F401
 from optlease.cli import agent_cmd  # noqa: E402,F401
 from optlease.cli import check_cmd  # noqa: E402,F401
 from optlease.cli import convert_cmd  # noqa: E402,F401
+from optlease.cli import optimize_cmd  # noqa: E402,F401
 from optlease.cli import serve_cmd  # noqa: E402,F401
 from optlease.cli import lease_cmds  # noqa: E402,F401
 
