@@ -34,6 +34,7 @@ class RoundRecord:
     movable: int
     changed: int
     stats: RoundStats
+    greedy_objective: int | None = None   # the greedy pass's plan in the same model
 
 
 @dataclass
@@ -70,35 +71,41 @@ class CpsatRound:
     def __call__(self, now: int) -> None:
         wall = time.perf_counter()
         movable = self._movable(now)
-        changed = 0
+        changed, greedy_cost = 0, None
         if not movable:
             stats = RoundStats("EMPTY", 0, 0.0, 0.0, 0.0, 0, 0, source="greedy")
         elif all(self._greedy_start(lease) == now for lease in movable):
             # every movable lease starts now, its earliest: no plan finishes any of them sooner
             stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
         else:
-            stats, changed = self._solve(now, movable)
-        self.records.append(RoundRecord(now, len(movable), changed, stats))
+            stats, changed, greedy_cost = self._solve(now, movable)
+        self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost))
         self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
 
-    def _solve(self, now: int, movable: list[Lease]) -> tuple[RoundStats, int]:
+    def _solve(self, now: int, movable: list[Lease]) -> tuple[RoundStats, int, int | None]:
+        from optlease.scheduling.cpsat.objective import plan_cost
+        from optlease.scheduling.cpsat.prepare import prepare
         from optlease.scheduling.cpsat.solve import solve_round
 
-        snap, hint = self.snapshot(now, movable)
+        snap, greedy, hint = self.snapshot(now, movable)
         plan = solve_round(snap, self.options, hint)
         stats = plan.stats
-        if stats.source != "cpsat":
-            return replace(stats, source="greedy"), 0
-        if not stats.objective < stats.hint_objective:   # strictly better than greedy, or greedy stands
-            return replace(stats, source="greedy"), 0
-        got, greedy = plan.by_id, hint.by_id
-        moves = [lease for lease in movable if _differs(got[lease.id], greedy[lease.id])]
+        greedy_cost = stats.hint_objective
+        if hint != greedy:   # the hint completes greedy's plan: greedy's own cost is the bar
+            greedy_cost = plan_cost(prepare(snap, self.options.weights, self.options.lookahead), greedy)
+        if stats.source == "hint":
+            stats = replace(stats, source="completion")
+        if stats.objective is None or not stats.objective < greedy_cost:   # strictly better, or greedy stands
+            return replace(stats, source="greedy"), 0, greedy_cost
+        got, before = plan.by_id, greedy.by_id
+        moves = [lease for lease in movable if _differs(got[lease.id], before[lease.id])]
         if not moves:
-            return replace(stats, source="greedy"), 0
+            return replace(stats, source="greedy"), 0, greedy_cost
         if not self._apply(now, moves, got):
-            return replace(stats, status=f"{stats.status} (did not fit the slot table)", source="greedy"), 0
-        return stats, len(moves)
+            return replace(stats, status=f"{stats.status} (did not fit the slot table)", source="greedy"), 0, \
+                greedy_cost
+        return stats, len(moves), greedy_cost
 
     # -- the snapshot -----------------------------------------------------------------------------------------
     def _movable(self, now: int) -> list[Lease]:
@@ -124,8 +131,9 @@ class CpsatRound:
         vmrr = lease.last_vmrr()
         return vmrr.pre[0].start if vmrr.pre else vmrr.start
 
-    def snapshot(self, now: int, movable: list[Lease]) -> tuple[RoundSnapshot, Plan]:
-        """The round as the solver sees it, and the greedy plan of it (the hint)."""
+    def snapshot(self, now: int, movable: list[Lease]) -> tuple[RoundSnapshot, Plan, Plan]:
+        """The round as the solver sees it, the greedy plan of it, and the hint: the greedy plan with every lease
+        it left queued booked at its earliest fit after the others (conservative backfilling, not committed)."""
         sched, opts = self.sched, self.sched.opts
         ids = {lease.id for lease in movable}
         types = sched.table.types
@@ -157,15 +165,48 @@ class CpsatRound:
                 hint.append(LeasePlan(lease_id, Outcome.ACCEPTED, start=begin, nodes=nodes, end=end))
         ranked = sorted(release, key=lambda n: (release[n], n))
         extra = opts.solver_neighbourhood
+        greedy = list(hint)
+        completed = self._complete(now, movable)
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
+            filled = completed.get(lease.id, plan)
             if extra > 0 and lease.numnodes + extra < len(ranked):
-                # a neighbourhood: the nodes that free up first, and the nodes the greedy plan and image use
-                near = {*ranked[:lease.numnodes + extra], *plan.nodes, *snap.nodes}
+                # a neighbourhood: the nodes that free up first, and the nodes the plans and the image use
+                near = {*ranked[:lease.numnodes + extra], *plan.nodes, *filled.nodes, *snap.nodes}
                 snap = replace(snap, allowed_nodes=tuple(sorted(near)))
             leases.append(snap)
-            hint.append(plan)
-        return RoundSnapshot(now, sched.site, tuple(leases), self.policy), Plan(tuple(hint))
+            greedy.append(plan)
+            hint.append(filled)
+        return RoundSnapshot(now, sched.site, tuple(leases), self.policy), Plan(tuple(greedy)), Plan(tuple(hint))
+
+    def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
+        """Where each lease the greedy pass left queued would start if booked after the others, in queue order
+        (tried on the slot table and taken out again)."""
+        sched, out, added = self.sched, {}, []
+        log, quiet = sched.log, sched.log.info_on
+        log.info_on = False
+        try:
+            for lease in movable:
+                if lease.state not in WAITING:
+                    continue
+                resuming = lease.is_suspended()
+                fixed = dict(lease.image_nodes) if resuming else None
+                earliest = {n: now for n in set(fixed.values())} if resuming else None
+                try:
+                    vmrr = sched.vm.asap(lease, now, earliest, True, resuming, fixed, strict=True)
+                except NotSchedulable:
+                    continue
+                for rr in (*vmrr.pre, vmrr, *vmrr.post):
+                    sched.table.add(rr)
+                    added.append(rr)
+                start = vmrr.pre[0].start if vmrr.pre else vmrr.start
+                nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
+                out[lease.id] = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes, end=vmrr.end)
+        finally:
+            for rr in added:
+                sched.table.remove(rr)
+            log.info_on = quiet
+        return out
 
     def _lease_snapshot(self, lease: Lease, now: int) -> tuple[LeaseSnapshot, LeasePlan]:
         opts = self.sched.opts
