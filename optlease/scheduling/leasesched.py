@@ -107,7 +107,8 @@ class LeaseScheduler:
             if not self.vm.can_schedule_in_future() and self.table.is_full(now):
                 break
             lease = self.queue.pop(0)
-            self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
+            if self.log.info_on:
+                self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
             future = self.vm.can_schedule_in_future()
             attempt = (self.table.released, future)
             try:
@@ -120,7 +121,8 @@ class LeaseScheduler:
             except NotSchedulable:
                 lease.cache["failed"] = attempt
                 kept.append(lease)
-                self.log.debug("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
+                if self.log.debug_on:
+                    self.log.debug("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
                 if self.opts.backfilling == "off":
                     break
         self.queue[:0] = kept

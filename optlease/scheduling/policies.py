@@ -71,7 +71,7 @@ class GreedyHosts:
     HORIZON = 4
 
     def score(self, node: int, time: int, lease: Lease, table: SlotTable) -> float:
-        in_node = min(len(table.leases_at(node, time)), self.HORIZON)
+        in_node = min(table.count_leases_at(node, time), self.HORIZON)
         few_leases = 1 - in_node / self.HORIZON
         change = table.profiles[node].next_change(time)
         if change is None or change - time >= lease.req.duration:

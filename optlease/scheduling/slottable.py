@@ -242,8 +242,11 @@ class SlotTable:
     def ending_at(self, t: int) -> list:
         return sorted((rr for rr in self.ending.get(t, ()) if rr.state == "active"), key=lambda rr: rr.seq)
 
-    def leases_at(self, node: int, t: int) -> set:
-        return {rr.lease for rr in self.by_node[node] if rr.start <= t < rr.end}
+    def count_leases_at(self, node: int, t: int) -> int:
+        rrs = self.by_node[node]
+        if not rrs:
+            return 0
+        return len({rr.lease.id for rr in rrs if rr.start <= t < rr.end})
 
     def leases_between(self, a: int, b: int) -> list:
         seen: dict = {}
