@@ -405,9 +405,25 @@ class Quit:
         return cls(task_id)
 
 
-Task = Union[StartVm, StopVm, SuspendVm, ResumeVm, MigrateVm, RepinVm, Quit]
+@dataclass(frozen=True)
+class ListVms:
+    """optlease extension (FAST has no such task): the agent answers `result: vms listed` with one entry per domain
+    it knows, `vm-name`, `status: success` and `state` (libvirt's name: running, paused, shut off...)."""
+    kind: ClassVar[str] = "list vms"
+    result_kind: ClassVar[str] = "vms listed"
+    id: str | None = field(default_factory=new_task_id)
+
+    def body(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any], task_id: str | None) -> "ListVms":
+        return cls(task_id)
+
+
+Task = Union[StartVm, StopVm, SuspendVm, ResumeVm, MigrateVm, RepinVm, Quit, ListVms]
 TASK_KINDS: dict[str, type] = {cls.kind: cls for cls in (StartVm, StopVm, SuspendVm, ResumeVm, MigrateVm,
-                                                          RepinVm, Quit)}
+                                                          RepinVm, Quit, ListVms)}
 
 
 def _indexed(read, entries: list, key: str) -> list:
@@ -468,6 +484,7 @@ class VmResult:
     status: str
     details: str | None = None
     time_measurement: Mapping[str, float] | None = None
+    state: str | None = None          # `vms listed` only (optlease extension): the domain's libvirt state
 
     @property
     def ok(self) -> bool:
@@ -475,6 +492,8 @@ class VmResult:
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"vm-name": self.vm_name, "status": self.status}
+        if self.state is not None:
+            doc["state"] = self.state
         if self.details:
             doc["details"] = self.details
         if self.time_measurement:
@@ -491,6 +510,8 @@ class Result:
 
     @property
     def ok(self) -> bool:
+        if self.kind == ListVms.result_kind:     # a host with no domains lists nothing, and that is fine
+            return all(v.ok for v in self.vms)
         return bool(self.vms) and all(v.ok for v in self.vms)
 
     @property
@@ -527,8 +548,10 @@ def _vm_result(doc: Mapping[str, Any]) -> VmResult:
     details = doc.get("details")
     timing = doc.get("time-measurement")
     name = doc.get("vm-name")   # may be empty: a VM the task failed to name
+    state = doc.get("state")
     return VmResult("" if name is None else str(name), status,
-                    None if details is None else str(details), timing if isinstance(timing, dict) else None)
+                    None if details is None else str(details), timing if isinstance(timing, dict) else None,
+                    None if state is None else str(state)[:40])
 
 
 def parse_result(payload: bytes | str) -> Result:

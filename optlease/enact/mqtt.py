@@ -11,6 +11,11 @@ beyond the wave that failed.
 Hosts announce themselves with `task: init` (and their capacity) on `fast/agent/<host>/status`; every message from a
 host counts as a sign of life, and with `host_timeout` set a host silent for longer is marked not alive.
 
+What runs: FAST has no task that lists a host's domains, so optlease adds one (`task: list vms`, answered
+`result: vms listed` with each domain's `state`). The enactor asks every known host when it has subscribed (after a
+start or a lost broker), a host when it announces itself, and a host whose task failed; `running()` is the last
+such inventory of each host, updated by every successful task since.
+
 A broker that goes away: paho reconnects with backoff, we subscribe again, and tasks not yet sent wait for the
 subscriptions; every task keeps its timer, so one whose result was lost is retried. A retry can run a task twice on
 an agent that did receive the first copy (FAST has no idempotency key); the second run then answers `error`.
@@ -80,11 +85,13 @@ class MqttEnactor:
                  task_timeout: float = 30.0, task_retries: int = 2, host_timeout: float | None = None, *,
                  swap_with: bool = False, domain_xml: Callable[[VmTask], str] | None = None,
                  stop_force: bool = False, connect_timeout: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic, reconnect_delay: tuple[float, float] = (1, 4)) -> None:
+                 clock: Callable[[], float] = time.monotonic, reconnect_delay: tuple[float, float] = (1, 4),
+                 hosts: list[str] | tuple[str, ...] = ()) -> None:
         """`swap_with`: send a swap as migfra's one `swap-with` migration (the optlease agent refuses it; by default
         it goes out as two migrations in the same wave). `domain_xml`: the XML a start defines (default: start a
         domain already defined on the host, by name). Waits up to `connect_timeout` for the subscriptions, never
-        raises when the broker is not there: paho keeps trying."""
+        raises when the broker is not there: paho keeps trying. `hosts`: the hosts expected (known, not alive until
+        they answer), asked what they run as soon as we are subscribed."""
         self.broker = Broker(host, port, username, password, tls_ca, keepalive)
         self.task_timeout = float(task_timeout)
         self.task_retries = int(task_retries)
@@ -100,6 +107,10 @@ class MqttEnactor:
         self._outcomes: list[TaskOutcome] = []
         self._hosts: dict[str, HostInfo] = {}
         self._running: dict[str, tuple[str, str]] = {}
+        self._inventory: dict[str, str] = {}        # id of a `list vms` under way -> host
+        self.listed: dict[str, float] = {}           # host -> when its last inventory arrived
+        for name in hosts:
+            self._hosts[fast.check_host(name)] = HostInfo(name, {}, False, 0.0)
         self._ready = threading.Event()
         self._idle = threading.Condition(self._lock)
         self._sub_mid: int | None = None
@@ -122,8 +133,9 @@ class MqttEnactor:
 
     @classmethod
     def from_config(cls, cfg, **options) -> "MqttEnactor":
-        """From a configuration's `[mqtt]` section."""
+        """From a configuration's `[mqtt]` section (`hosts`: the agents' host names, expected from the start)."""
         get = lambda name: cfg.get("mqtt", name)   # noqa: E731
+        options.setdefault("hosts", tuple((get("hosts") or "").split()))
         return cls(get("host"), get("port"), get("username"), get("password"), get("tls-ca"), get("keepalive"),
                    get("task-timeout"), get("task-retries"), get("host-timeout"), **options)
 
@@ -155,10 +167,35 @@ class MqttEnactor:
             return {h: replace(info, capacity=dict(info.capacity)) for h, info in self._hosts.items()}
 
     def running(self) -> dict[str, tuple[str, str]]:
-        """What the hosts reported through successful results: vm -> (host, running | paused). FAST has no task
-        that lists a host's domains, so this is the enactor's own record of what it did."""
+        """What the hosts run: vm -> (host, libvirt state), from each host's last `list vms` answer and the
+        successful tasks since."""
         with self._lock:
             return dict(self._running)
+
+    def request_inventory(self, hosts=None) -> None:
+        """Ask hosts (default: every known host) what they run (`task: list vms`, an optlease extension)."""
+        with self._lock:
+            names = sorted(self._hosts) if hosts is None else list(hosts)
+        if not self._ready.is_set():
+            return      # asked again for every host once subscribed
+        for host in names:
+            task = fast.ListVms()
+            with self._lock:
+                self._inventory[task.id] = host
+            try:
+                self.client.publish(fast.task_topic(host), fast.encode_task(task, host), qos=1)
+            except Exception as exc:      # noqa: BLE001 - a bad name must not stop the others
+                log.warning("cannot ask %s what it runs: %s", host, exc)
+
+    def wait_inventory(self, hosts, timeout: float, since: float = 0.0) -> bool:
+        """Block until every named host has answered a `list vms` (after `since`, on the enactor's clock)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if all(self.listed.get(h, -1.0) >= since for h in hosts):
+                    return True
+            time.sleep(TICK)
+        return False
 
     def close(self) -> None:
         self._closing = True
@@ -395,6 +432,7 @@ class MqttEnactor:
         with self._lock:
             sends, self._unsent = self._unsent, []
         self._publish(sends)
+        self.request_inventory()
 
     def _on_disconnect(self, _client, _userdata, _flags, reason_code, _properties) -> None:
         self._ready.clear()
@@ -405,9 +443,9 @@ class MqttEnactor:
         info = self._hosts.get(host)
         if info is None:
             info = self._hosts[host] = HostInfo(host)
-        info.last_seen = self.clock()
         if not info.alive:
-            log.info("host %s is back", host)
+            log.info("host %s is %s", host, "back" if info.last_seen else "there")
+        info.last_seen = self.clock()
         info.alive = True
         return info
 
@@ -428,6 +466,8 @@ class MqttEnactor:
                     capacity["memory_mb"] = status.memory_kib // 1024
                 info.capacity = capacity
                 log.info("host %s announced itself (%s)", host, capacity)
+        if status.task == "init":
+            self.request_inventory([host])
 
     def _on_result(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
         try:
@@ -437,6 +477,9 @@ class MqttEnactor:
             log.warning("dropped a result on %s: %s", msg.topic, exc)
             return
         sends: list[_Part] = []
+        if result.kind == fast.ListVms.result_kind:
+            self._on_inventory(host, result)
+            return
         with self._lock:
             self._seen(host)
             part = self._pending.get(result.id) if result.id is not None else None
@@ -454,6 +497,30 @@ class MqttEnactor:
                             result.details or result.kind)
             self._settled(part, sends)
         self._publish(sends)
+        if not result.ok:
+            self.request_inventory([host])      # after a failure, what the host runs is worth asking again
+
+    def _on_inventory(self, host: str, result: fast.Result) -> None:
+        """A host's answer to `list vms`: it replaces what we knew of that host, except for the VMs of tasks still
+        under way there (their results, which may come later, say more)."""
+        with self._lock:
+            if self._inventory.pop(str(result.id), None) != host:
+                log.debug("a `vms listed` on %s answers nothing we asked: dropped", host)
+                return
+            self._seen(host)
+            busy = set()
+            for part in self._pending.values():
+                t = part.job.task
+                if host in (part.host, t.destination):
+                    busy.update(v for v in (t.vm, t.swap_with) if v)
+            for vm, (where, _state) in list(self._running.items()):
+                if where == host and vm not in busy:
+                    del self._running[vm]
+            for entry in result.vms:
+                if entry.vm_name and entry.vm_name not in busy and entry.state is not None:
+                    self._running[entry.vm_name] = (host, entry.state)
+            self.listed[host] = self.clock()
+        log.info("host %s runs %d domains", host, len(result.vms))
 
 
 __all__ = ["MqttEnactor", "minimal_domain_xml", "parse_vm_name"]

@@ -63,6 +63,10 @@ class Hypervisor:
             raise
         return STATE_NAMES.get(dom.state()[0], "unknown")
 
+    def list_vms(self) -> list[tuple[str, str]]:
+        """(name, state name) of every domain this host knows, running or only defined."""
+        return sorted((dom.name(), self._state(dom)) for dom in self.conn.listAllDomains(0))
+
     def _domain(self, name: str) -> libvirt.virDomain:
         return self.conn.lookupByName(name)
 
