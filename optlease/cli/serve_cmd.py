@@ -77,6 +77,7 @@ def serve_foreground(cfg, out) -> int:
     other = _running_pid(pidf)
     if other is not None and other != os.getpid():
         raise InputError(f"an optlease daemon already runs with pid {other} (pid file {pidf})")
+    _log_enactment(out, cfg.get("general", "loglevel"))
     manager = Manager(cfg, out)
     try:
         server = make_server(manager, cfg.get("daemon", "listen"), cfg.get("daemon", "token"))
@@ -99,7 +100,7 @@ def serve_foreground(cfg, out) -> int:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
     try:
-        while not done.wait(0.5):
+        while not done.wait(0.5) and manager.fatal is None:
             pass
     finally:
         manager.log.status("RM", "Stopping optlease daemon gracefully...")
@@ -110,7 +111,25 @@ def serve_foreground(cfg, out) -> int:
             pidf.unlink(missing_ok=True)
         if out is not None:
             out.flush()
+    if manager.fatal is not None:
+        # lease-failure-handling exit / exit-raise: the log has the line; exit-raise also fails the process
+        print(f"optlease: {manager.fatal}", file=sys.stderr)
+        return 1 if cfg.get("general", "lease-failure-handling") == "exit-raise" else 0
     return 0
+
+
+def _log_enactment(out, level: str) -> None:
+    """The MQTT enactor's messages (a lost broker, retries, errors, hosts coming and going) go to the daemon's log."""
+    if out is None:
+        return
+    import logging
+
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(name)-22s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    logger = logging.getLogger("optlease.enact")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if level in ("INFO", "DEBUG", "VDEBUG") else logging.WARNING)
+    logger.propagate = False
 
 
 def start_background(conf: Path, cfg) -> int:
@@ -181,8 +200,12 @@ def serve(
         logf = log_file(cfg)
         logf.parent.mkdir(parents=True, exist_ok=True)
         with open(logf, "a", buffering=1) as out:
-            return serve_foreground(cfg, out)
-    return serve_foreground(cfg, _LineFlush(sys.stdout))
+            rc = serve_foreground(cfg, out)
+    else:
+        rc = serve_foreground(cfg, _LineFlush(sys.stdout))
+    if rc:
+        raise typer.Exit(rc)
+    return rc
 
 
 class _LineFlush:

@@ -11,13 +11,14 @@ import time
 from datetime import datetime
 from typing import TextIO
 
-from optlease.domain.lease import LeaseRequest, LeaseState
+from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
-from optlease.enact.base import HostInfo, TaskOutcome, VmTask, vm_name
+from optlease.enact.base import HostInfo, TaskOutcome, VmTask, parse_vm_name
 from optlease.enact import base as task
 from optlease.engine.clock import RealClock
 from optlease.engine.log import LEVELS, EventLog
-from optlease.engine.loop import Stepper, cancel
+from optlease.engine.loop import Stepper, cancel, fail, requeue
+from optlease.reconcile import _REPORTED as REPORTED_STATES, desired_state, reconcile, rows_of_leases
 from optlease.engine.persist import Store
 from optlease.errors import InputError
 from optlease.formats.config import Config
@@ -27,11 +28,14 @@ from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import Lease
 
 S = LeaseState
-SUSPENDED = (S.SUSPENDING, S.SUSPENDED_PENDING, S.SUSPENDED_QUEUED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
+ENACT_POLL = 0.1          # seconds between enactment passes while the scheduler sleeps
+MAX_REQUEUES = 3          # a best-effort lease whose host died is requeued this often, then it fails
 
 
 class SimulatedEnactor:
     """Enactment of `mode: simulated`: every task succeeds at once. Keeps when each VM started (for benchmarks)."""
+
+    simulated = True      # nothing can be lost: the daemon only logs what the reconcile step could not plan
 
     def __init__(self, site: Site) -> None:
         self._hosts = {f"simul-{i}": HostInfo(f"simul-{i}", dict(site.capacity(i)), True, time.time())
@@ -80,7 +84,9 @@ def make_enactor(cfg: Config, site: Site):
     except ImportError:
         raise InputError("[general] mode: fast needs the MQTT enactment (optlease.enact.mqtt), which this "
                          "installation does not have", cfg.path) from None
-    return MqttEnactor.from_config(cfg)
+    from optlease.enact.mqtt import minimal_domain_xml
+
+    return MqttEnactor.from_config(cfg, domain_xml=minimal_domain_xml)
 
 
 def site_from_config(cfg: Config) -> Site:
@@ -123,10 +129,39 @@ class Manager:
         self.lock = threading.RLock()
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.enact_wake = threading.Event()
+        self.fatal: str | None = None          # set when lease-failure-handling says exit: why the daemon stopped
+        self.migration_type = "warm"           # Haizea migrates suspended images only; they always move warm
+        self._said: set[str] = set()
         self.enactor = enactor if enactor is not None else make_enactor(cfg, self.site)
-        self.host_names = list(self.enactor.hosts()) or [f"node-{i}" for i in self.site.node_ids]
+        self.host_names = self._host_names(cfg)
         self.submitted_at: dict[int, float] = {}
         self._thread: threading.Thread | None = None
+        self._enact_thread: threading.Thread | None = None
+        wait = getattr(self.enactor, "wait_inventory", None)
+        if wait is not None:
+            # what the hosts run before the first pass: after a restart, the plan is compared with the truth
+            timeout = min(15.0, 2 * float(getattr(self.enactor, "task_timeout", 5.0)))
+            if not wait(self.host_names, timeout):
+                missing = [h for h in self.host_names if h not in getattr(self.enactor, "listed", {})]
+                self.notes.append(f"no inventory from {' '.join(missing)} within {timeout:g} s: "
+                                  "leases planned there fail until they answer")
+            ours = sorted((vm, where) for vm, where in self.enactor.running().items() if parse_vm_name(vm))
+            self.notes.append(f"hosts report {len(ours)} optlease domains"
+                              + "".join(f"; {vm} {state} on {host}" for vm, (host, state) in ours))
+
+    def _host_names(self, cfg: Config) -> list[str]:
+        """Node i of the site is host_names[i - 1]: `[mqtt] hosts` in mode fast, the enactor's hosts otherwise."""
+        given = (cfg.get("mqtt", "hosts") or "").split() if cfg.get("general", "mode") == "fast" else []
+        if given:
+            if len(given) != len(self.site.node_ids):
+                raise InputError(f"[mqtt] hosts names {len(given)} hosts; [simulation] resources has "
+                                 f"{len(self.site.node_ids)} nodes", cfg.path)
+            return given
+        if cfg.get("general", "mode") == "fast":
+            raise InputError("[general] mode: fast needs [mqtt] hosts: the agents' host names in node order",
+                             cfg.path)
+        return list(self.enactor.hosts()) or [f"node-{i}" for i in self.site.node_ids]
 
     def _set_log(self, out: TextIO | None) -> None:
         log = self.log
@@ -146,6 +181,10 @@ class Manager:
                 self.inbox.append(self._new_lease(journal.requests[lease_id]))
             elif kind == "cancel":
                 self._cancel(self.all[lease_id], t)
+            elif kind == "fail":
+                self._fail(self.all[lease_id], t, journal.reasons.get(lease_id) or "enactment failed")
+            elif kind == "requeue":
+                self._requeue(self.all[lease_id], t)
             else:
                 self._run_step(t)
         self._finished_seen = len(self.sched.finished)
@@ -211,6 +250,7 @@ class Manager:
             changed = self._run_step(t)
             self.store.add_step(t, changed)
             self._enact()
+        self.enact_wake.set()
 
     def run(self) -> None:
         self.log.status("CLOCK", "Starting real clock")
@@ -232,12 +272,16 @@ class Manager:
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="optlease-loop", daemon=True)
         self._thread.start()
+        self._enact_thread = threading.Thread(target=self._enact_loop, name="optlease-enact", daemon=True)
+        self._enact_thread.start()
 
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self.enact_wake.set()
+        for thread in (self._thread, self._enact_thread):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=10)
         with self.lock:
             self.enactor.close()
             self.store.close()
@@ -247,44 +291,113 @@ class Manager:
         return self.host_names[pnode - 1] if pnode <= len(self.host_names) else f"node-{pnode}"
 
     def _enact(self) -> None:
-        self.enactor.outcomes()
-        running = self.enactor.running()
-        want: dict[str, tuple[str, str, Lease, int]] = {}
-        for lease in self.sched.leases.values():
-            if lease.state is S.ACTIVE:
-                for vnode, pnode in lease.last_vmrr().mapping.items():
-                    want[vm_name(lease.id, vnode)] = (self.host(pnode), "running", lease, vnode)
-            elif lease.state in SUSPENDED and lease.image_nodes:
-                for vnode, pnode in lease.image_nodes.items():
-                    want[vm_name(lease.id, vnode)] = (self.host(pnode), "saved", lease, vnode)
-            elif lease.state is S.SUSPENDING:
-                for vnode, pnode in lease.last_vmrr().mapping.items():
-                    want[vm_name(lease.id, vnode)] = (self.host(pnode), "saved", lease, vnode)
-        tasks: list[VmTask] = []
-        for vm, (host, state) in running.items():
-            if vm not in want:
-                tasks.append(VmTask(task.STOP, *_ids(vm), host))
-        for vm, (host, state, lease, vnode) in want.items():
-            have = running.get(vm)
-            if have is None:
-                if state == "running":
-                    demand = lease.req.vms[vnode - 1]
-                    tasks.append(VmTask(task.START, lease.id, vnode, host, memory_mb=demand.get("Memory", 0),
-                                        vcpus=max(1, demand.get("CPU", 100) // 100)))
-                continue
-            if have[0] != host:
-                tasks.append(VmTask(task.MIGRATE, lease.id, vnode, have[0], destination=host))
-            if have[1] == "running" and state == "saved":
-                tasks.append(VmTask(task.SUSPEND, lease.id, vnode, host))
-            elif have[1] != "running" and state == "running":
-                tasks.append(VmTask(task.RESUME, lease.id, vnode, host))
-        if tasks:
-            self.enactor.submit(tasks)
+        """One reconcile pass (lock held): read outcomes, then, unless tasks are still under way, diff what the hosts
+        run against the plan at the last step and submit the ordered waves. Idempotent: a pass with nothing to do
+        sends nothing, so it runs after every step and whenever enactment has news."""
+        for outcome in self.enactor.outcomes():
+            self._outcome(outcome)
+        if self.stopping.is_set() or _busy(self.enactor):
+            return
+        leases = list(self.sched.leases.values())
+        desired = desired_state(rows_of_leases(leases), self.last_t, dict(enumerate(self.host_names, start=1)))
+        actual = {}
+        for vm, (host, state) in self.enactor.running().items():
+            if state.lower() in REPORTED_STATES:
+                actual[vm] = (host, state)
+            elif parse_vm_name(vm) is not None:
+                self._say(f"{vm} on {host} is `{state}`: left alone until it settles")
+        buckets = reconcile(actual, desired, self.enactor.hosts(), self.migration_type)
+        for vm, why in buckets.lost:
+            self._lost(vm, why)
+        if buckets.tasks:
+            self.enactor.submit(buckets.tasks)
+
+    def _enact_loop(self) -> None:
+        """Enactment between steps: outcomes arrive and in-flight tasks finish while the scheduler sleeps."""
+        while not self.stopping.is_set():
+            self.enact_wake.wait(ENACT_POLL)
+            self.enact_wake.clear()
+            if self.stopping.is_set():
+                break
+            try:
+                with self.lock:
+                    self._enact()
+            except Exception as exc:  # noqa: BLE001 - say it and go on, as a failed step does
+                self.log.status("RM", f"enactment failed: {type(exc).__name__}: {exc}")
+                time.sleep(0.2)
+
+    def _say(self, line: str) -> None:
+        """A log line said once (a pass repeats itself until things change)."""
+        if line not in self._said:
+            self._said.add(line)
+            self.log.status("ENACT", line)
+
+    def _outcome(self, outcome: TaskOutcome) -> None:
+        t = outcome.task
+        if outcome.ok:
+            self.log.info("ENACT", f"{t.kind} {t.vm} on {t.host}: done")
+            return
+        if outcome.skipped:       # never sent: the next pass sends it again if the plan still wants it
+            return
+        why = outcome.details or ("no result" if outcome.timed_out else "error")
+        what = "timed out" if outcome.timed_out else "failed"
+        self.log.status("ENACT", f"{t.kind} {t.vm} on {t.host} {what}: {why}")
+        lease = self.sched.leases.get(t.lease_id)
+        if lease is not None:
+            self._lease_failed(lease, f"{t.kind} of {t.vm} on {t.host} {what}: {why}")
+
+    def _lost(self, vm: str, why: str) -> None:
+        """The reconcile step could not plan a task for this VM (a dead or unknown host, a lost image, no room)."""
+        ids = parse_vm_name(vm)
+        lease = self.sched.leases.get(ids[0]) if ids else None
+        if lease is None or why.startswith("no room") or getattr(self.enactor, "simulated", False):
+            self._say(f"{vm}: {why}; waiting")      # no room: what still runs there may yet leave
+            return
+        if why.startswith("on ") and not self._planned_on_dead(lease):
+            self._say(f"{vm}: {why}")               # its host went away, and the plan has moved on
+            return
+        self.log.status("ENACT", f"{vm}: {why}")
+        if lease.req.kind is LeaseKind.BEST_EFFORT and lease.state in (S.ACTIVE, S.SCHEDULED) \
+                and lease.requeues < MAX_REQUEUES:
+            t = self.last_t
+            self._requeue(lease, t)
+            self.store.add_event(t, "requeue", lease)
+            self.log.status("ENACT", f"lease {lease.id} requeued: {why}")
+            self.wake.set()
+        else:
+            self._lease_failed(lease, f"{vm} {why}")
+
+    def _planned_on_dead(self, lease: Lease) -> bool:
+        alive = {h for h, info in self.enactor.hosts().items() if info.alive}
+        vmrr = lease.last_vmrr()
+        return vmrr is not None and any(self.host(p) not in alive for p in vmrr.mapping.values())
+
+    def _lease_failed(self, lease: Lease, why: str) -> None:
+        """`[general] lease-failure-handling`: cancel fails the lease and frees its resources (the next round
+        replans around it); exit and exit-raise stop the daemon cleanly with one line in the log."""
+        handling = self.cfg.get("general", "lease-failure-handling")
+        if handling != "cancel":
+            self.fatal = f"lease {lease.id}: {why} (lease-failure-handling: {handling})"
+            self.log.status("RM", f"stopping: {self.fatal}")
+            self.stopping.set()
+            self.wake.set()
+            return
+        t = self.last_t
+        self._fail(lease, t, why)
+        self.store.add_event(t, "fail", lease)
+        self.log.status("RM", f"lease {lease.id} is {lease.state.value}: {why}")
+        self.wake.set()
+
+    def _fail(self, lease: Lease, t: int, why: str) -> None:
+        self.log.now = t
+        fail(self.sched, lease, t, why)
+        self._finished_seen = len(self.sched.finished)
+
+    def _requeue(self, lease: Lease, t: int) -> None:
+        self.log.now = t
+        requeue(self.sched, lease, t)
 
 
-def _ids(vm: str) -> tuple[int, int]:
-    parts = vm.split("-")
-    try:
-        return int(parts[1]), int(parts[3])
-    except (IndexError, ValueError):
-        return 0, 0
+def _busy(enactor) -> bool:
+    busy = getattr(enactor, "busy", None)
+    return bool(busy()) if busy is not None else False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from typing import Iterable
 
-from optlease.domain.lease import LeaseState
+from optlease.domain.lease import TRANSITIONS, LeaseState
 from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.records import Lease
 
@@ -93,3 +93,31 @@ def cancel(sched: LeaseScheduler, lease: Lease, now: int) -> None:
     lease.end = now
     sched.leases.pop(lease.id, None)
     sched.finished.append(lease)
+
+
+def fail(sched: LeaseScheduler, lease: Lease, now: int, reason: str) -> None:
+    """Enactment could not carry a lease out (an error or no answer from its host): like a cancellation, its
+    reservations leave the slot table and the next round uses the room, but it ends as failed, with the reason."""
+    state = lease.state
+    cancel(sched, lease, now)
+    lease.state = S.PENDING if state is S.NEW else state    # cancel() ended it as cancelled; a failure is said as such when allowed
+    lease.set_state(S.FAILED if S.FAILED in TRANSITIONS[state] else S.CANCELLED)
+    lease.reason = reason[:200]
+
+
+def requeue(sched: LeaseScheduler, lease: Lease, now: int) -> None:
+    """A best-effort lease whose host went away: its VMs are gone, so it goes back to the queue from scratch
+    (as Haizea requeues a preempted lease it cannot suspend)."""
+    vmrr = lease.last_vmrr()
+    if vmrr is not None:
+        sched.cancel_vmrr(vmrr, now)
+        lease.vmrrs.pop()
+    lease.requeues += 1
+    for held in lease.held:
+        if held.outcome is None:
+            held.outcome = "requeued"
+    lease.accumulated = lease.real_accumulated = 0
+    lease.image_nodes = None
+    lease.set_state(S.QUEUED)
+    sched.log.info("LSCHED", "Lease #%i has been requeued: its host is gone." % lease.id)
+    sched.enqueue(lease)

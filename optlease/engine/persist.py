@@ -1,7 +1,8 @@
 """The daemon's durable state: SQLite in WAL mode at `[general] persistence-file` (`none`: in memory).
 
 Four tables. `requests` holds every accepted request (its JSON, and the XML it came as); `events` is the ordered
-journal of what changed the scheduler (a request arriving, a cancellation, a scheduling step at an instant);
+journal of what changed the scheduler (a request arriving, a cancellation, a scheduling step at an instant, and
+enactment failing or requeueing a lease);
 `leases` and `reservations` hold every lease's state, progress and planned reservations as of the last step.
 Each write is committed before the daemon acknowledges anything that depends on it.
 
@@ -17,13 +18,14 @@ from dataclasses import dataclass
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
 from optlease.scheduling.records import Lease
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"     # 2: enactment's `fail` and `requeue` events
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, arrival INTEGER NOT NULL, body TEXT NOT NULL,
                                      xml TEXT);
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, t INTEGER NOT NULL,
-                                   kind TEXT NOT NULL CHECK (kind IN ('request', 'cancel', 'step')),
+                                   kind TEXT NOT NULL CHECK (kind IN ('request', 'cancel', 'step', 'fail',
+                                                                  'requeue')),
                                    lease_id INTEGER);
 CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, state TEXT NOT NULL,
                                    accumulated INTEGER NOT NULL, first_start INTEGER, end_time INTEGER,
@@ -72,6 +74,7 @@ class Journal:
     requests: dict[int, LeaseRequest]
     events: list[tuple[int, str, int | None]]     # (t, kind, lease_id)
     states: dict[int, str]                        # lease id -> state recorded at the last step
+    reasons: dict[int, str | None] = None         # lease id -> its recorded reason (why it failed)
 
 
 class Store:
@@ -96,7 +99,8 @@ class Store:
         requests = {i: request_from_json(body) for i, body in db.execute("SELECT id, body FROM requests")}
         events = [(t, kind, lid) for t, kind, lid in db.execute("SELECT t, kind, lease_id FROM events ORDER BY seq")]
         states = dict(db.execute("SELECT id, state FROM leases"))
-        return Journal(None if epoch is None else int(epoch[0]), requests, events, states)
+        reasons = dict(db.execute("SELECT id, reason FROM leases"))
+        return Journal(None if epoch is None else int(epoch[0]), requests, events, states, reasons)
 
     def next_id(self) -> int:
         return (self.db.execute("SELECT MAX(id) FROM requests").fetchone()[0] or 0) + 1
@@ -113,8 +117,12 @@ class Store:
             self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, 'request', ?)", (req.arrival, req.id))
 
     def add_cancel(self, t: int, lease: Lease) -> None:
+        self.add_event(t, "cancel", lease)
+
+    def add_event(self, t: int, kind: str, lease: Lease) -> None:
+        """A change to one lease between steps: cancel (by its user), fail or requeue (by enactment)."""
         with self._tx():
-            self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, 'cancel', ?)", (t, lease.id))
+            self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, ?, ?)", (t, kind, lease.id))
             self._write_leases([lease])
 
     def add_step(self, t: int, leases: list[Lease]) -> None:

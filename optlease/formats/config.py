@@ -178,6 +178,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "task-timeout": O("float", 30.0, positive=True),    # seconds to wait for a task's result before a retry
         "task-retries": O("int", 2),
         "host-timeout": O("float", None, positive=True),    # seconds without a message before a host is silent
+        "hosts": O("str", None),    # mode fast: the agents' host names, in node order (node 1 is the first)
     },
 }
 KNOWN_PROBES = ("ar", "best-effort", "immediate", "cpu-utilization", "disk-usage")

@@ -1,0 +1,332 @@
+"""mode: fast end to end: a real mosquitto, `optlease serve --fg` as a process, four `optlease agent` processes on
+libvirt's test:/// driver, and the manual's quickstart (a best-effort lease suspended by an advance reservation) with
+time scaled 300 times. A watcher asks the agents what they run (`task: list vms`) ten times a second and keeps every
+change of every domain; the lease states come from the API. Then: kill -9 of the daemon while lease 1 is
+suspended and a restart; an agent that answers `error`; an agent that never answers; a broker restart."""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import xmlrpc.client
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+from lxml import etree
+
+from conftest import REPO
+from mqtt_broker import free_port, mosquitto  # noqa: F401 - the fixture
+from optlease.enact import fast
+
+SCALE = 300                  # simulated seconds per real second: the quickstart's 1 h 31 min in about 20 s
+TOL = 120                    # simulated seconds (0.4 s real) between a planned instant and what the watcher sees
+HOSTS = ("host1", "host2", "host3", "host4")
+CONF = """[general]
+loglevel: INFO
+mode: fast
+persistence-file: state.db
+lease-failure-handling: cancel
+
+[scheduling]
+mapper: greedy
+policy-admission: accept-all
+policy-preemption: ar-preempts-everything
+policy-host-selection: greedy
+backfilling: aggressive
+suspension: all
+suspend-rate: 32
+resume-rate: 32
+migration: yes
+wakeup-interval: 60
+
+[simulation]
+clock: real
+resources: {nodes} CPU:100 Memory:1024
+imagetransfer-bandwidth: 100
+time-scale: {scale}
+
+[accounting]
+
+[daemon]
+listen: 127.0.0.1:{port}
+
+[mqtt]
+host: 127.0.0.1
+port: {broker}
+hosts: {hosts}
+task-timeout: {task_timeout}
+task-retries: 1
+"""
+
+
+def quickstart_leases(tmp: Path) -> list[Path]:
+    """The two <lease> elements of the manual's quickstart workload, one file each (for request-lease -f)."""
+    root = etree.parse(str(REPO / "instances/quickstart/quickstart.lwf"))
+    out = []
+    for i, lease in enumerate(root.iter("lease"), start=1):
+        path = tmp / f"lease{i}.xml"
+        path.write_bytes(etree.tostring(lease))
+        out.append(path)
+    return out
+
+
+def cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "optlease.cli.main", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def wait_until(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Watcher:
+    """Asks every host `list vms` every `period` s and keeps (real time, host, vm, state) for every change."""
+
+    def __init__(self, broker, hosts, period: float = 0.1) -> None:
+        self.hosts, self.period = hosts, period
+        self.now: dict[str, dict[str, str]] = {h: {} for h in hosts}
+        self.changes: list[tuple[float, str, str, str]] = []
+        self.answers = 0
+        self.lock = threading.Lock()
+        self.stop_flag = threading.Event()
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"watch-{uuid.uuid4().hex[:6]}")
+        self.client.reconnect_delay_set(1, 2)
+        self.client.on_connect = lambda c, *_: c.subscribe(fast.ALL_RESULTS, 1)
+        self.client.on_message = self._on_message
+        self.client.connect(broker.host, broker.port, keepalive=10)
+        self.client.loop_start()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stop_flag.wait(self.period):
+            for host in self.hosts:
+                task = fast.ListVms(id=f"w-{uuid.uuid4().hex}")
+                self.client.publish(fast.task_topic(host), fast.encode_task(task, host), qos=0)
+
+    def _on_message(self, _c, _u, msg) -> None:
+        try:
+            result = fast.parse_result(msg.payload)
+        except fast.FastProtocolError:
+            return
+        if result.kind != "vms listed" or not str(result.id).startswith("w-"):
+            return
+        host, t = fast.host_of_topic(msg.topic), time.time()
+        seen = {v.vm_name: v.state for v in result.vms if v.vm_name.startswith("lease-")}
+        with self.lock:
+            self.answers += 1
+            before = self.now.setdefault(host, {})
+            for vm in set(before) | set(seen):
+                if before.get(vm) != seen.get(vm):
+                    self.changes.append((t, host, vm, seen.get(vm, "undefined")))
+            self.now[host] = seen
+
+    def where(self, vm: str) -> list[tuple[str, str]]:
+        with self.lock:
+            return [(h, vms[vm]) for h, vms in self.now.items() if vm in vms]
+
+    def history(self, vm: str) -> list[tuple[float, str, str]]:
+        with self.lock:
+            return [(t, h, s) for t, h, v, s in self.changes if v == vm]
+
+    def close(self) -> None:
+        self.stop_flag.set()
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+class Cluster:
+    """The broker (a fixture), agents, the daemon, and what the test reads back."""
+
+    def __init__(self, tmp: Path, broker, agents=HOSTS, hosts=HOSTS, task_timeout: float = 2.0) -> None:
+        self.tmp, self.broker = tmp, broker
+        self.port = free_port()
+        self.conf = tmp / "fast.conf"
+        self.conf.write_text(CONF.format(nodes=len(hosts), scale=SCALE, port=self.port, broker=broker.port,
+                                         hosts=" ".join(hosts), task_timeout=task_timeout))
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.agents = {h: self.start_agent(h) for h in agents}
+        self.daemon: subprocess.Popen | None = None
+        self.logs: list[Path] = []
+        self.watcher = Watcher(broker, hosts)
+
+    def start_agent(self, host: str) -> subprocess.Popen:
+        log = open(self.tmp / f"agent-{host}.log", "ab")
+        return subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host, "--libvirt",
+                                 "test:///default", "--broker", self.broker.address, "--handoff-timeout", "3"],
+                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def start_daemon(self) -> None:
+        log = self.tmp / f"daemon-{len(self.logs)}.log"
+        self.logs.append(log)
+        with open(log, "ab") as out:
+            self.daemon = subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "serve", "-c",
+                                            str(self.conf), "--fg"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        wait_until(lambda: self.daemon.poll() is not None or self.ping(), 30, "the daemon's API")
+        assert self.daemon.poll() is None, self.log()
+
+    def ping(self) -> bool:
+        try:
+            return xmlrpc.client.ServerProxy(self.url).test_func() == 0
+        except OSError:
+            return False
+
+    def log(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in self.logs)
+
+    def epoch(self) -> int:
+        with sqlite3.connect(self.tmp / "state.db") as db:
+            return int(db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()[0])
+
+    def sim(self, real: float) -> float:
+        """A real time as the daemon's simulated instant."""
+        return (real - self.epoch()) * SCALE
+
+    def real(self, t: float) -> float:
+        return self.epoch() + t / SCALE
+
+    def sleep_until(self, t: float) -> None:
+        time.sleep(max(0.0, self.real(t) - time.time()))
+
+    def leases(self) -> dict[int, dict]:
+        proxy = xmlrpc.client.ServerProxy(self.url)
+        out = {}
+        for text in proxy.get_leases(True):
+            elem = etree.fromstring(text.encode())
+            out[int(elem.get("id"))] = dict(elem.attrib)
+        return out
+
+    def request(self, path: Path) -> int:
+        done = cli("request-lease", "-s", self.url, "-f", str(path))
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.split("Lease ID:")[1].split()[0])
+
+    def close(self) -> None:
+        self.watcher.close()
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+            try:
+                self.daemon.wait(15)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+        for proc in self.agents.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.agents.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+class StateLog:
+    """Every lease state the API shows, in order, polled in a thread."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.states: dict[int, list[str]] = {}
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stop_flag.wait(0.03):
+            try:
+                leases = self.cluster.leases()
+            except (OSError, xmlrpc.client.Error):
+                continue            # the daemon is down (kill -9) or busy
+            for i, attrs in leases.items():
+                seq = self.states.setdefault(i, [])
+                if not seq or seq[-1] != attrs["state"]:
+                    seq.append(attrs["state"])
+
+    def close(self) -> None:
+        self.stop_flag.set()
+        self.thread.join(2)
+
+
+@pytest.fixture
+def cluster(tmp_path, mosquitto):  # noqa: F811
+    c = Cluster(tmp_path, mosquitto)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def first(history, state, after: float = 0.0):
+    return next((t for t, _h, s in history if s == state and t >= after), None)
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["quickstart", "kill-9-while-suspended"])
+def test_quickstart_on_four_agents(cluster, tmp_path, kill):
+    c = cluster
+    lease1, lease2 = quickstart_leases(tmp_path)
+    c.start_daemon()
+    states = StateLog(c)
+    try:
+        assert c.request(lease1) == 1
+        c.sleep_until(900)                                        # the manual: the AR is requested at 00:15
+        assert c.request(lease2) == 2
+        vm1 = "lease-1-vm-1"
+        ar_vms = [f"lease-2-vm-{i}" for i in range(1, 5)]
+        # the AR starts at 00:30 on all four hosts; lease 1 was suspended (paused) just before, to make room
+        wait_until(lambda: all(len(w) == 1 and w[0][1] == "running" for w in map(c.watcher.where, ar_vms)), 25,
+                   "the AR's VMs")
+        assert sorted(c.watcher.where(v)[0][0] for v in ar_vms) == list(HOSTS)
+        assert c.watcher.where(vm1)[0][1] == "paused"
+        if kill:
+            os.kill(c.daemon.pid, signal.SIGKILL)                 # mid-run, while lease 1 is suspended
+            c.daemon.wait(5)
+            time.sleep(1.0)                                       # 300 simulated seconds pass without a daemon
+            c.start_daemon()
+            leases = c.leases()
+            assert sorted(leases) == [1, 2]
+            assert leases[1]["state"].startswith("Suspended") and leases[2]["state"] == "Active"
+            assert c.watcher.where(vm1)[0][1] == "paused"         # consistent with what the agents report
+        # lease 1 resumes when the AR ends at 01:00, and both end: every domain is gone
+        wait_until(lambda: all(s == "Done" for s in (a["state"] for a in c.leases().values())), 40, "Done")
+        wait_until(lambda: not any(c.watcher.where(v) for v in [vm1, *ar_vms]), 5, "every domain stopped")
+    finally:
+        states.close()
+    log = c.log()
+    h1 = c.watcher.history(vm1)
+    t_run, t_pause = first(h1, "running"), first(h1, "paused")
+    t_resume = first(h1, "running", after=t_pause)
+    t_gone = first(h1, "undefined", after=t_resume)
+    assert None not in (t_run, t_pause, t_resume, t_gone), h1
+    assert [s for _t, _h, s in h1] == ["running", "paused", "running", "undefined"], h1   # started once
+    assert len({h for _t, h, _s in h1}) == 1                     # never moved: no VM started twice
+    # at the planned times: suspended in the 32 s before 00:30, resumed at 01:00
+    assert 1800 - 32 - TOL <= c.sim(t_pause) <= 1800 + TOL, c.sim(t_pause)
+    assert 3600 - TOL <= c.sim(t_resume) <= 3600 + 32 + TOL, c.sim(t_resume)
+    for v in ar_vms:
+        hist = c.watcher.history(v)
+        assert [s for _t, _h, s in hist] == ["running", "undefined"], hist
+        assert 1800 - TOL <= c.sim(hist[0][0]) <= 1800 + TOL and 3600 - TOL <= c.sim(hist[1][0]) <= 3600 + TOL
+    # lease 1 ran its hour in all: it ends an hour (and a suspension and a resumption) after it began
+    assert 3600 + 64 - TOL <= c.sim(t_gone) - c.sim(t_run) <= 3600 + 64 + 1800 + TOL
+    # the states the manual's list-leases shows, in order (the poll may miss a short one)
+    seq1, seq2 = states.states[1], states.states[2]
+    for want in (["Active", "Suspended-Scheduled", "Active", "Done"], ["Scheduled", "Active", "Done"]):
+        seq = seq1 if len(want) == 4 else seq2
+        it = iter(seq)
+        assert all(w in it for w in want), seq
+    assert any(s.startswith("Suspend") for s in seq1)
+    table = cli("list-leases", "-s", c.url, "--all")
+    assert table.returncode == 0 and table.stdout.count("Done") == 2, table.stdout
+    assert "failed" not in log and "timed out" not in log, log[-3000:]
+    if kill:
+        assert "reloaded 2 leases" in log and "hosts report" in log
