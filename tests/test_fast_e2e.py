@@ -330,3 +330,89 @@ def test_quickstart_on_four_agents(cluster, tmp_path, kill):
     assert "failed" not in log and "timed out" not in log, log[-3000:]
     if kill:
         assert "reloaded 2 leases" in log and "hosts report" in log
+
+
+BE = ('<lease preemptible="true"><nodes><node-set numnodes="{n}"><res type="CPU" amount="100"/>'
+      '<res type="Memory" amount="256"/></node-set></nodes><start/><duration time="{d}"/></lease>')
+AR = ('<lease preemptible="false"><nodes><node-set numnodes="{n}"><res type="CPU" amount="100"/>'
+      '<res type="Memory" amount="256"/></node-set></nodes><start><exact time="{t}"/></start>'
+      '<duration time="{d}"/></lease>')
+
+
+def submit(c: Cluster, xml: str) -> int:
+    return xmlrpc.client.ServerProxy(c.url).create_lease(xml)
+
+
+def send_task(c: Cluster, host: str, task) -> fast.Result:
+    """Publish one task to an agent and wait for its result (the test playing a second, careless manager)."""
+    box: list[fast.Result] = []
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"t-{uuid.uuid4().hex[:6]}")
+    ready = threading.Event()
+    client.on_subscribe = lambda *_: ready.set()
+    client.on_message = lambda _c, _u, m: box.append(fast.parse_result(m.payload))
+    client.connect(c.broker.host, c.broker.port)
+    client.loop_start()
+    client.subscribe(fast.result_topic(host), 1)
+    ready.wait(5)
+    client.publish(fast.task_topic(host), fast.encode_task(task, host), qos=2)
+    wait_until(lambda: any(r.id == task.id for r in box), 10, f"{task.kind} on {host}")
+    client.disconnect()
+    client.loop_stop()
+    return next(r for r in box if r.id == task.id)
+
+
+def test_an_agent_error_and_a_broker_restart(cluster):
+    c = cluster
+    c.start_daemon()
+    # another party already runs a domain named like lease 1's VM on every host: starting it answers `error`
+    for host in HOSTS:
+        xml = "<domain type='kvm'><name>lease-1-vm-1</name><memory>262144</memory><vcpu>1</vcpu>" \
+              "<os><type>hvm</type></os></domain>"
+        assert send_task(c, host, fast.StartVm((fast.VmConfig(xml=xml),))).ok
+    assert submit(c, BE.format(n=1, d="00:10:00")) == 1
+    wait_until(lambda: c.leases()[1]["state"] == "Failed", 15, "lease 1 failed")
+    assert "already running" in c.leases()[1].get("reason", ""), c.leases()[1]
+    # the daemon goes on: the next lease runs, through a broker restart in the middle of it
+    now = c.sim(time.time())
+    assert submit(c, BE.format(n=2, d="00:20:00")) == 2
+    wait_until(lambda: c.leases()[2]["state"] == "Active"
+               and sum(s == "running" for h in HOSTS for v, s in c.watcher.now[h].items() if "lease-2" in v) == 2,
+               10, "lease 2 running")
+    c.broker.stop()
+    time.sleep(1.0)
+    c.broker.start()
+    assert c.daemon.poll() is None
+    wait_until(lambda: c.leases()[2]["state"] == "Done", 30, "lease 2 done")
+    wait_until(lambda: not any("lease-2" in v for h in HOSTS for v in c.watcher.now[h]), 30, "lease 2 stopped")
+    assert c.sim(time.time()) - now >= 1200
+    log = c.log()
+    assert "start lease-1-vm-1 on host" in log and "lease 1 is failed" in log
+    assert "lost MQTT broker" in log and c.daemon.poll() is None
+    assert sorted(c.leases()) == [1, 2]
+
+
+def test_an_agent_that_never_answers(tmp_path, mosquitto):  # noqa: F811
+    """host5 announces itself and then answers nothing: the AR that needs it fails after the task's retries, its
+    other VMs are stopped, and the next lease runs."""
+    c = Cluster(tmp_path, mosquitto, hosts=(*HOSTS, "host5"), task_timeout=1.0)
+    silent = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="silent-host5")
+    try:
+        silent.connect(mosquitto.host, mosquitto.port)
+        silent.loop_start()
+        c.start_daemon()        # host5 answers no inventory: the daemon says so and starts anyway
+        assert "no inventory from host5" in c.log()
+        silent.publish(fast.status_topic("host5"), fast.AgentStatus("host5", "init", 16, 3 << 20).encode(), qos=1)
+        start = c.sim(time.time()) + 400
+        t = f"{int(start) // 3600:02d}:{int(start) % 3600 // 60:02d}:{int(start) % 60:02d}"
+        assert submit(c, AR.format(n=5, t=t, d="00:20:00")) == 1
+        wait_until(lambda: c.leases()[1]["state"] == "Failed", 20, "the AR failed")
+        assert "timed out" in c.leases()[1]["reason"]
+        wait_until(lambda: not any(c.watcher.now[h] for h in HOSTS), 10, "the AR's other VMs stopped")
+        assert submit(c, BE.format(n=1, d="00:05:00")) == 2
+        wait_until(lambda: c.leases()[2]["state"] == "Done", 20, "lease 2 done")
+        log = c.log()
+        assert "no result after 2 attempts" in log and "lease 1 is failed" in log, log[-2000:]
+    finally:
+        silent.disconnect()
+        silent.loop_stop()
+        c.close()
