@@ -152,3 +152,36 @@ def test_optimize_reports_a_proven_offline_optimum_and_a_valid_schedule(cli, tmp
     assert (got["status"], got["objective"], got["best_bound"], got["gap"]) == ("OPTIMAL", objective, objective, 0.0)
     assert got["objective"] <= got["greedy_objective"] and got["checker_violations"] == 0
     assert check_schedule(json.loads(out.read_text())) == []
+
+
+def test_compare_schedulers_prints_json_and_a_table(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    table = tmp_path / "table.md"
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--limit-days", "0.5",
+                          "--modes", "greedy-aggressive,cpsat", "--time-limit", "0.2", "--markdown", str(table)],
+                         capture_output=True, text=True, check=True, timeout=300)
+    results = json.loads(out.stdout)["results"]
+    assert set(results) == {"greedy-aggressive", "cpsat"}
+    for r in results.values():
+        assert r["checker_violations"] == 0 and r["ar_total"] > 0
+    assert results["cpsat"]["ar_accepted"] == results["greedy-aggressive"]["ar_accepted"]
+    assert table.read_text().count("\n") == 4
+
+
+def test_bench_round_quick_prints_latency_and_objectives():
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_round.py"), "--quick", "--seeds", "1",
+                          "--time-limit", "0.3"], capture_output=True, text=True, check=True, timeout=300)
+    got = json.loads(out.stdout)["144-nodes-50-queued"]
+    assert got["round_p95_s"] > 0 and got["never_worse_than_greedy"]
+    assert got["runs"][0]["objective"] < got["runs"][0]["greedy_objective"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import MIGRATE, SHUTDOWN, RR, Lease, NotSchedulable
+from optlease.scheduling.records import MIGRATE, SHUTDOWN, SUSPEND, RR, Lease, NotSchedulable
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
                                           Phase, Plan, Policy, Preemption, RoundSnapshot, RoundStats, Suspension)
 
@@ -62,6 +62,7 @@ class CpsatRound:
                              preemption=Preemption.NO_PREEMPTION, non_schedulable_interval=0)
         self.records: list[RoundRecord] = []
         self._announced: dict[int, int] = {}   # lease id -> seq of the VM reservation the last round ended with
+        self._seen: tuple[dict, dict] | None = None   # movable bookings and fixed ends the last round ended with
 
     @property
     def stats(self) -> list[RoundStats]:
@@ -77,11 +78,78 @@ class CpsatRound:
         elif all(self._greedy_start(lease) == now for lease in movable):
             # every movable lease starts now, its earliest: no plan finishes any of them sooner
             stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
+        elif len(movable) == 1 and self._at_earliest(movable[0], now):
+            # one lease to place, booked at the earliest time it fits whole: nothing can finish it sooner
+            stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
+        elif self._nothing_new(now, movable):
+            # the plan the last round ended with still stands: nothing arrived, moved or ended early since
+            stats = RoundStats("UNCHANGED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
         else:
             stats, changed, greedy_cost = self._solve(now, movable)
         self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost))
         self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
+        after = self._movable(now)
+        self._seen = ({lease.id: self._booking(lease) for lease in after}, self._fixed(now, after))
+
+    def _at_earliest(self, lease: Lease, now: int) -> bool:
+        """Whether a booked lease starts where the VM scheduler finds its earliest whole fit without its booking."""
+        if lease.state not in BOOKED:
+            return False
+        sched, vmrr = self.sched, lease.last_vmrr()
+        rrs = (*vmrr.pre, vmrr, *vmrr.post)
+        if vmrr.post and vmrr.post[0].kind != SHUTDOWN:
+            return False   # booked to be suspended: a whole run elsewhere or later may finish sooner
+        log, quiet = sched.log, sched.log.info_on
+        log.info_on = False
+        for rr in rrs:
+            sched.table.remove(rr)
+        try:
+            resuming = lease.is_suspended()
+            fixed = dict(lease.image_nodes) if resuming else None
+            earliest = {n: now for n in set(fixed.values())} if resuming else None
+            best = sched.vm.asap(lease, now, earliest, True, resuming, fixed, strict=True)
+            first = best.pre[0].start if best.pre else best.start
+        except NotSchedulable:
+            first = None
+        finally:
+            for rr in rrs:
+                sched.table.add(rr)
+            log.info_on = quiet
+        return first is not None and first >= self._greedy_start(lease)
+
+    @staticmethod
+    def _booking(lease: Lease) -> int | None:
+        return lease.last_vmrr().seq if lease.state in BOOKED else None
+
+    def _fixed(self, now: int, movable: list[Lease]) -> dict[int, tuple[int, int | None]]:
+        """Per lease that is not movable: when its reservations end, and which VM reservation it is on."""
+        ids, out = {lease.id for lease in movable}, {}
+        for rr in self.sched.table.reservations:
+            if rr.lease.id in ids or not rr.demand or rr.end <= now or rr.state not in ("scheduled", "active"):
+                continue
+            end, seq = out.get(rr.lease.id, (rr.end, None))
+            vmrr = rr.lease.last_vmrr()
+            out[rr.lease.id] = (max(end, rr.end), vmrr.seq if vmrr is not None else None)
+        return out
+
+    def _nothing_new(self, now: int, movable: list[Lease]) -> bool:
+        """Whether the round holds only what the last one planned: the same movable leases with the same bookings,
+        the fixed occupancies unchanged, except leases that started as booked and occupancies that ended on time."""
+        if self._seen is None:
+            return False
+        seen_movable, seen_fixed = self._seen
+        if any(seen_movable.get(lease.id, -1) != self._booking(lease) for lease in movable):
+            return False
+        fixed = self._fixed(now, movable)
+        for lease_id, (end, seq) in fixed.items():
+            before = seen_fixed.get(lease_id)
+            if before is not None and before[0] == end:
+                continue
+            if before is None and seen_movable.get(lease_id) is not None and seen_movable[lease_id] == seq:
+                continue   # started as booked
+            return False
+        return all(lease_id in fixed for lease_id, (end, _) in seen_fixed.items() if end > now)
 
     def _solve(self, now: int, movable: list[Lease]) -> tuple[RoundStats, int, int | None]:
         from optlease.scheduling.cpsat.objective import plan_cost
@@ -118,8 +186,9 @@ class CpsatRound:
             elif lease.state in BOOKED:
                 vmrr = lease.last_vmrr()
                 rrs = (*vmrr.pre, vmrr, *vmrr.post)
-                if all(rr.state == "scheduled" and rr.kind != MIGRATE and rr.start >= now for rr in rrs) \
-                        and (lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping):
+                # a booking that ends in a suspension (before an AR) is not what the round model can state: kept
+                if all(rr.state == "scheduled" and rr.kind not in (MIGRATE, SUSPEND) and rr.start >= now
+                       for rr in rrs) and (lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping):
                     out.append(lease)
         out.sort(key=lambda lease: (lease.req.arrival, lease.id))
         return out
