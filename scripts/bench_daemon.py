@@ -4,12 +4,20 @@
 Runs the lease manager in this process (simulated enactment, SQLite persistence in a temporary folder, the API on
 a free loopback port) and submits best-effort leases from a client thread pool over HTTP. Reports requests/s
 accepted and, per lease, the time from its request to its VMs' start task reaching enactment.
+
+`--mode fast`: the same through real enactment: a mosquitto broker on a free loopback port, `--agents` agent
+processes on libvirt's test:/// driver, time scaled 60 times so that each lease (2 simulated minutes) starts and
+stops; a subscriber on `fast/#` counts every broker message, and the figure is broker messages per lease.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import statistics
 import tempfile
 import threading
@@ -49,12 +57,137 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+FAST_CONF = """[general]
+mode: fast
+persistence-file: {db}
+[scheduling]
+suspension: none
+suspend-rate: 32
+resume-rate: 32
+backfilling: aggressive
+wakeup-interval: 60
+[simulation]
+clock: real
+resources: {agents} CPU:100 Memory:1024
+imagetransfer-bandwidth: 100
+time-scale: 60
+[accounting]
+[daemon]
+listen: 127.0.0.1:{port}
+[mqtt]
+host: 127.0.0.1
+port: {broker}
+hosts: {hosts}
+task-timeout: 10
+"""
+FAST_LEASE = LEASE.replace("01:00:00", "00:02:00")
+
+
+def bench_fast(args) -> dict:
+    """Leases through the API, enacted on agent processes over a real broker; broker messages per lease."""
+    import paho.mqtt.client as mqtt
+
+    mosquitto = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    with tempfile.TemporaryDirectory() as tmp:
+        broker_port, port = free_port(), free_port()
+        (Path(tmp) / "m.conf").write_text(f"listener {broker_port} 127.0.0.1\nallow_anonymous true\n")
+        procs = [subprocess.Popen([mosquitto, "-c", str(Path(tmp) / "m.conf")], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)]
+        hosts = [f"bench{i}" for i in range(1, args.agents + 1)]
+        messages: dict[str, int] = {}
+        counter = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bench-counter")
+        subscribed = threading.Event()
+        counter.on_subscribe = lambda *_: subscribed.set()
+
+        def count(_c, _u, msg) -> None:
+            kind = msg.topic.rsplit("/", 1)[-1]
+            messages[kind] = messages.get(kind, 0) + 1
+        counter.on_message = count
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    counter.connect("127.0.0.1", broker_port)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            counter.loop_start()
+            counter.subscribe("fast/#", 2)
+            subscribed.wait(5)
+            for host in hosts:
+                procs.append(subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host,
+                                               "--libvirt", "test:///default", "--broker", f"127.0.0.1:{broker_port}"],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(1.5)      # the agents announce themselves
+            at_start = sum(messages.values())
+            cfg = parse_config(FAST_CONF.format(db=str(Path(tmp) / "bench.db"), agents=args.agents, port=port,
+                                                broker=broker_port, hosts=" ".join(hosts)),
+                               str(Path(tmp) / "bench.conf"), Path(tmp))
+            manager = Manager(cfg)
+            server = make_server(manager, cfg.get("daemon", "listen"), None)
+            manager.start()
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+            before = sum(messages.values())
+            startup = before - at_start      # `list vms` to every host and its answers
+            start_counts = dict(messages)
+            proxy = xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}")
+            t0 = time.perf_counter()
+            ids = [proxy.create_lease(FAST_LEASE) for _ in range(args.requests)]
+            accepted_s = time.perf_counter() - t0
+            deadline = time.monotonic() + args.timeout
+            done = lambda: all(manager.all[i].state.value in ("done", "failed", "cancelled") for i in ids)  # noqa
+            while time.monotonic() < deadline:
+                with manager.lock:
+                    finished = done() and not manager.enactor.busy() and not any(
+                        vm.startswith("lease-") for vm in manager.enactor.running())
+                if finished:
+                    break
+                time.sleep(0.1)
+            wall = time.perf_counter() - t0
+            time.sleep(0.5)
+            with manager.lock:
+                states: dict[str, int] = {}
+                for i in ids:
+                    states[manager.all[i].state.value] = states.get(manager.all[i].state.value, 0) + 1
+            server.shutdown()
+            server.server_close()
+            manager.stop()
+            during = {k: v - start_counts.get(k, 0) for k, v in messages.items()}
+            total = sum(messages.values()) - before
+        finally:
+            counter.disconnect()
+            counter.loop_stop()
+            for proc in procs[1:] + procs[:1]:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    return {"mode": "fast", "requests": args.requests, "agents": args.agents, "time_scale": 60,
+            "lease": "1 VM, 10 % of a node, 2 simulated minutes", "accept_wall_s": round(accepted_s, 3),
+            "all_done_wall_s": round(wall, 2), "lease_states": states, "broker_messages": total,
+            "daemon_startup_messages": startup,
+            "broker_messages_per_lease": round(total / args.requests, 2),
+            "messages_by_topic_kind": dict(sorted(during.items()))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--mode", choices=("simulated", "fast"), default="simulated")
+    parser.add_argument("--requests", type=int, default=None, help="default 1000 (simulated), 100 (fast)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent client connections")
     parser.add_argument("--persistence", choices=("file", "none"), default="file")
+    parser.add_argument("--agents", type=int, default=8, help="mode fast: agent processes (test:/// hosts)")
+    parser.add_argument("--timeout", type=float, default=120, help="mode fast: seconds to wait for the leases")
     args = parser.parse_args()
+    if args.mode == "fast":
+        args.requests = args.requests or 100
+        print(json.dumps(bench_fast(args), indent=1))
+        return
+    args.requests = args.requests or 1000
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         db = str(Path(tmp) / "bench.db") if args.persistence == "file" else "none"

@@ -416,3 +416,14 @@ def test_an_agent_that_never_answers(tmp_path, mosquitto):  # noqa: F811
         silent.disconnect()
         silent.loop_stop()
         c.close()
+
+
+def test_bench_daemon_counts_broker_messages_per_lease(mosquitto):  # noqa: F811 - skips without mosquitto
+    import json
+
+    done = subprocess.run([sys.executable, "scripts/bench_daemon.py", "--mode", "fast", "--requests", "10",
+                           "--agents", "2", "--timeout", "40"], cwd=REPO, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["lease_states"] == {"done": 10}
+    assert out["broker_messages_per_lease"] >= 4      # start and stop, each a task and its result
