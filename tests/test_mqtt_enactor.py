@@ -219,3 +219,54 @@ def test_no_broker_at_all_never_raises():
         assert outcome.timed_out and not e.connected and e.hosts() == {}
     finally:
         e.close()
+
+
+def test_heartbeats_keep_a_host_alive_and_its_silence_is_noticed(enactor, mosquitto, tmp_path):  # noqa: F811
+    """An agent beating every 0.2 s stays alive past a 1 s host timeout; stopped, it is silent within the timeout;
+    back, it is alive again (and asked what it runs)."""
+    quiet_libvirt()
+    e = enactor(host_timeout=1.0)
+    node = tmp_path / "hb.xml"
+    node.write_text(NODE_XML)
+    conn = libvirt.open(f"test://{node}")
+
+    def beating() -> Agent:
+        agent = Agent("hb1", Hypervisor(conn), Broker(mosquitto.host, mosquitto.port), heartbeat=0.2)
+        agent.start()
+        return agent
+
+    agent = beating()
+    try:
+        assert e.wait_hosts(["hb1"], 10)
+        assert e.hosts()["hb1"].capacity == {"vcpus": 4, "memory_mb": 8192}
+        time.sleep(2.0)
+        assert e.hosts()["hb1"].alive, "a beating host was marked silent"
+        agent.stop()
+        gone = time.monotonic()
+        while e.hosts()["hb1"].alive and time.monotonic() - gone < 5:
+            time.sleep(0.05)
+        assert not e.hosts()["hb1"].alive and 0.8 <= time.monotonic() - gone <= 2.0
+        asked = time.monotonic()
+        agent = beating()
+        assert e.wait_hosts(["hb1"], 5)
+        assert e.wait_inventory(["hb1"], 5, since=asked)
+    finally:
+        agent.stop()
+        conn.close()
+
+
+def test_heartbeat_messages_carry_the_capacity(mosquitto, tmp_path):  # noqa: F811
+    quiet_libvirt()
+    probe = Probe(mosquitto, [fast.status_topic("hb2")])
+    conn = libvirt.open("test:///default")
+    agent = Agent("hb2", Hypervisor(conn), Broker(mosquitto.host, mosquitto.port), heartbeat=0.1)
+    try:
+        agent.start()
+        first = fast.parse_status(probe.expect(lambda m: True).payload)
+        beat = fast.parse_status(probe.expect(lambda m: b"heartbeat" in m.payload).payload)
+    finally:
+        agent.stop()
+        conn.close()
+        probe.close()
+    assert first.task == "init" and beat.task == "heartbeat"
+    assert (beat.source, beat.vcpus, beat.memory_kib) == ("hb2", first.vcpus, first.memory_kib)

@@ -34,6 +34,10 @@ def agent(
     migrate_uri: Annotated[Optional[str], typer.Option("--migrate-uri", help="Migrate libvirt to libvirt instead "
                                                        "of over the broker; {host} is replaced by the destination, "
                                                        "e.g. 'qemu+ssh://{host}/system'.")] = None,
+    heartbeat: Annotated[float, typer.Option("--heartbeat", min=0, help="Seconds between two status messages "
+                                             "(`task: heartbeat`) while connected, so the lease manager can tell "
+                                             "that this host is alive; 0: announce on connect only.",
+                                             envvar="OPTLEASE_AGENT_HEARTBEAT")] = 10.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every task on stderr.")] = False,
 ) -> None:
     """Run the agent of one host: take FAST migfra tasks from the broker, drive libvirt, publish the results."""
@@ -56,7 +60,8 @@ def agent(
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = Broker(address, port, username, password, None if tls_ca is None else str(tls_ca))
     try:
-        run_agent(host, libvirt_uri, settings, handoff_timeout=handoff_timeout, migrate_uri=migrate_uri)
+        run_agent(host, libvirt_uri, settings, handoff_timeout=handoff_timeout, migrate_uri=migrate_uri,
+                  heartbeat=heartbeat)
     except (AgentError, BrokerError) as exc:
         # not bad input: the outside world is not there; one line and exit 1, no traceback
         print(f"optlease: error: {exc}", file=sys.stderr)

@@ -8,8 +8,10 @@ fails with `timed_out`. The tasks of one submit() go out wave by wave: wave k on
 when one fails the later waves are never sent (their outcomes say `skipped`), so a change is never half applied
 beyond the wave that failed.
 
-Hosts announce themselves with `task: init` (and their capacity) on `fast/agent/<host>/status`; every message from a
-host counts as a sign of life, and with `host_timeout` set a host silent for longer is marked not alive.
+Hosts announce themselves with `task: init` (and their capacity) on `fast/agent/<host>/status`; the optlease agent
+also beats (`task: heartbeat`, the same fields) every few seconds while connected. Every message from a host counts
+as a sign of life; with `host_timeout` set, a host silent for longer is marked not alive, and alive again (its
+inventory asked anew) as soon as it is heard.
 
 What runs: FAST has no task that lists a host's domains, so optlease adds one (`task: list vms`, answered
 `result: vms listed` with each domain's `state`). The enactor asks every known host when it has subscribed (after a
@@ -137,7 +139,7 @@ class MqttEnactor:
         get = lambda name: cfg.get("mqtt", name)   # noqa: E731
         options.setdefault("hosts", tuple((get("hosts") or "").split()))
         return cls(get("host"), get("port"), get("username"), get("password"), get("tls-ca"), get("keepalive"),
-                   get("task-timeout"), get("task-retries"), get("host-timeout"), **options)
+                   get("task-timeout"), get("task-retries"), get("host-timeout") or None, **options)
 
     # ---------------------------------------------------------------------------------------- Enactor protocol
     def submit(self, tasks: list[VmTask]) -> None:
@@ -457,16 +459,20 @@ class MqttEnactor:
             log.warning("dropped a status message on %s: %s", msg.topic, exc)
             return
         with self._lock:
+            was_alive = host in self._hosts and self._hosts[host].alive
             info = self._seen(host)
-            if status.task == "init":
+            if status.task in ("init", "heartbeat"):
                 capacity = {}
                 if status.vcpus is not None:
                     capacity["vcpus"] = status.vcpus
                 if status.memory_kib is not None:
                     capacity["memory_mb"] = status.memory_kib // 1024
-                info.capacity = capacity
-                log.info("host %s announced itself (%s)", host, capacity)
-        if status.task == "init":
+                if status.task == "init" or capacity:
+                    info.capacity = capacity
+                if status.task == "init":
+                    log.info("host %s announced itself (%s)", host, capacity)
+        # an announcement, or a heartbeat from a host we had given up on: ask what it runs now
+        if status.task == "init" or (status.task == "heartbeat" and not was_alive):
             self.request_inventory([host])
 
     def _on_result(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:

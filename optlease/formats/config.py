@@ -177,7 +177,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "keepalive": O("int", 30, positive=True),
         "task-timeout": O("float", 30.0, positive=True),    # seconds to wait for a task's result before a retry
         "task-retries": O("int", 2),
-        "host-timeout": O("float", None, positive=True),    # seconds without a message before a host is silent
+        # seconds without a message (agents beat every 10 s) before a host is silent; 0: never
+        "host-timeout": O("float", 30.0),
         "hosts": O("str", None),    # mode fast: the agents' host names, in node order (node 1 is the first)
     },
 }

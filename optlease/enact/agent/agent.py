@@ -25,8 +25,11 @@ class Agent:
     (parsing, never blocking) and on worker threads (libvirt), so results can come out of order, as with migfra."""
 
     def __init__(self, host: str, hypervisor: Hypervisor, broker: Broker, *, handoff_timeout: float = 30.0,
-                 workers: int = 8, migrate_uri: str | None = None) -> None:
+                 workers: int = 8, migrate_uri: str | None = None, heartbeat: float = 10.0) -> None:
+        """`heartbeat`: seconds between two status messages while connected (`task: heartbeat`, the capacity of
+        `task: init`), so a lease manager can tell a silent host from a quiet one; 0 = announce on connect only."""
         self.host = check_host(host)
+        self.heartbeat = float(heartbeat)
         self.hv = hypervisor
         self.broker = broker
         self.handoff_timeout = handoff_timeout
@@ -66,6 +69,20 @@ class Agent:
     def start(self, timeout: float = 10.0) -> None:
         """Connect, subscribe, announce; raises BrokerError when the broker cannot be reached or refuses us."""
         connect(self.client, self.broker, self._connected, self._refused, timeout)
+        if self.heartbeat > 0:
+            threading.Thread(target=self._beat, name=f"agent-{self.host}-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        """Every `heartbeat` seconds while connected: `task: heartbeat` with the host's capacity (an optlease
+        extension of FAST's status messages; a lease manager that only knows `init` ignores it)."""
+        vcpus, memory = self._capacity
+        while not self._done.wait(self.heartbeat):
+            if self._up:
+                try:
+                    self.client.publish(status_topic(self.host),
+                                        AgentStatus(self.host, "heartbeat", vcpus, memory).encode(), qos=1)
+                except Exception:      # noqa: BLE001 - a lost broker: paho reconnects, the next beat goes out
+                    log.debug("%s: heartbeat not sent", self.host, exc_info=True)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a quit task (or request_stop) ends the agent; False when the timeout came first."""

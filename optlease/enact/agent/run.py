@@ -16,7 +16,7 @@ class AgentError(RuntimeError):
 
 
 def run_agent(host: str, libvirt_uri: str, broker: Broker, *, handoff_timeout: float = 30.0,
-              migrate_uri: str | None = None) -> int:
+              migrate_uri: str | None = None, heartbeat: float = 10.0) -> int:
     """Serve tasks for `host` until told to quit. Raises AgentError or BrokerError when it cannot start."""
     quiet_libvirt()
     try:
@@ -24,7 +24,8 @@ def run_agent(host: str, libvirt_uri: str, broker: Broker, *, handoff_timeout: f
     except libvirt.libvirtError as exc:
         raise AgentError(f"cannot open libvirt {libvirt_uri}: {exc}") from None
     try:
-        agent = Agent(host, Hypervisor(conn), broker, handoff_timeout=handoff_timeout, migrate_uri=migrate_uri)
+        agent = Agent(host, Hypervisor(conn), broker, handoff_timeout=handoff_timeout, migrate_uri=migrate_uri,
+                      heartbeat=heartbeat)
         agent.start()
         previous = None
         if threading.current_thread() is threading.main_thread():
