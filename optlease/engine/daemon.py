@@ -17,7 +17,7 @@ from optlease.enact.base import HostInfo, TaskOutcome, VmTask, parse_vm_name
 from optlease.enact import base as task
 from optlease.engine.clock import RealClock
 from optlease.engine.log import LEVELS, EventLog
-from optlease.engine.loop import Stepper, cancel, fail, requeue
+from optlease.engine.loop import Stepper, cancel, fail, leases_on, node_down, node_up, requeue
 from optlease.reconcile import _REPORTED as REPORTED_STATES, desired_state, reconcile, rows_of_leases
 from optlease.engine.persist import Store
 from optlease.errors import InputError
@@ -185,6 +185,12 @@ class Manager:
                 self._fail(self.all[lease_id], t, journal.reasons.get(lease_id) or "enactment failed")
             elif kind == "requeue":
                 self._requeue(self.all[lease_id], t)
+            elif kind == "down":        # lease_id holds the node here
+                self.log.now = t
+                node_down(self.sched, lease_id, t)
+            elif kind == "up":
+                self.log.now = t
+                node_up(self.sched, lease_id, t)
             else:
                 self._run_step(t)
         self._finished_seen = len(self.sched.finished)
@@ -296,12 +302,16 @@ class Manager:
         sends nothing, so it runs after every step and whenever enactment has news."""
         for outcome in self.enactor.outcomes():
             self._outcome(outcome)
+        self._watch_hosts()
         if self.stopping.is_set() or _busy(self.enactor):
             return
         leases = list(self.sched.leases.values())
         desired = desired_state(rows_of_leases(leases), self.last_t, dict(enumerate(self.host_names, start=1)))
         actual = {}
+        down = {self.host(n) for n in self.sched.table.down}
         for vm, (host, state) in self.enactor.running().items():
+            if host in down:
+                continue        # a silent host's VMs are gone: their leases were replanned when it went down
             if state.lower() in REPORTED_STATES:
                 actual[vm] = (host, state)
             elif parse_vm_name(vm) is not None:
@@ -357,6 +367,48 @@ class Manager:
             self._say(f"{vm}: {why}")               # its host went away, and the plan has moved on
             return
         self.log.status("ENACT", f"{vm}: {why}")
+        self._replan(lease, f"{vm} {why}")
+
+    def _watch_hosts(self) -> None:
+        """Hosts that went silent (heard once, then nothing for `[mqtt] host-timeout`) leave planning, and their
+        leases are replanned; a host heard again comes back (lock held)."""
+        if getattr(self.enactor, "simulated", False) or self.stopping.is_set():
+            return
+        hosts = self.enactor.hosts()
+        for node, name in enumerate(self.host_names, start=1):
+            info = hosts.get(name)
+            if node in self.sched.table.down:
+                if info is not None and info.alive:
+                    self._node_up(node, name)
+            elif info is not None and not info.alive and info.last_seen > 0:
+                timeout = getattr(self.enactor, "host_timeout", None)
+                self._node_down(node, name, "silent for more than " + (f"{timeout:g} s" if timeout else "its timeout"))
+
+    def _node_down(self, node: int, name: str, why: str) -> None:
+        t = self.last_t
+        self.log.now = t
+        victims = leases_on(self.sched, node)
+        self.log.status("ENACT", f"host {name} is down ({why}): node {node} leaves planning; "
+                                 f"{len(victims)} leases to replan")
+        for lease in victims:
+            if self.stopping.is_set():
+                return      # lease-failure-handling said exit: the node stays up in the journal, as it was
+            self._replan(lease, f"its host {name} went down ({why})")
+        node_down(self.sched, node, t)
+        self.store.add_node_event(t, "down", node)
+        self.wake.set()
+
+    def _node_up(self, node: int, name: str) -> None:
+        t = self.last_t
+        self.log.now = t
+        node_up(self.sched, node, t)
+        self.store.add_node_event(t, "up", node)
+        self.log.status("ENACT", f"host {name} is back: node {node} is planned on again")
+        self.wake.set()
+
+    def _replan(self, lease: Lease, why: str) -> None:
+        """A lease whose VMs are gone: a best-effort lease goes back to the queue (its work is lost), anything else
+        fails per lease-failure-handling."""
         if lease.req.kind is LeaseKind.BEST_EFFORT and lease.state in (S.ACTIVE, S.SCHEDULED) \
                 and lease.requeues < MAX_REQUEUES:
             t = self.last_t
@@ -365,7 +417,7 @@ class Manager:
             self.log.status("ENACT", f"lease {lease.id} requeued: {why}")
             self.wake.set()
         else:
-            self._lease_failed(lease, f"{vm} {why}")
+            self._lease_failed(lease, why)
 
     def _planned_on_dead(self, lease: Lease) -> bool:
         alive = {h for h, info in self.enactor.hosts().items() if info.alive}

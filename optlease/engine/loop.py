@@ -121,3 +121,34 @@ def requeue(sched: LeaseScheduler, lease: Lease, now: int) -> None:
     lease.set_state(S.QUEUED)
     sched.log.info("LSCHED", "Lease #%i has been requeued: its host is gone." % lease.id)
     sched.enqueue(lease)
+
+
+def on_node(lease: Lease, node: int) -> bool:
+    """Whether a lease holds or will hold the node: a reservation not yet over maps a VM there, or its suspended
+    memory image is there."""
+    vmrr = lease.last_vmrr()
+    if vmrr is not None:
+        for rr in (*vmrr.pre, vmrr, *vmrr.post):
+            if rr.state in ("scheduled", "active") and (node in rr.mapping.values() or node in rr.demand):
+                return True
+    return lease.image_nodes is not None and node in lease.image_nodes.values()
+
+
+def leases_on(sched: LeaseScheduler, node: int) -> list[Lease]:
+    """The leases in the system that a node going down takes with it, in id order."""
+    return [lease for _, lease in sorted(sched.leases.items()) if on_node(lease, node)]
+
+
+def node_down(sched: LeaseScheduler, node: int, now: int) -> None:
+    """Take a node out of planning from now on. The caller has first requeued or failed `leases_on(node)`, so
+    nothing planned remains there; the next round plans around it."""
+    sched.table.take_down(node)
+    sched.log.info("LSCHED", "Node %i is down: left out of planning." % node)
+
+
+def node_up(sched: LeaseScheduler, node: int, now: int) -> None:
+    """Give a node back: the next round may use it (leases that did not fit are tried again)."""
+    sched.table.bring_up(node)
+    for lease in sched.queue:
+        lease.cache.pop("failed", None)
+    sched.log.info("LSCHED", "Node %i is up: back in planning." % node)

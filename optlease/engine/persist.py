@@ -1,8 +1,9 @@
 """The daemon's durable state: SQLite in WAL mode at `[general] persistence-file` (`none`: in memory).
 
 Four tables. `requests` holds every accepted request (its JSON, and the XML it came as); `events` is the ordered
-journal of what changed the scheduler (a request arriving, a cancellation, a scheduling step at an instant, and
-enactment failing or requeueing a lease);
+journal of what changed the scheduler (a request arriving, a cancellation, a scheduling step at an instant,
+enactment failing or requeueing a lease, and a node going `down` when its host went silent or coming back `up`;
+the leases a node took down with it are journaled first, as their own `fail` and `requeue` events);
 `leases` and `reservations` hold every lease's state, progress and planned reservations as of the last step.
 Each write is committed before the daemon acknowledges anything that depends on it.
 
@@ -18,15 +19,15 @@ from dataclasses import dataclass
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
 from optlease.scheduling.records import Lease
 
-SCHEMA_VERSION = "2"     # 2: enactment's `fail` and `requeue` events
+SCHEMA_VERSION = "3"     # 2: enactment's `fail` and `requeue` events; 3: a node going `down` and coming `up`
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, arrival INTEGER NOT NULL, body TEXT NOT NULL,
                                      xml TEXT);
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, t INTEGER NOT NULL,
                                    kind TEXT NOT NULL CHECK (kind IN ('request', 'cancel', 'step', 'fail',
-                                                                  'requeue')),
-                                   lease_id INTEGER);
+                                                                  'requeue', 'down', 'up')),
+                                   lease_id INTEGER, node INTEGER);
 CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, state TEXT NOT NULL,
                                    accumulated INTEGER NOT NULL, first_start INTEGER, end_time INTEGER,
                                    reason TEXT);
@@ -72,7 +73,7 @@ class Journal:
 
     epoch: int | None
     requests: dict[int, LeaseRequest]
-    events: list[tuple[int, str, int | None]]     # (t, kind, lease_id)
+    events: list[tuple[int, str, int | None]]     # (t, kind, lease_id); for `down` and `up`: (t, kind, node)
     states: dict[int, str]                        # lease id -> state recorded at the last step
     reasons: dict[int, str | None] = None         # lease id -> its recorded reason (why it failed)
 
@@ -88,16 +89,28 @@ class Store:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        elif row[0] == "2":
+            self._upgrade_from_2()
         elif row[0] != SCHEMA_VERSION:
             raise ValueError(f"persistence file has schema {row[0]}, this optlease writes {SCHEMA_VERSION}")
         self._seen: dict[int, tuple] = {}
+
+    def _upgrade_from_2(self) -> None:
+        """Schema 2 -> 3: the events table learns the `down` and `up` kinds and a node column (same rows)."""
+        with self._tx():
+            self.db.execute("ALTER TABLE events RENAME TO events_v2")
+            self.db.execute(DDL[DDL.index("CREATE TABLE IF NOT EXISTS events"):].split(";")[0])
+            self.db.execute("INSERT INTO events (seq, t, kind, lease_id) SELECT seq, t, kind, lease_id FROM events_v2")
+            self.db.execute("DROP TABLE events_v2")
+            self.db.execute("UPDATE meta SET value=? WHERE key='schema'", (SCHEMA_VERSION,))
 
     # -- reading ----------------------------------------------------------------------------------------------
     def load(self) -> Journal:
         db = self.db
         epoch = db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()
         requests = {i: request_from_json(body) for i, body in db.execute("SELECT id, body FROM requests")}
-        events = [(t, kind, lid) for t, kind, lid in db.execute("SELECT t, kind, lease_id FROM events ORDER BY seq")]
+        events = [(t, kind, lid if node is None else node)
+                  for t, kind, lid, node in db.execute("SELECT t, kind, lease_id, node FROM events ORDER BY seq")]
         states = dict(db.execute("SELECT id, state FROM leases"))
         reasons = dict(db.execute("SELECT id, reason FROM leases"))
         return Journal(None if epoch is None else int(epoch[0]), requests, events, states, reasons)
@@ -124,6 +137,11 @@ class Store:
         with self._tx():
             self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, ?, ?)", (t, kind, lease.id))
             self._write_leases([lease])
+
+    def add_node_event(self, t: int, kind: str, node: int) -> None:
+        """A node taken out of planning (`down`) or given back (`up`)."""
+        with self._tx():
+            self.db.execute("INSERT INTO events (t, kind, node) VALUES (?, ?, ?)", (t, kind, node))
 
     def add_step(self, t: int, leases: list[Lease]) -> None:
         with self._tx():

@@ -144,10 +144,33 @@ class SlotTable:
         self.ending: dict[int, set] = {}
         self.reservations: set = set()
         self.cpu = self.types.index("CPU")
+        # Nodes out of planning (their host went silent): left out of `nodes`, their capacity counts as zero, so
+        # no mapper and no fit test can place anything there until they come back.
+        self.down: set[int] = set()
         # Bumped whenever capacity is given back (a reservation ends or is removed): a lease that did not fit
         # cannot fit later unless this moved, since adding reservations only takes capacity away.
         self.released = 0
         self._seq = count()
+
+    def take_down(self, node: int) -> None:
+        """Take a node out of planning (idempotent). What it still holds stays in its profile: the caller removes
+        the reservations of the leases that were on it."""
+        if node in self.down or node not in self.profiles:
+            return
+        self.down.add(node)
+        self.total_cap = vsub(self.total_cap, self.caps[node])
+        self.caps[node] = self.zero
+        self.nodes = [n for n in self.site.node_ids if n not in self.down]
+
+    def bring_up(self, node: int) -> None:
+        """Give a node back to planning with its whole capacity (idempotent)."""
+        if node not in self.down:
+            return
+        self.down.discard(node)
+        self.caps[node] = self.vector(self.site.capacity(node))
+        self.total_cap = vadd(self.total_cap, self.caps[node])
+        self.nodes = [n for n in self.site.node_ids if n not in self.down]
+        self.released += 1      # capacity came back: leases that did not fit may fit now
 
     def vector(self, amounts: dict[str, int]) -> Vec:
         return tuple(amounts.get(r, 0) for r in self.types)
