@@ -89,8 +89,37 @@ def make_enactor(cfg: Config, site: Site):
     return MqttEnactor.from_config(cfg, domain_xml=minimal_domain_xml)
 
 
+FROM_AGENTS = "from-agents"
+
+
+def site_from_agents(cfg: Config, enactor) -> Site:
+    """`[simulation] resources: from-agents` (mode fast): node i is the i-th of `[mqtt] hosts`, sized by what its
+    agent announces (CPU: 100 per vcpu, Memory: its MB); waits up to `[mqtt] hosts-wait` seconds for them all."""
+    names = (cfg.get("mqtt", "hosts") or "").split()
+    if cfg.get("general", "mode") != "fast" or not names:
+        raise InputError("[simulation] resources: from-agents needs [general] mode: fast and [mqtt] hosts",
+                         cfg.path)
+    wait = float(cfg.get("mqtt", "hosts-wait"))
+    deadline = time.monotonic() + wait
+    while True:
+        known = enactor.hosts()
+        missing = [n for n in names if n not in known or not known[n].alive
+                   or not {"vcpus", "memory_mb"} <= set(known[n].capacity)]
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    if missing:
+        raise InputError(f"[simulation] resources: from-agents: no announcement from {' '.join(missing)} within "
+                         f"{wait:g} s ([mqtt] hosts-wait); are their agents running on this broker?", cfg.path)
+    nodes = tuple({"CPU": 100 * known[n].capacity["vcpus"], "Memory": known[n].capacity["memory_mb"]}
+                  for n in names)
+    return Site(("CPU", "Memory"), nodes)
+
+
 def site_from_config(cfg: Config) -> Site:
     resources = cfg.get("simulation", "resources")
+    if resources == FROM_AGENTS:
+        raise InputError("[simulation] resources: from-agents is for the daemon in mode fast", cfg.path)
     if not resources or resources == "in-tracefile":
         raise InputError("the daemon needs [simulation] resources as `<numnodes> CPU:<n> Memory:<n>`", cfg.path)
     try:
@@ -102,7 +131,17 @@ def site_from_config(cfg: Config) -> Site:
 class Manager:
     def __init__(self, cfg: Config, out: TextIO | None = None, enactor=None) -> None:
         self.cfg = cfg
-        self.site = site_from_config(cfg)
+        if cfg.get("simulation", "resources") == FROM_AGENTS:
+            # the site is what the agents say they are: the enactor comes first, to hear them
+            if enactor is None:
+                enactor = make_enactor(cfg, None)
+            try:
+                self.site = site_from_agents(cfg, enactor)
+            except InputError:
+                enactor.close()
+                raise
+        else:
+            self.site = site_from_config(cfg)
         self.opts = SchedulingOptions.from_config(cfg)
         policies = Policies(self.opts.policy_admission, self.opts.policy_preemption, self.opts.policy_host_selection)
         persistence = cfg.get("general", "persistence-file")

@@ -180,6 +180,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # seconds without a message (agents beat every 10 s) before a host is silent; 0: never
         "host-timeout": O("float", 30.0),
         "hosts": O("str", None),    # mode fast: the agents' host names, in node order (node 1 is the first)
+        # resources: from-agents: seconds the daemon waits at startup for every host's announcement
+        "hosts-wait": O("float", 30.0, positive=True),
     },
 }
 KNOWN_PROBES = ("ar", "best-effort", "immediate", "cpu-utilization", "disk-usage")

@@ -1,0 +1,172 @@
+"""Hosts in mode fast, end to end (a real mosquitto, `optlease serve --fg` and `optlease agent` processes on
+libvirt's test:/// driver): an agent killed with SIGKILL while its lease runs goes silent, the daemon takes its node
+out of planning and the best-effort lease runs to Done on another host, nothing is placed on the dead host until its
+agent comes back, then it is used again; and a site built from the agents' announcements."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from mqtt_broker import free_port, mosquitto  # noqa: F401 - the fixture
+from test_fast_e2e import Cluster, Watcher, cli, wait_until
+
+SCALE = 60                    # one simulated minute per real second
+CONF = """[general]
+loglevel: INFO
+mode: fast
+persistence-file: state.db
+lease-failure-handling: cancel
+
+[scheduling]
+policy-admission: accept-all
+policy-preemption: no-preemption
+policy-host-selection: greedy
+backfilling: off
+suspension: none
+suspend-rate: 32
+resume-rate: 32
+wakeup-interval: 30
+
+[simulation]
+clock: real
+resources: {resources}
+imagetransfer-bandwidth: 100
+time-scale: {scale}
+
+[accounting]
+
+[daemon]
+listen: 127.0.0.1:{port}
+
+[mqtt]
+host: 127.0.0.1
+port: {broker}
+hosts: {hosts}
+task-timeout: 2
+task-retries: 1
+host-timeout: {host_timeout}
+hosts-wait: {hosts_wait}
+"""
+
+
+class Hosts(Cluster):
+    """Agents that beat every `heartbeat` s, a daemon with a short host timeout, and a site of our choosing."""
+
+    def __init__(self, tmp: Path, broker, hosts, resources: str, heartbeat: float = 0.5, host_timeout: float = 2.0,
+                 hosts_wait: float = 10.0, agents=None) -> None:
+        self.tmp, self.broker, self.heartbeat = tmp, broker, heartbeat
+        self.port = free_port()
+        self.conf = tmp / "fast.conf"
+        self.conf.write_text(CONF.format(resources=resources, scale=SCALE, port=self.port, broker=broker.port,
+                                         hosts=" ".join(hosts), host_timeout=host_timeout, hosts_wait=hosts_wait))
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.agents = {h: self.start_agent(h) for h in (hosts if agents is None else agents)}
+        self.daemon: subprocess.Popen | None = None
+        self.logs: list[Path] = []
+        self.watcher = Watcher(broker, hosts)
+
+    def start_agent(self, host: str, libvirt: str = "test:///default") -> subprocess.Popen:
+        log = open(self.tmp / f"agent-{host}.log", "ab")
+        return subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host, "--libvirt",
+                                 libvirt, "--broker", self.broker.address, "--heartbeat", str(self.heartbeat)],
+                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def submit(self, minutes: int) -> int:
+        done = cli("request-lease", "-s", self.url, "-t", "best_effort", "-d", f"00:{minutes:02d}:00", "-n", "1",
+                   "-c", "100", "-m", "1024")
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.split("Lease ID:")[1].split()[0])
+
+    def state(self, lease: int) -> str:
+        return self.leases()[lease]["state"]
+
+
+def test_a_killed_agent_goes_silent_and_its_lease_runs_elsewhere(tmp_path, mosquitto):  # noqa: F811
+    c = Hosts(tmp_path, mosquitto, ("h1", "h2"), "2 CPU:100 Memory:1024")
+    try:
+        c.start_daemon()
+        began = time.monotonic()
+        one = c.submit(12)
+        vm1 = f"lease-{one}-vm-1"
+        wait_until(lambda: len(c.watcher.where(vm1)) == 1 and c.watcher.where(vm1)[0][1] == "running", 10,
+                   "lease 1 running")
+        dead = c.watcher.where(vm1)[0][0]
+        spare = ({"h1", "h2"} - {dead}).pop()
+        c.agents[dead].send_signal(signal.SIGKILL)
+        c.agents[dead].wait(5)
+        killed = time.monotonic()
+        # after host-timeout (2 s) the daemon says so, requeues the lease, and it runs on the other host
+        wait_until(lambda: f"host {dead} is down" in c.log(), 8, "the daemon to notice the silence")
+        noticed = time.monotonic() - killed
+        assert 1.5 <= noticed <= 6, noticed
+        assert re.search(rf"lease {one} requeued: its host {dead} went down", c.log())
+        # (the watcher still remembers the dead host's last answer)
+        wait_until(lambda: (spare, "running") in c.watcher.where(vm1), 10, f"lease 1 running on {spare}")
+        # a second lease fits only on the dead host: it waits, nothing is sent to the dead host
+        two = c.submit(3)
+        vm2 = f"lease-{two}-vm-1"
+        time.sleep(3)
+        assert c.state(two) == "Queued", c.state(two)
+        assert f"-> {dead}" not in c.log().split(f"host {dead} is down")[1]
+        # the agent comes back (a fresh test:/// host): the node is planned on again and the lease runs there
+        c.agents[dead] = c.start_agent(dead)
+        wait_until(lambda: f"host {dead} is back" in c.log(), 10, "the host to come back")
+        wait_until(lambda: c.watcher.where(vm2) == [(dead, "running")], 10, f"lease 2 running on {dead}")
+        wait_until(lambda: c.state(one) == "Done" and c.state(two) == "Done", 25, "both leases Done")
+        wait_until(lambda: not c.watcher.where(vm1) and not c.watcher.where(vm2), 5, "both domains gone")
+        assert time.monotonic() - began < 50
+    finally:
+        c.close()
+    # the journal has the node going down and coming back
+    import sqlite3
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        kinds = [k for (k,) in db.execute("SELECT kind FROM events WHERE kind IN ('down', 'up') ORDER BY seq")]
+    assert kinds == ["down", "up"]
+
+
+NODE_XML = """<node>
+  <cpu><nodes>1</nodes><sockets>1</sockets><cores>{cores}</cores><threads>1</threads><active>{cores}</active>
+       <mhz>2000</mhz><model>i686</model></cpu>
+  <memory>{kib}</memory>
+</node>
+"""
+
+
+def test_a_site_from_the_agents_announcements(tmp_path, mosquitto):  # noqa: F811
+    c = Hosts(tmp_path, mosquitto, ("big", "small"), "from-agents", agents=())
+    try:
+        for host, cores, mb in (("big", 8, 4096), ("small", 2, 1024)):
+            node = tmp_path / f"{host}.xml"
+            node.write_text(NODE_XML.format(cores=cores, kib=mb * 1024))
+            c.agents[host] = c.start_agent(host, f"test://{node}")
+        c.start_daemon()
+        done = cli("list-hosts", "-s", c.url)
+        assert done.returncode == 0, done.stderr
+        rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["1"], ["2"])]
+        assert [r[:4] for r in rows] == [["1", "big", "800", "4096"], ["2", "small", "200", "1024"]]
+        one = c.submit(1)
+        wait_until(lambda: c.state(one) == "Done", 15, "a lease on the announced site")
+    finally:
+        c.close()
+
+
+def test_a_host_that_never_announces_is_a_one_line_startup_error(tmp_path, mosquitto):  # noqa: F811
+    c = Hosts(tmp_path, mosquitto, ("here", "ghost"), "from-agents", hosts_wait=2.0, agents=("here",))
+    try:
+        began = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(c.conf), "--fg"],
+                              cwd=REPO, capture_output=True, text=True, timeout=30)
+        assert done.returncode != 0 and time.monotonic() - began < 20
+        errors = [line for line in done.stderr.splitlines() if "error" in line]
+        assert len(errors) == 1 and "no announcement from ghost within 2 s" in errors[0], done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        c.close()
