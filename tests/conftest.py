@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,17 @@ if os.environ.get("CI"):
 
 REPO = Path(__file__).resolve().parents[1]
 INSTANCES = REPO / "instances"
+
+
+def wait_until(cond, timeout: float, what: str, poll: float = 0.05):
+    """Poll `cond` until it is true (returning its value) or fail after `timeout` seconds: tests never hang."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import xmlrpc.client
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, wait_until
 
 CONF = """[general]
 loglevel: INFO
@@ -68,14 +68,6 @@ def ping(conf) -> bool:
         return False
 
 
-def wait_until(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def table(server, *extra) -> dict[int, list[str]]:

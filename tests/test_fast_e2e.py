@@ -20,7 +20,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from lxml import etree
 
-from conftest import REPO
+from conftest import REPO, wait_until
 from mqtt_broker import free_port, mosquitto  # noqa: F401 - the fixture
 from optlease.enact import fast
 
@@ -81,14 +81,6 @@ def cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def wait_until(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Watcher:
