@@ -120,7 +120,19 @@ def site_from_config(cfg: Config) -> Site:
     resources = cfg.get("simulation", "resources")
     if resources == FROM_AGENTS:
         raise InputError("[simulation] resources: from-agents is for the daemon in mode fast", cfg.path)
-    if not resources or resources == "in-tracefile":
+    if resources == "in-tracefile":
+        # The site of an LWF file (its <site>), as in a simulation; the daemon takes no requests from it.
+        from optlease.formats.traces import load_trace
+
+        name = cfg.get("tracefile", "tracefile")
+        if not name:
+            raise InputError("[simulation] resources: in-tracefile needs [tracefile] tracefile (an LWF with a "
+                             "<site>)", cfg.path)
+        site = load_trace(cfg.resolve(name), origin=cfg.get("simulation", "starttime")).site
+        if site is None:
+            raise InputError(f"[simulation] resources is in-tracefile, but {name} has no <site>", cfg.path)
+        return site
+    if not resources:
         raise InputError("the daemon needs [simulation] resources as `<numnodes> CPU:<n> Memory:<n>`", cfg.path)
     try:
         return Site.parse_resources(resources)

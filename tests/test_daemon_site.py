@@ -1,0 +1,48 @@
+"""Where the daemon's site comes from: the resources string, or an LWF file's <site> (in-tracefile)."""
+from __future__ import annotations
+
+import pytest
+
+from optlease.engine.daemon import site_from_config
+from optlease.errors import InputError
+from optlease.formats.config import parse_config
+
+from conftest import INSTANCES
+
+CONF = """[general]
+mode: simulated
+[simulation]
+clock: real
+resources: {resources}
+imagetransfer-bandwidth: 100
+[scheduling]
+suspension: all
+suspend-rate: 32
+resume-rate: 32
+[accounting]
+{trace}"""
+
+
+def config(resources: str, trace: str = ""):
+    text = CONF.format(resources=resources, trace=f"[tracefile]\ntracefile: {trace}\n" if trace else "")
+    return parse_config(text, "daemon.conf", base_dir=INSTANCES)
+
+
+def test_site_from_resources():
+    site = site_from_config(config("3 CPU:200 Memory:2048"))
+    assert len(site.nodes) == 3 and site.capacity(3) == {"CPU": 200, "Memory": 2048}
+
+
+def test_site_from_an_lwf_site():
+    site = site_from_config(config("in-tracefile", "haizea/tests/migrate.lwf"))
+    assert site.resource_types == ("CPU", "Memory") and len(site.nodes) == 4
+
+
+@pytest.mark.parametrize("resources, trace, message", [
+    ("in-tracefile", "", "needs [tracefile] tracefile"),
+    ("in-tracefile", "quickstart/quickstart.lwf", "has no <site>"),
+    ("4 CPU:100", "", "no Memory"),
+], ids=["no-trace", "trace-without-site", "bad-resources"])
+def test_bad_site_sources_are_named(resources, trace, message):
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        site_from_config(config(resources, trace))
