@@ -28,6 +28,7 @@ class SimulationResult:
     wall_time: float
     options: SchedulingOptions
     rounds: int = 0
+    round_records: list | None = None   # CpsatRound.records under `mapper: cpsat`
     notes: list[str] = field(default_factory=list)
 
 
