@@ -10,6 +10,10 @@ import typer
 
 from optlease.cli.app import app
 
+# `--bound lp` solves the time-indexed MIP (one binary per lease, mode and second, per node for each VM) relaxed to
+# an LP; its size grows with the leases to place times the seconds of the horizon, so it is refused above this
+LP_MAX_LEASE_STEPS = 2_000
+
 
 @app.command()
 def optimize(
@@ -19,6 +23,10 @@ def optimize(
     seed: Annotated[int, typer.Option("--seed", help="Solver seed.")] = 0,
     schedule_out: Annotated[Optional[Path], typer.Option("--schedule-out", help="Write the offline schedule "
                                                          "(optlease-schedule/1 JSON) here.")] = None,
+    bound: Annotated[Optional[str], typer.Option("--bound", help="Also compute this bound: 'lp', the LP "
+                                                 "relaxation of the time-indexed MIP (pyomo/HiGHS), for small "
+                                                 f"workloads (leases x seconds of horizon <= {LP_MAX_LEASE_STEPS}).")]
+    = None,
 ) -> None:
     """Schedule every request of the workload knowing them all in advance (arrivals still respected, real
     durations known): the clairvoyant reference for a workload. Prints JSON: objective, proven bound, gap, and the
@@ -37,6 +45,11 @@ def optimize(
     opts = SchedulingOptions.from_config(cfg)
     _, workload = load_workload(cfg)
     requests = apply_trace_options(cfg, workload.requests)
+    lp = None
+    if bound is not None:
+        if bound != "lp":
+            raise typer.BadParameter(f"unknown bound {bound!r} (known: lp)", param_hint="--bound")
+        lp = _lp_bound(site_of(cfg, workload), requests, opts, time_limit)
     greedy = simulate(cfg, out=io.StringIO())
     result = run(site_of(cfg, workload), requests, opts, time_limit, workers, seed, greedy_hint(greedy.leases))
     end = max((lease.end or 0 for lease in result.leases), default=0)
@@ -51,9 +64,35 @@ def optimize(
         "offline": _figures(run_summary(result.site, result.leases, end)),
         "greedy": _figures(run_summary(greedy.site, greedy.leases, greedy.end_time)),
     }
+    if lp is not None:
+        out["lp_bound"] = lp
     if schedule_out:
         write_schedule(str(schedule_out), result.site, result.leases, origin)
     print(json.dumps(out, indent=1))
+
+
+def _lp_bound(site, requests, opts, time_limit: float) -> dict:
+    """The LP relaxation of the offline round as the pyomo/HiGHS MIP states it (a lower bound on its optimum, so on
+    any CP-SAT objective); exits with a one-line error when the workload is too large for a time-indexed model."""
+    from optlease.scheduling.cpsat.offline import offline_snapshot
+    from optlease.scheduling.cpsat.prepare import prepare
+    from optlease.scheduling.mip import solve_rounds_mip
+
+    snap, _, _ = offline_snapshot(site, requests, opts)
+    data = prepare(snap)
+    size = len(data.tails) * (data.horizon - data.now + 1)
+    if size > LP_MAX_LEASE_STEPS:
+        typer.echo(f"error: --bound lp: {len(data.tails)} leases x {data.horizon - data.now + 1} seconds of horizon "
+                   f"= {size} > {LP_MAX_LEASE_STEPS}: too large for the time-indexed LP", err=True)
+        raise typer.Exit(2)
+    # CP-SAT runs in this process next: load it first, so that HiGHS runs in the MIP's worker process (the two
+    # solvers cannot share one process)
+    import optlease.scheduling.cpsat.solve  # noqa: F401
+    result = solve_rounds_mip([snap], relax=True, time_limit=time_limit)[0]
+    stats = result.stats
+    return {"bound": result.objective if result.optimal else result.bound, "status": stats.status,
+            "wall_time_s": round(stats.wall_time, 3), "lease_steps": size,
+            "model": {"variables": stats.num_variables, "constraints": stats.num_constraints}}
 
 
 def _figures(summary: dict) -> dict:
