@@ -4,7 +4,8 @@ best-effort lease of random length, Q best-effort leases queued behind them; one
 then the CP-SAT round over its plan) timed, several seeds per size. Reports p50/p95 of the CP-SAT round's wall time
 (snapshot, model, solve, commit) and of the solver alone, the gap, and the round objective against greedy's.
 
-Sizes (default): 144 nodes / 50 queued, 1,000 / 500, 5,000 / 2,000. `--quick`: the first size only.
+Sizes (default): 144 nodes / 50 queued, 1,000 / 500, 5,000 / 2,000; `--sizes 144x50,1000x500` picks others;
+`--quick`: the first size only.
 """
 from __future__ import annotations
 
@@ -77,11 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=1.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--neighbourhood", type=int, default=16)
+    ap.add_argument("--sizes", help="NODESxQUEUED,... (default: 144x50,1000x500,5000x2000)")
     args = ap.parse_args(argv)
+    sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")] if args.sizes else SIZES
     opts = SchedulingOptions(backfilling="aggressive", mapper="cpsat", solver_time_limit=args.time_limit,
                              solver_workers=args.workers, solver_neighbourhood=args.neighbourhood)
     out = {}
-    for nodes, queued in SIZES[:1] if args.quick else SIZES:
+    for nodes, queued in sizes[:1] if args.quick else sizes:
         runs = [one_round(nodes, queued, seed, opts) for seed in range(args.seeds)]
         gaps = [r["gap"] for r in runs if r["gap"] is not None]
         out[f"{nodes}-nodes-{queued}-queued"] = {
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                                            for r in runs),
             "runs": runs,
         }
-        print(f"{nodes}/{queued}: done", file=sys.stderr)
+        print(f"{nodes}/{queued}: done", file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
     return 0
 
