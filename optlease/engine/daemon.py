@@ -184,6 +184,8 @@ class Manager:
         self.fatal: str | None = None          # set when lease-failure-handling says exit: why the daemon stopped
         self.migration_type = "warm"           # Haizea migrates suspended images only; they always move warm
         self._said: set[str] = set()
+        self._dirty = True            # a step happened since the last enactment pass
+        self._last_news: tuple = ()   # what the hosts reported at the last pass
         self.enactor = enactor if enactor is not None else make_enactor(cfg, self.site)
         self.host_names = self._host_names(cfg)
         self.submitted_at: dict[int, float] = {}
@@ -304,6 +306,7 @@ class Manager:
     # -- the loop ----------------------------------------------------------------------------------------------
     def step(self, t: int) -> None:
         with self.lock:
+            self._dirty = True
             changed = self._run_step(t)
             self.store.add_step(t, changed)
             self._enact()
@@ -347,20 +350,28 @@ class Manager:
     def host(self, pnode: int) -> str:
         return self.host_names[pnode - 1] if pnode <= len(self.host_names) else f"node-{pnode}"
 
-    def _enact(self) -> None:
+    def _enact(self, only_on_news: bool = False) -> None:
         """One reconcile pass (lock held): read outcomes, then, unless tasks are still under way, diff what the hosts
         run against the plan at the last step and submit the ordered waves. Idempotent: a pass with nothing to do
         sends nothing, so it runs after every step and whenever enactment has news."""
-        for outcome in self.enactor.outcomes():
+        outcomes = self.enactor.outcomes()
+        for outcome in outcomes:
             self._outcome(outcome)
         self._watch_hosts()
         if self.stopping.is_set() or _busy(self.enactor):
             return
+        running = self.enactor.running()
+        # A pass with no news (no step since the last pass, no outcome, hosts and their reports unchanged) would
+        # find nothing to do: skip it, since a pass walks every lease in the system.
+        news = (frozenset(running.items()), frozenset(h for h, i in self.enactor.hosts().items() if i.alive))
+        if only_on_news and not self._dirty and not outcomes and news == self._last_news:
+            return
+        self._dirty, self._last_news = False, news
         leases = list(self.sched.leases.values())
         desired = desired_state(rows_of_leases(leases), self.last_t, dict(enumerate(self.host_names, start=1)))
         actual = {}
         down = {self.host(n) for n in self.sched.table.down}
-        for vm, (host, state) in self.enactor.running().items():
+        for vm, (host, state) in running.items():
             if host in down:
                 continue        # a silent host's VMs are gone: their leases were replanned when it went down
             if state.lower() in REPORTED_STATES:
@@ -370,6 +381,7 @@ class Manager:
         buckets = reconcile(actual, desired, self.enactor.hosts(), self.migration_type)
         for vm, why in buckets.lost:
             self._lost(vm, why)
+            self._dirty = True  # the plan changed under this pass
         if buckets.tasks:
             self.enactor.submit(buckets.tasks)
 
@@ -382,7 +394,7 @@ class Manager:
                 break
             try:
                 with self.lock:
-                    self._enact()
+                    self._enact(only_on_news=True)
             except Exception as exc:  # noqa: BLE001 - say it and go on, as a failed step does
                 self.log.status("RM", f"enactment failed: {type(exc).__name__}: {exc}")
                 time.sleep(0.2)
