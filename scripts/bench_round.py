@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from optlease.domain.lease import LeaseKind, LeaseRequest  # noqa: E402
 from optlease.domain.site import Site  # noqa: E402
-from optlease.engine.log import EventLog  # noqa: E402
+from optlease.eventlog import EventLog  # noqa: E402
 from optlease.scheduling.leasesched import LeaseScheduler  # noqa: E402
 from optlease.scheduling.options import SchedulingOptions  # noqa: E402
 from optlease.scheduling.policies import Policies  # noqa: E402

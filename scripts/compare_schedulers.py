@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from optlease.accounting.metrics import run_summary  # noqa: E402
 from optlease.checker import check_schedule  # noqa: E402
-from optlease.engine.log import EventLog  # noqa: E402
+from optlease.eventlog import EventLog  # noqa: E402
 from optlease.engine.run import apply_trace_options, load_workload, site_of  # noqa: E402
 from optlease.engine.simulator import Simulator  # noqa: E402
 from optlease.formats.config import load_config  # noqa: E402

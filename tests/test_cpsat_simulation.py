@@ -13,7 +13,7 @@ from conftest import INSTANCES
 from optlease.accounting.metrics import run_summary
 from optlease.checker import check_schedule
 from optlease.domain.lease import LeaseKind, LeaseState
-from optlease.engine.log import EventLog
+from optlease.eventlog import EventLog
 from optlease.engine.run import apply_trace_options, load_workload, simulate, site_of
 from optlease.engine.simulator import Simulator
 from optlease.formats.config import load_config

@@ -2,12 +2,10 @@
 processes, SQLite files in a temporary folder; kill -9 and restart; malformed requests; `serve --stop`."""
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 import xmlrpc.client
 
 import pytest

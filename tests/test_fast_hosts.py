@@ -4,7 +4,6 @@ out of planning and the best-effort lease runs to Done on another host, nothing 
 agent comes back, then it is used again; and a site built from the agents' announcements."""
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -12,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from conftest import REPO
 from mqtt_broker import free_port, mosquitto  # noqa: F401 - the fixture

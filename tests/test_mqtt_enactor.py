@@ -12,12 +12,12 @@ import pytest
 from optlease.enact import fast
 from optlease.enact.agent import Agent, Broker, Hypervisor
 from optlease.enact.agent.hypervisor import quiet_libvirt
-from optlease.enact.base import HostInfo, VmTask, vm_name
+from optlease.enact.base import VmTask, vm_name
 from optlease.enact.mqtt import MqttEnactor, minimal_domain_xml
 from optlease.formats.config import parse_config
 from optlease.reconcile import ABSENT, RUNNING, SUSPENDED, VmPlacement, reconcile
 
-from mqtt_broker import Mosquitto, Probe, mosquitto  # noqa: F401 - the fixture
+from mqtt_broker import Probe, mosquitto  # noqa: F401 - the fixture
 
 NODE_XML = """<node>
   <cpu><nodes>1</nodes><sockets>1</sockets><cores>4</cores><threads>1</threads><active>4</active>

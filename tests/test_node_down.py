@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
 from optlease.engine.daemon import Manager, SimulatedEnactor
-from optlease.engine.log import EventLog
+from optlease.eventlog import EventLog
 from optlease.engine.loop import Stepper, fail, leases_on, node_down, node_up, requeue
 from optlease.engine.persist import Store
 from optlease.formats.config import parse_config

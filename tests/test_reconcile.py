@@ -205,7 +205,7 @@ def test_waves_never_overload_a_host_and_end_in_the_plan(scenario):
 def quickstart_rows():
     import io
 
-    from optlease.engine.log import EventLog
+    from optlease.eventlog import EventLog
     from optlease.engine.run import apply_trace_options, load_workload, site_of
     from optlease.engine.simulator import Simulator
     from optlease.formats.config import load_config

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from optlease.checker import check_schedule
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
-from optlease.engine.log import EventLog
+from optlease.eventlog import EventLog
 from optlease.engine.simulator import Simulator
 from optlease.formats.schedule_json import schedule_document
 from optlease.scheduling.options import SchedulingOptions

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import io
-import sys
 
 import pytest
 
@@ -73,7 +72,7 @@ def test_injection_file_adds_ar_requests(tmp_path):
                          ids=["all-done", "be-submitted"])
 def test_stop_when(tmp_path, stop_when, end):
     result, log = quickstart(tmp_path, {"simulation": {"stop-when": stop_when}})
-    assert f"13:00:00.00] CLOCK   Starting" in log
+    assert "13:00:00.00] CLOCK   Starting" in log
     assert f"{end}.00] CLOCK   Simulated clock has stopped" in log
 
 

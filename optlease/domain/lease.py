@@ -65,7 +65,6 @@ TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     S.CANCELLED: frozenset(),
     S.FAILED: frozenset(),
 }
-TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 
 
 class IllegalTransition(RuntimeError):

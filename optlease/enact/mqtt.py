@@ -57,7 +57,6 @@ class _Part:
     id: str = ""
     attempt: int = 0
     deadline: float = 0.0
-    sent: bool = False
     result: fast.Result | None = None
     timed_out: bool = False
 
@@ -281,7 +280,6 @@ class MqttEnactor:
         part.id = fast.new_task_id()
         part.attempt += 1
         part.deadline = self.clock() + self.task_timeout
-        part.sent = False
         self._pending[part.id] = part
         if self._ready.is_set():
             sends.append(part)
@@ -294,7 +292,6 @@ class MqttEnactor:
             try:
                 task = part.build(part.id)
                 info = self.client.publish(fast.task_topic(part.host), fast.encode_task(task, part.host), qos=2)
-                part.sent = True
                 log.info("%s %s -> %s (%s, attempt %d)", task.kind, part.job.task.vm, part.host, part.id,
                          part.attempt)
                 if info.rc != mqtt.MQTT_ERR_SUCCESS:

@@ -16,7 +16,7 @@ from optlease.domain.site import Site
 from optlease.enact.base import HostInfo, TaskOutcome, VmTask, parse_vm_name
 from optlease.enact import base as task
 from optlease.engine.clock import RealClock
-from optlease.engine.log import LEVELS, EventLog
+from optlease.eventlog import LEVELS, EventLog
 from optlease.engine.loop import Stepper, cancel, fail, leases_on, node_down, node_up, requeue
 from optlease.reconcile import _REPORTED as REPORTED_STATES, desired_state, reconcile, rows_of_leases
 from optlease.engine.persist import Store

@@ -116,7 +116,7 @@ def requeue(sched: LeaseScheduler, lease: Lease, now: int) -> None:
     for held in lease.held:
         if held.outcome is None:
             held.outcome = "requeued"
-    lease.accumulated = lease.real_accumulated = 0
+    lease.accumulated = 0
     lease.image_nodes = None
     lease.set_state(S.QUEUED)
     sched.log.info("LSCHED", "Lease #%i has been requeued: its host is gone." % lease.id)

@@ -8,7 +8,7 @@ from typing import TextIO
 
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
 from optlease.domain.site import Site
-from optlease.engine.log import EventLog
+from optlease.eventlog import EventLog
 from optlease.engine.simulator import SimulationResult, Simulator, kinds_breakdown
 from optlease.errors import InputError
 from optlease.formats.config import Config

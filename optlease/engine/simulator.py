@@ -10,15 +10,12 @@ from dataclasses import dataclass, field
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
 from optlease.engine.clock import SimulatedClock
-from optlease.engine.log import EventLog
+from optlease.eventlog import EventLog
 from optlease.engine.loop import Stepper
 from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import Lease
-
-STOP_WHEN = ("all-leases-done", "besteffort-submitted", "besteffort-done")
-
 
 @dataclass
 class SimulationResult:
@@ -70,7 +67,7 @@ class Simulator:
 
     def run(self) -> SimulationResult:
         wall = time.perf_counter()
-        log, sched, stepper, clock, leases = self.log, self.sched, self.stepper, self.clock, self.leases
+        log, stepper, clock, leases = self.log, self.stepper, self.clock, self.leases
         log.status("CLOCK", "Starting simulated clock")
         now, i = clock.now(), 0
         last_status = 0

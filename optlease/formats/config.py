@@ -8,7 +8,6 @@ from __future__ import annotations
 import configparser
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -202,9 +201,6 @@ class Config:
         value = self._values.get(section, {}).get(option, spec.default)
         return None if value is REQUIRED else value
 
-    def has_section(self, section: str) -> bool:
-        return section in self._values
-
     def given(self, section: str, option: str) -> bool:
         return option in self._values.get(section, {})
 
@@ -212,12 +208,6 @@ class Config:
         """A file named in the configuration, relative to the configuration file's folder."""
         p = Path(relpath).expanduser()
         return p if p.is_absolute() else self.base_dir / p
-
-    def with_values(self, **changes: dict[str, Any]) -> "Config":
-        values = {s: dict(opts) for s, opts in self._values.items()}
-        for section, opts in changes.items():
-            values.setdefault(section, {}).update(opts)
-        return Config(values, self.path, self.base_dir)
 
 
 def parse_config(text: str, path: str = "<config>", base_dir: Path | None = None,

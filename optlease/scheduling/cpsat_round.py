@@ -300,7 +300,6 @@ class CpsatRound:
     # -- committing the solver's plan -------------------------------------------------------------------------
     def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan]) -> bool:
         """Re-plan `moves` as the solver says; all or nothing (False: the greedy plan is left as it was)."""
-        sched = self.sched
         withdrawn = [self._withdraw(lease) for lease in moves]
         placed: list[Lease] = []
         ok = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.domain.site import Site
-from optlease.engine.log import EventLog
+from optlease.eventlog import EventLog
 from optlease.formats.timefmt import format_duration
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
@@ -215,7 +215,7 @@ class LeaseScheduler:
                 for held in lease.held:
                     if held.kind == VM and held.outcome is None:
                         held.outcome = "requeued"
-                lease.accumulated = lease.real_accumulated = 0
+                lease.accumulated = 0
                 lease.image_nodes = None
             lease.set_state(S.QUEUED)
         self.enqueue(lease)
@@ -302,7 +302,6 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("VMSCHED", "Stopped VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.accumulated += rr.end - rr.start
-            lease.real_accumulated += rr.end - rr.start
         elif rr.kind == SUSPEND and rr.last:
             self.log.info("VMSCHED", "Lease %i suspended." % lease.id)
             lease.set_state(S.SUSPENDED_PENDING)

@@ -93,7 +93,7 @@ def _solve_one(snap: RoundSnapshot, weights: Weights, lookahead: int | None, rel
 
 def _build(data: RoundData):
     """Variables: placed[l], suspend_end[l,a], start_at[l,mode,t], vm_at[l,vm,node,mode,t]; time steps of 1 s."""
-    now, late = data.now, data.horizon + 1
+    now = data.now
     m = pe.ConcreteModel("optlease-round")
     tails = data.tails
     modes = {j.id: (tuple(j.suspend_ends) if j.role is Role.SUSPENDABLE else (None,)) for j in tails}

@@ -72,7 +72,6 @@ class Lease:
     demands: dict[int, tuple]                 # vnode -> usage vector
     state: LeaseState = LeaseState.NEW
     accumulated: int = 0                      # seconds of the requested duration already run
-    real_accumulated: int = 0                 # seconds really run (counts toward real_duration)
     vmrrs: list[RR] = field(default_factory=list)
     held: list[Held] = field(default_factory=list)
     image_nodes: dict[int, int] | None = None  # where a suspended lease's memory image is (vnode -> pnode)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 from optlease.domain.lease import LeaseKind
-from optlease.engine.log import EventLog
+from optlease.eventlog import EventLog
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions

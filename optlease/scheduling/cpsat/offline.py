@@ -79,6 +79,6 @@ def optimize(site: Site, requests: list[LeaseRequest], opts, time_limit: float =
             shutdown = snap.lease(req.id).overheads.shutdown
             lease.held = [Held(VM, p.start, end, dict(mapping)), Held(SHUTDOWN, end, end + shutdown, dict(mapping))]
             lease.state, lease.first_start, lease.end = LeaseState.DONE, p.start, end + shutdown
-            lease.accumulated = lease.real_accumulated = req.duration
+            lease.accumulated = req.duration
         leases.append(lease)
     return OfflineResult(site, leases, plan.stats, deferred)
