@@ -54,7 +54,7 @@ class CpsatRound:
         self.sched = sched
         opts = sched.opts
         self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=opts.solver_workers,
-                                    seed=opts.solver_seed, lookahead=opts.lookahead)
+                                    seed=opts.solver_seed, lookahead=opts.lookahead, stall=opts.solver_stall)
         # The greedy pass already took every decision about ARs, immediate leases and suspensions: the round
         # only places best-effort starts and resumes (where the images are), from now on.
         self.policy = Policy(suspension=Suspension.NONE, migration=Migration.NO,
@@ -239,6 +239,9 @@ class CpsatRound:
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
             filled = completed.get(lease.id, plan)
+            guard = self._latest_start(lease, filled, now)
+            if guard is not None:
+                snap = replace(snap, latest_start=guard)
             if extra > 0 and lease.numnodes + extra < len(ranked):
                 # a neighbourhood: the nodes that free up first, and the nodes the plans and the image use
                 near = {*ranked[:lease.numnodes + extra], *plan.nodes, *filled.nodes, *snap.nodes}
@@ -247,6 +250,16 @@ class CpsatRound:
             greedy.append(plan)
             hint.append(filled)
         return RoundSnapshot(now, sched.site, tuple(leases), self.policy), Plan(tuple(greedy)), Plan(tuple(hint))
+
+    def _latest_start(self, lease: Lease, hint: LeasePlan, now: int) -> int | None:
+        """The wait guard: the solver may push a lease back past its hinted start only while its start stays within
+        `solver-wait-guard` of its arrival, so that reordering for shorter leases never makes a long wait longer."""
+        guard, lookahead = self.sched.opts.solver_wait_guard, self.sched.opts.lookahead
+        if guard <= 0 or hint.outcome is not Outcome.ACCEPTED or hint.start is None:
+            return None
+        if lookahead is not None and hint.start > now + lookahead:
+            return None
+        return max(hint.start, lease.req.arrival + guard)
 
     def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
         """Where each lease the greedy pass left queued would start if booked after the others, in queue order
@@ -280,7 +293,7 @@ class CpsatRound:
     def _lease_snapshot(self, lease: Lease, now: int) -> tuple[LeaseSnapshot, LeasePlan]:
         opts = self.sched.opts
         resuming = lease.is_suspended()
-        ov = Overheads(resume=self.sched.vm.resume_estimate(lease) if resuming else 0,
+        ov = Overheads(resume=self._resume_time(lease) if resuming else 0,
                        shutdown=oh.shutdown_time(lease, opts))
         vnodes = sorted(lease.demands)
         kw: dict = {}
@@ -325,7 +338,7 @@ class CpsatRound:
         sched, opts = self.sched, self.sched.opts
         resuming = lease.is_suspended()
         remaining, shutdown = lease.remaining(), oh.shutdown_time(lease, opts)
-        resume = sched.vm.resume_estimate(lease) if resuming else 0
+        resume = self._resume_time(lease) if resuming else 0
         mapping = {v: n for v, n in zip(sorted(lease.demands), p.nodes)}
         if resuming and mapping != lease.image_nodes:
             return None
@@ -342,6 +355,12 @@ class CpsatRound:
                 if not table.profiles[pnode].fits_between(rr.start, rr.end, d, table.caps[pnode]):
                     return None
         return vmrr
+
+    def _resume_time(self, lease: Lease) -> int:
+        """How long resuming a suspended lease on its image's nodes takes: the span of the resume blocks the VM
+        scheduler builds there (the round resumes leases where their images are)."""
+        blocks = oh.susprem_blocks(lease, lease.image_nodes, 0, oh.FORWARD, self.sched.opts, suspend=False)
+        return max(end for _, end, _ in blocks)
 
     def _commit(self, lease: Lease, vmrr: RR, now: int) -> None:
         sched = self.sched

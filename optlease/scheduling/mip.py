@@ -104,7 +104,8 @@ def _build(data: RoundData):
     def times(job, mode):
         if job.fixed_start is not None:
             return [job.fixed_start]
-        return list(range(ready(job, mode), data.horizon + 1))
+        last = data.horizon if job.latest is None else max(job.earliest, min(data.horizon, job.latest))
+        return list(range(ready(job, mode), last + 1))
 
     def rem(job, mode):
         return job.rem_after(mode, now) if mode is not None else job.remaining

@@ -34,6 +34,9 @@ class SchedulingOptions:
     solver_seed: int = 0
     lookahead: int | None = None            # mapper cpsat: seconds after now a start may be planned (None: all)
     solver_neighbourhood: int = 16          # mapper cpsat: nodes offered to a lease beyond its VMs (0: every node)
+    solver_stall: float = 0.25              # mapper cpsat: seconds without a better plan after which a round stops
+    solver_wait_guard: int = 21600          # mapper cpsat: a lease waiting longer is never started later than the
+                                            # hint would (0: off)
 
     @property
     def max_in_future(self) -> int:
@@ -58,4 +61,5 @@ class SchedulingOptions:
             policy_host_selection=g("policy-host-selection"),
             mapper=g("mapper"), solver_time_limit=g("solver-time-limit"), solver_workers=g("solver-workers"),
             solver_seed=g("solver-seed"), lookahead=g("lookahead"), solver_neighbourhood=g("solver-neighbourhood"),
+            solver_stall=g("solver-stall"), solver_wait_guard=g("solver-wait-guard"),
         )

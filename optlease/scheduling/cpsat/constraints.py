@@ -16,6 +16,9 @@ def add_placement(rm: RoundModel) -> Terms:
     """Every VM of a placed tail runs on exactly one node; a VM resumed off its image's node is a migration."""
     m, migrations, transfer = rm.model, [], []
     for job in rm.data.tails:
+        if job.pooled:
+            m.add(sum(rm.vms_on_node[job.id, n][0] for n in job.candidates[0]) == job.numvms * rm.present[job.id])
+            continue
         for vm, nodes in enumerate(job.candidates):
             xs = [rm.vm_to_node[job.id, vm, n] for n in nodes]
             m.add(sum(xs) == rm.present[job.id])
@@ -51,7 +54,7 @@ def add_suspensions(rm: RoundModel) -> Terms:
             overhead.append(job.suspend * susp)
         else:
             ready = job.earliest
-        for vm, nodes in enumerate(job.candidates):
+        for vm, nodes in enumerate(job.candidates if job.origin else ()):
             for n in nodes:
                 mig = job.migration_time(vm, n)
                 if mig > 0:
@@ -69,10 +72,10 @@ def add_capacity(rm: RoundModel) -> Terms:
     for node, holds in by_node.items():
         for rtype in rm.data.resource_types:
             cap = rm.data.capacity[node].get(rtype, 0)
-            used = [(h.interval, h.demand.get(rtype, 0)) for h in holds if h.demand.get(rtype, 0) > 0]
-            if sum(d for _, d in used) <= cap:
+            used = [h for h in holds if h.demand.get(rtype, 0) > 0]
+            if sum(h.demand[rtype] * h.most for h in used) <= cap:
                 continue
-            rm.model.add_cumulative([iv for iv, _ in used], [d for _, d in used], cap)
+            rm.model.add_cumulative([h.interval for h in used], [h.demand[rtype] * h.count for h in used], cap)
     return {}
 
 
@@ -109,17 +112,18 @@ def add_exclusion(rm: RoundModel) -> Terms:
 def add_symmetry(rm: RoundModel) -> Terms:
     """Identical untouched nodes are used in order, and identical VMs of a fresh lease take nodes in order."""
     m, data = rm.model, rm.data
+    literals = rm.node_literals() if data.interchangeable else {}
     for nodes in data.interchangeable:
         used = []
         for node in nodes:
-            xs = [x for (_, _, n), x in rm.vm_to_node.items() if n == node]
+            xs = literals.get(node, [])
             u = m.new_bool_var(f"used[node={node}]")
             m.add_max_equality(u, xs) if xs else m.add(u == 0)
             used.append(u)
         for first, second in zip(used, used[1:]):
             m.add_implication(second, first)
     for job in data.tails:
-        if job.origin or job.planned_nodes:
+        if job.origin or job.planned_nodes or job.pooled:   # pooled VMs have no order to break
             continue
         index = [sum(n * rm.vm_to_node[job.id, vm, n] for n in nodes) for vm, nodes in enumerate(job.candidates)]
         for vm in range(job.numvms - 1):

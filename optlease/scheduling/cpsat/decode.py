@@ -1,6 +1,7 @@
 """Between plans and the CP-SAT model: read a solution back into a Plan, and hand a plan (the greedy one) as a hint."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Callable
 
 from optlease.domain.lease import LeaseKind
@@ -45,7 +46,8 @@ def holding_plan(data: RoundData) -> Plan:
     and best-effort leases wait. Safe whenever the snapshot is; the hint and fallback when no greedy plan is given."""
     leases = []
     for job in data.jobs:
-        keep = job.has_tail and not job.optional and not job.deferrable and len(job.planned_nodes) == job.numvms
+        keep = job.has_tail and job.fixed_start is not None and not job.optional \
+            and len(job.planned_nodes) == job.numvms
         start = job.fixed_start if keep else None
         leases.append(lease_plan(job, data, keep, start, job.planned_nodes if keep else (), None))
     return Plan(tuple(leases))
@@ -61,11 +63,28 @@ def decode(rm: RoundModel, value: Value) -> Plan:
         present = rm.present[job.id]
         placed = always(present) or bool(value(present))
         ends = [a for a in job.suspend_ends if value(rm.suspend_end[job.id, a])]
-        nodes = tuple(next(n for n in cands if value(rm.vm_to_node[job.id, vm, n]))
-                      for vm, cands in enumerate(job.candidates)) if placed else ()
+        if not placed:
+            nodes = ()
+        elif job.pooled:
+            nodes = pooled_nodes(job, {n: value(rm.vms_on_node[job.id, n][0]) for n in job.candidates[0]})
+        else:
+            nodes = tuple(next(n for n in cands if value(rm.vm_to_node[job.id, vm, n]))
+                          for vm, cands in enumerate(job.candidates))
         start = int(value(rm.start[job.id])) if placed else None
         leases.append(lease_plan(job, data, placed, start, nodes, ends[0] if ends else None))
     return Plan(tuple(leases))
+
+
+def pooled_nodes(job: Job, counts: dict[int, int]) -> tuple[int, ...]:
+    """Each VM's node from how many VMs go to each node: a VM keeps its planned node where one is chosen."""
+    left = Counter({n: k for n, k in counts.items() if k})
+    nodes: list[int | None] = [None] * job.numvms
+    for vm, node in enumerate(job.planned_nodes[:job.numvms]):
+        if left[node] > 0:
+            nodes[vm] = node
+            left[node] -= 1
+    rest = iter(sorted(left.elements()))
+    return tuple(n if n is not None else next(rest) for n in nodes)
 
 
 def add_hint(rm: RoundModel, plan: Plan) -> int:
@@ -85,11 +104,20 @@ def add_hint(rm: RoundModel, plan: Plan) -> int:
         placed = (p.outcome is Outcome.ACCEPTED and p.start is not None
                   and (p.start <= data.horizon or p.start == job.fixed_start)
                   and len(p.nodes) == job.numvms
-                  and all((job.id, vm, n) in rm.vm_to_node for vm, n in enumerate(p.nodes)))
+                  and all((job.id, n) in rm.vms_on_node if job.pooled else (job.id, vm, n) in rm.vm_to_node
+                          for vm, n in enumerate(p.nodes)))
         if not always(rm.present[job.id]):
             m.add_hint(rm.present[job.id], placed)
         if placed and not isinstance(rm.start[job.id], int):
             m.add_hint(rm.start[job.id], p.start)
+        if job.pooled:
+            counts = Counter(p.nodes) if placed else Counter()
+            for n in job.candidates[0]:
+                count, used = rm.vms_on_node[job.id, n]
+                m.add_hint(used, counts[n] > 0)
+                if count is not used:
+                    m.add_hint(count, counts[n])
+            continue
         for vm, cands in enumerate(job.candidates):
             for n in cands:
                 m.add_hint(rm.vm_to_node[job.id, vm, n], placed and p.nodes[vm] == n)

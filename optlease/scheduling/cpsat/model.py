@@ -17,7 +17,9 @@ class Demand:
 
     interval: cp_model.IntervalVar
     node: int
-    demand: dict[str, int]
+    demand: dict[str, int]                 # per VM
+    count: cp_model.LinearExprT = 1        # how many VMs the interval holds
+    most: int = 1                          # the largest value of `count`
 
 
 @dataclass
@@ -27,6 +29,8 @@ class RoundModel:
     present: dict[int, Lit] = field(default_factory=dict)           # lease -> its tail is placed
     start: dict[int, cp_model.LinearExprT] = field(default_factory=dict)  # lease -> when its start/resume begins
     vm_to_node: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)  # (lease, vm, node)
+    # pooled leases (identical fresh VMs): (lease, node) -> (how many VMs start there, whether any does)
+    vms_on_node: dict[tuple[int, int], tuple[cp_model.LinearExprT, cp_model.IntVar]] = field(default_factory=dict)
     suspend_end: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)      # (lease, time)
     suspended: dict[int, cp_model.IntVar] = field(default_factory=dict)  # lease -> suspended this round
     run_left: dict[int, cp_model.LinearExprT] = field(default_factory=dict)  # lease -> run left when the tail starts
@@ -36,6 +40,15 @@ class RoundModel:
     def suspension_end(self, lease: int) -> cp_model.LinearExprT:
         """When the lease's suspension ends (0 when it is not suspended)."""
         return sum(a * v for (l, a), v in self.suspend_end.items() if l == lease)
+
+    def node_literals(self) -> dict[int, list[cp_model.IntVar]]:
+        """Per node, every literal that puts a tail VM there."""
+        out: dict[int, list] = {}
+        for (_, _, node), x in self.vm_to_node.items():
+            out.setdefault(node, []).append(x)
+        for (_, node), (_, used) in self.vms_on_node.items():
+            out.setdefault(node, []).append(used)
+        return out
 
     def tail_end(self, job: Job) -> cp_model.LinearExprT:
         """When the tail's run ends (before the shutdown)."""
@@ -111,7 +124,8 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
         rm.start[job.id] = data.horizon + 1
         m.add(rm.present[job.id] == 0)
     else:
-        rm.start[job.id] = m.new_int_var(job.earliest, data.horizon, f"start[{name}]")
+        last = data.horizon if job.latest is None else max(job.earliest, min(data.horizon, job.latest))
+        rm.start[job.id] = m.new_int_var(job.earliest, last, f"start[{name}]")
     finish = rm.tail_end(job) + job.shutdown
     if job.role is Role.SUSPENDABLE:
         # interval fields are affine: the finish of a run whose length varies is a variable of its own
@@ -119,6 +133,9 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
                                    f"finish[{name}]")
         m.add(finish_var == finish)
         finish = finish_var
+    if job.pooled:
+        _add_pooled(rm, job, finish)
+        return
     for vm, nodes in enumerate(job.candidates):
         for node in nodes:
             x = m.new_bool_var(f"vm_to_node[{name},vm={vm + 1},node={node}]")
@@ -130,3 +147,21 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
                 if job.role is Role.SUSPENDABLE else mig + job.resume + job.remaining + job.shutdown
             iv = m.new_optional_interval_var(begin, size, finish, x, f"tail[{name},vm={vm + 1},node={node}]")
             rm.holds.append(Demand(iv, node, job.demand[vm]))
+
+
+def _add_pooled(rm: RoundModel, job: Job, finish: cp_model.LinearExprT) -> None:
+    """Identical fresh VMs: per candidate node, how many start there, and one interval holding them all."""
+    m, name = rm.model, f"lease={job.id}"
+    size = job.resume + job.remaining + job.shutdown
+    for node in job.candidates[0]:
+        used = m.new_bool_var(f"uses_node[{name},node={node}]")
+        most = job.per_node(rm.data.capacity[node])
+        if most == 1:
+            count = used
+        else:
+            count = m.new_int_var(0, most, f"vms_on_node[{name},node={node}]")
+            m.add(count <= most * used)
+            m.add(count >= used)
+        rm.vms_on_node[job.id, node] = (count, used)
+        iv = m.new_optional_interval_var(rm.start[job.id], size, finish, used, f"tail[{name},node={node}]")
+        rm.holds.append(Demand(iv, node, job.demand[0], count, most))

@@ -1,6 +1,7 @@
 """The round objective: its CP-SAT terms (refusals, best-effort waiting, stability) and the same cost of any Plan."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from optlease.scheduling.cpsat.prepare import Role, RoundData, always
@@ -36,9 +37,12 @@ def add_waiting(rm: RoundModel) -> Terms:
             m.add(waiting == susp - present)
             m.add(done == data.now + job.remaining).only_enforce_if(~susp)
             m.add(done == late + job.resume + rem).only_enforce_if(waiting)
-        else:
+        elif not always(present):
             m.add(done == late + job.resume + rem).only_enforce_if(~present)
-        m.add(done == rm.tail_end(job)).only_enforce_if(present)
+        if always(present):
+            m.add(done == rm.tail_end(job))
+        else:
+            m.add(done == rm.tail_end(job)).only_enforce_if(present)
         terms.append(job.weight * (done - data.now))
     return {"wait": sum(terms)}
 
@@ -58,6 +62,20 @@ def add_stability(rm: RoundModel) -> Terms:
             if not always(present):
                 m.add(dev >= abs(late - job.planned_start)).only_enforce_if(~present)
             moved_time.append(dev)
+        if job.pooled and job.planned_nodes:   # VMs are interchangeable: count those left on a planned node
+            kept = []
+            for node, planned in Counter(job.planned_nodes[:job.numvms]).items():
+                if (job.id, node) not in rm.vms_on_node:
+                    continue
+                count, used = rm.vms_on_node[job.id, node]
+                if planned == 1:
+                    kept.append(used)
+                else:
+                    stay = m.new_int_var(0, planned, f"vms_kept[lease={job.id},node={node}]")
+                    m.add(stay <= count)
+                    kept.append(stay)
+            moved_nodes.append(len(job.planned_nodes[:job.numvms]) - sum(kept))
+            continue
         for vm, node in enumerate(job.planned_nodes[:job.numvms]):
             x = rm.vm_to_node.get((job.id, vm, node))
             moved_nodes.append(1 - x if x is not None else 1)
@@ -96,7 +114,12 @@ def plan_terms(data: RoundData, plan: Plan) -> dict[str, int]:
             out["overhead"] += job.migrate * len(moved) + job.resume
         if job.planned_start is not None and job.fixed_start is None:
             out["stability_time"] += abs((p.start if placed else late) - job.planned_start)
-        for vm, node in enumerate(job.planned_nodes[:job.numvms]):
+        planned = job.planned_nodes[:job.numvms]
+        if job.pooled:
+            kept = sum((Counter(p.nodes) & Counter(planned)).values()) if placed else 0
+            out["stability_nodes"] += len(planned) - kept
+            continue
+        for vm, node in enumerate(planned):
             out["stability_nodes"] += 0 if placed and p.nodes[vm] == node else 1
     return out
 

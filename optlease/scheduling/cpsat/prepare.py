@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from enum import Enum
 
 from optlease.domain.lease import LeaseKind
@@ -29,6 +30,7 @@ class Job:
     optional: bool = False            # a new AR or immediate lease: accepting it is a decision
     deferrable: bool = False          # best-effort: may stay queued past the look-ahead
     earliest: int = 0                 # first time the tail's start (or its migration) may begin
+    latest: int | None = None         # best-effort: last time the tail may start, if it is placed
     fixed_start: int | None = None    # AR start, immediate start
     remaining: int = 0
     resume: int = 0                   # resume time before the run (0 for a first start)
@@ -55,6 +57,18 @@ class Job:
     @property
     def has_tail(self) -> bool:
         return self.role in (Role.START, Role.SUSPENDABLE)
+
+    @cached_property
+    def pooled(self) -> bool:
+        """Identical VMs starting fresh (no image anywhere) with the same candidate nodes: the CP-SAT model counts
+        them per node instead of placing each one (the same plans, without their mirror images)."""
+        return (self.numvms > 1 and not self.origin and bool(self.candidates)
+                and all(d == self.demand[0] for d in self.demand) and all(c == self.candidates[0] for c in self.candidates))
+
+    def per_node(self, capacity: dict[str, int]) -> int:
+        """How many of this lease's VMs (the first one's demand) a node of this capacity holds at once."""
+        fit = min((capacity.get(r, 0) // d for r, d in self.demand[0].items() if d > 0), default=self.numvms)
+        return max(0, min(self.numvms, fit))
 
     def rem_after(self, suspend_end: int, now: int) -> int:
         """Run left after a suspension that ends at `suspend_end`."""
@@ -171,7 +185,9 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
         earliest = soonest if lease.release is None else max(soonest, lease.release)
         if lease.planned_start is not None:   # announced earlier: it may keep a start inside the interval
             earliest = max(now, min(soonest, lease.planned_start))
-        timing = dict(earliest=earliest, deferrable=True, weight=_age(now, req.arrival, weights.aging))
+        latest = max(lease.latest_start, earliest) if lease.latest_start is not None else None
+        timing = dict(earliest=earliest, deferrable=True, latest=latest,
+                      weight=_age(now, req.arrival, weights.aging))
     suspended = lease.phase is Phase.SUSPENDED
     return Job(role=Role.START, origin=lease.nodes if suspended else (),
                resume=lease.overheads.resume if suspended else 0,
@@ -215,16 +231,21 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
                      migration: Migration) -> Job:
     if not job.has_tail or job.candidates:   # pinned jobs come with their nodes
         return job
+    offered = tuple(n for n in sorted(capacity) if n not in dropped)
+    if job.allowed:
+        allowed = set(job.allowed)
+        offered = tuple(n for n in offered if n in allowed)
+    fitting: dict[tuple, tuple[int, ...]] = {}   # the VMs of a lease mostly share one demand
     per_vm = []
     for vm, demand in enumerate(job.demand):
         if job.origin and migration is Migration.NO:
             nodes = (job.origin[vm],)
-        else:
-            nodes = tuple(n for n in sorted(capacity) if n not in dropped)
-            if job.allowed:
-                allowed = set(job.allowed)
-                nodes = tuple(n for n in nodes if n in allowed)
-        per_vm.append(tuple(n for n in nodes if _fits(demand, capacity[n])))
+            per_vm.append(nodes if _fits(demand, capacity[nodes[0]]) else ())
+            continue
+        key = tuple(sorted(demand.items()))
+        if key not in fitting:
+            fitting[key] = tuple(n for n in offered if _fits(demand, capacity[n]))
+        per_vm.append(fitting[key])
     return replace(job, candidates=tuple(per_vm))
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
 from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
@@ -30,6 +32,7 @@ class SolveOptions:
     weights: Weights = Weights()
     log_search: bool = False
     probing_level: int = 0          # CP-SAT presolve probing (2 is its default)
+    stall: float | None = None      # stop when this many seconds pass without a better solution (None: never)
 
 
 def build_round(data: RoundData) -> tuple[RoundModel, cp_model.LinearExprT]:
@@ -60,7 +63,7 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
     params.log_search_progress = options.log_search
     # presolve probing costs seconds on many optional intervals and gains little on these models
     params.cp_model_probing_level = options.probing_level
-    status = solver.solve(rm.model)
+    status = _solve(solver, rm.model, options.stall)
     proto = rm.model.proto
     size = dict(num_variables=len(proto.variables), num_constraints=len(proto.constraints))
     name = solver.status_name(status)
@@ -78,6 +81,39 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
     stats = RoundStats(name, objective_value, bound, _gap(objective_value, bound), solver.wall_time,
                        hint_objective=hint_cost, **size)
     return replace(plan, stats=stats)
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    """Remembers when the search last found a better solution (None before the first one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: float | None = None
+
+    def on_solution_callback(self) -> None:
+        self.last = time.monotonic()
+
+
+def _solve(solver: cp_model.CpSolver, model: cp_model.CpModel, stall: float | None) -> int:
+    """Solve; with `stall`, a watcher stops the search once that long has passed since its last better solution
+    (the time limit alone applies until a first solution is found)."""
+    if stall is None or stall >= solver.parameters.max_time_in_seconds:
+        return solver.solve(model)
+    progress, done = _Progress(), threading.Event()
+
+    def watch() -> None:
+        while not done.wait(min(0.02, stall / 4)):
+            if progress.last is not None and time.monotonic() - progress.last > stall:
+                solver.stop_search()
+                return
+
+    watcher = threading.Thread(target=watch, name="cpsat-stall", daemon=True)
+    watcher.start()
+    try:
+        return solver.solve(model, progress)
+    finally:
+        done.set()
+        watcher.join()
 
 
 def _gap(objective: int | None, bound: float | None) -> float | None:
