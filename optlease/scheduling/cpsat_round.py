@@ -54,7 +54,8 @@ class CpsatRound:
         self.sched = sched
         opts = sched.opts
         self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=opts.solver_workers,
-                                    seed=opts.solver_seed, lookahead=opts.lookahead, stall=opts.solver_stall)
+                                    seed=opts.solver_seed, lookahead=opts.lookahead, stall=opts.solver_stall,
+                                    presolve=False)
         # The greedy pass already took every decision about ARs, immediate leases and suspensions: the round
         # only places best-effort starts and resumes (where the images are), from now on.
         self.policy = Policy(suspension=Suspension.NONE, migration=Migration.NO,
@@ -63,6 +64,7 @@ class CpsatRound:
         self.records: list[RoundRecord] = []
         self._announced: dict[int, int] = {}   # lease id -> seq of the VM reservation the last round ended with
         self._seen: tuple[dict, dict] | None = None   # movable bookings and fixed ends the last round ended with
+        self._next_solve = 0   # no round is solved before this time (solver-interval)
 
     @property
     def stats(self) -> list[RoundStats]:
@@ -84,8 +86,12 @@ class CpsatRound:
         elif self._nothing_new(now, movable):
             # the plan the last round ended with still stands: nothing arrived, moved or ended early since
             stats = RoundStats("UNCHANGED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
+        elif now < self._next_solve:
+            # too soon after the last solved round (solver-interval): the greedy pass keeps the plan up to date
+            stats = RoundStats("SPACED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
         else:
             stats, changed, greedy_cost = self._solve(now, movable)
+            self._next_solve = now + self.sched.opts.solver_interval
         self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost))
         self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
@@ -262,15 +268,23 @@ class CpsatRound:
         return max(hint.start, lease.req.arrival + guard)
 
     def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
-        """Where each lease the greedy pass left queued would start if booked after the others, in queue order
-        (tried on the slot table and taken out again)."""
+        """The hint's bookings: from the oldest lease the greedy pass left queued on, every movable lease booked in
+        arrival order at its earliest fit (conservative backfilling; tried on the slot table and taken out again).
+        Younger leases booked earlier give way, so a lease an AR sent back to the queue gets its place in line back."""
+        queued = [(lease.req.arrival, lease.id) for lease in movable if lease.state in WAITING]
+        if not queued:
+            return {}
+        oldest = min(queued)
+        rebook = [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest]
         sched, out, added = self.sched, {}, []
+        withdrawn = [rr for lease in rebook if lease.state in BOOKED
+                     for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
         log, quiet = sched.log, sched.log.info_on
         log.info_on = False
+        for rr in withdrawn:
+            sched.table.remove(rr)
         try:
-            for lease in movable:
-                if lease.state not in WAITING:
-                    continue
+            for lease in rebook:
                 resuming = lease.is_suspended()
                 fixed = dict(lease.image_nodes) if resuming else None
                 earliest = {n: now for n in set(fixed.values())} if resuming else None
@@ -287,6 +301,8 @@ class CpsatRound:
         finally:
             for rr in added:
                 sched.table.remove(rr)
+            for rr in withdrawn:
+                sched.table.add(rr)
             log.info_on = quiet
         return out
 

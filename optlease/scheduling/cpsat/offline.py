@@ -21,6 +21,7 @@ class OfflineResult:
     leases: list[Lease]           # scheduler records with the planned reservations (for the schedule file)
     stats: RoundStats
     deferred: list[int]           # best-effort leases the solver did not place (none when it had time enough)
+    formulation: str = "per-node"  # "slots" on a site of interchangeable slots (cpsat/slots.py)
 
 
 def offline_snapshot(site: Site, requests: list[LeaseRequest], opts) -> tuple[RoundSnapshot, list[LeaseRequest],
@@ -56,11 +57,14 @@ def greedy_hint(greedy_leases: list[Lease]) -> Plan:
 
 def optimize(site: Site, requests: list[LeaseRequest], opts, time_limit: float = 60.0, workers: int = 2,
              seed: int = 0, hint: Plan | None = None) -> OfflineResult:
+    from optlease.scheduling.cpsat.slots import slots_per_node, solve_slots
     from optlease.scheduling.cpsat.solve import SolveOptions, solve_round
     from optlease.scheduling.slottable import SlotTable
 
     snap, real, refused = offline_snapshot(site, requests, opts)
-    plan = solve_round(snap, SolveOptions(time_limit=time_limit, workers=workers, seed=seed), hint)
+    slots = slots_per_node(snap) is not None
+    plan = (solve_slots if slots else solve_round)(snap, SolveOptions(time_limit=time_limit, workers=workers,
+                                                                      seed=seed), hint)
     table = SlotTable(site)
     got = plan.by_id
     leases, deferred = [], []
@@ -81,4 +85,4 @@ def optimize(site: Site, requests: list[LeaseRequest], opts, time_limit: float =
             lease.state, lease.first_start, lease.end = LeaseState.DONE, p.start, end + shutdown
             lease.accumulated = req.duration
         leases.append(lease)
-    return OfflineResult(site, leases, plan.stats, deferred)
+    return OfflineResult(site, leases, plan.stats, deferred, "slots" if slots else "per-node")

@@ -33,6 +33,7 @@ class SolveOptions:
     log_search: bool = False
     probing_level: int = 0          # CP-SAT presolve probing (2 is its default)
     stall: float | None = None      # stop when this many seconds pass without a better solution (None: never)
+    presolve: bool = True           # CP-SAT presolve: it took most of a short round's time on the simulator's rounds
 
 
 def build_round(data: RoundData) -> tuple[RoundModel, cp_model.LinearExprT]:
@@ -63,6 +64,7 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
     params.log_search_progress = options.log_search
     # presolve probing costs seconds on many optional intervals and gains little on these models
     params.cp_model_probing_level = options.probing_level
+    params.cp_model_presolve = options.presolve
     status = _solve(solver, rm.model, options.stall)
     proto = rm.model.proto
     size = dict(num_variables=len(proto.variables), num_constraints=len(proto.constraints))
