@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Greedy (each backfilling mode) against cpsat rounds on one workload: JSON on stdout, a Markdown table on stderr
-(or in --markdown FILE).
+"""Greedy (each backfilling mode) against cpsat rounds against the offline optimum on one workload: JSON on stdout, a
+Markdown table on stderr (or in --markdown FILE).
 
 Default workload: the Blue Horizon 30days.swf with the work_10-dur_2h-size_1small AR injection on the Blue site
 (instances/blue/blue.conf: 144 nodes, AR preemption, suspension all). `--limit-days N` keeps the requests that arrive
@@ -46,9 +46,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, overrides: dict,
-        solver: dict) -> dict:
-    sched = {**overrides, **({k: str(v) for k, v in solver.items()} if overrides.get("mapper") == "cpsat" else {})}
+def setup(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, sched: dict):
     tracefile = {"tracefile": str(trace), **({"injectionfile": str(injection)} if injection else {})}
     cfg = load_config(conf, overrides={"scheduling": sched, "tracefile": tracefile})
     opts = SchedulingOptions.from_config(cfg)
@@ -56,17 +54,23 @@ def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | Non
     requests = apply_trace_options(cfg, workload.requests)
     if limit_days is not None:
         requests = [r for r in requests if r.arrival < limit_days * 86400]
-    site = site_of(cfg, workload)
+    return cfg, opts, site_of(cfg, workload), requests
+
+
+def simulate(cfg, opts, site, requests):
     sim = Simulator(site, requests, opts, Policies(opts.policy_admission, opts.policy_preemption,
                                                    opts.policy_host_selection),
                     EventLog(cfg.get("simulation", "starttime"), "STATUS", io.StringIO()))
     wall = time.perf_counter()
     result = sim.run()
-    wall = time.perf_counter() - wall
-    summary = run_summary(result.site, result.leases, result.end_time)
-    violations = check_schedule(schedule_document(result.site, result.leases, cfg.get("simulation", "starttime")))
+    return sim, result, time.perf_counter() - wall
+
+
+def figures(cfg, site, leases, end_time: int, requests: list, wall: float) -> dict:
+    summary = run_summary(site, leases, end_time)
+    violations = check_schedule(schedule_document(site, leases, cfg.get("simulation", "starttime")))
     be, ar = summary["best_effort"], summary["ar"]
-    out = {
+    return {
         "requests": len(requests),
         "ar_accepted": ar["accepted"], "ar_total": ar["accepted"] + ar["rejected"],
         "ar_acceptance": ar["accepted"] / (ar["accepted"] + ar["rejected"]) if ar["accepted"] + ar["rejected"]
@@ -76,8 +80,36 @@ def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | Non
         "be_bounded_slowdown_avg": be["bounded_slowdown_avg"],
         "utilization": summary["cpu_utilization"],
         "preemptions": summary["preemptions"], "migrations": summary["migrations"],
-        "rounds": result.rounds, "wall_time_s": round(wall, 2), "checker_violations": len(violations),
+        "wall_time_s": round(wall, 2), "checker_violations": len(violations),
     }
+
+
+def run_offline(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, solver: dict,
+                time_limit: float) -> dict:
+    """The clairvoyant offline optimum (optlease optimize) of the same workload, the greedy-aggressive run as hint."""
+    from optlease.scheduling.cpsat.offline import greedy_hint, optimize
+
+    cfg, opts, site, requests = setup(conf, trace, injection, limit_days, MODES["greedy-aggressive"])
+    _, greedy, _ = simulate(cfg, opts, site, requests)
+    wall = time.perf_counter()
+    res = optimize(site, requests, opts, time_limit, solver["solver-workers"], 0, greedy_hint(greedy.leases))
+    wall = time.perf_counter() - wall
+    end = max((lease.end or 0 for lease in res.leases), default=0)
+    out = figures(cfg, res.site, res.leases, end, requests, wall)
+    s = res.stats
+    out.update(rounds=1, round_time_p50_s=s.wall_time, round_time_p95_s=s.wall_time, gap_mean=s.gap,
+               solved_rounds=1, objective=s.objective, best_bound=s.best_bound, status=s.status,
+               formulation=res.formulation, deferred=len(res.deferred))
+    return out
+
+
+def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, overrides: dict,
+        solver: dict) -> dict:
+    sched = {**overrides, **({k: str(v) for k, v in solver.items()} if overrides.get("mapper") == "cpsat" else {})}
+    cfg, opts, site, requests = setup(conf, trace, injection, limit_days, sched)
+    sim, result, wall = simulate(cfg, opts, site, requests)
+    out = figures(cfg, result.site, result.leases, result.end_time, requests, wall)
+    out["rounds"] = result.rounds
     hook = sim.sched.round_hook
     if hook is None:
         out.update(round_time_p50_s=None, round_time_p95_s=None, gap_mean=None, solved_rounds=0, replanned_rounds=0)
@@ -130,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="AR injection file ('none' for the trace alone)")
     ap.add_argument("--conf", type=Path, default=BLUE / "blue.conf", help="site and scheduling options")
     ap.add_argument("--limit-days", type=float, default=None, help="keep requests arriving in the first N days")
-    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of: {', '.join(MODES)}")
+    ap.add_argument("--modes", default=",".join([*MODES, "offline"]),
+                    help=f"comma-separated, of: {', '.join(MODES)}, offline")
+    ap.add_argument("--offline-time-limit", type=float, default=120.0,
+                    help="offline: solver seconds for the whole workload")
     ap.add_argument("--time-limit", type=float, default=1.0, help="cpsat: solver seconds per round")
     ap.add_argument("--workers", type=int, default=2, help="cpsat: solver workers")
     ap.add_argument("--lookahead", type=int, default=None, help="cpsat: seconds a start may be planned ahead")
@@ -146,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
               **({"solver-wait-guard": args.wait_guard} if args.wait_guard is not None else {})}
     results = {}
     for mode in args.modes.split(","):
-        results[mode] = run(args.conf, args.trace, injection, args.limit_days, MODES[mode], solver)
+        if mode == "offline":
+            results[mode] = run_offline(args.conf, args.trace, injection, args.limit_days, solver,
+                                        args.offline_time_limit)
+        else:
+            results[mode] = run(args.conf, args.trace, injection, args.limit_days, MODES[mode], solver)
         print(f"{mode}: done in {results[mode]['wall_time_s']} s", file=sys.stderr)
     doc = {"workload": {"trace": args.trace.name, "injection": injection.name if injection else None,
                         "limit_days": args.limit_days},

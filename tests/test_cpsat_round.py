@@ -327,3 +327,35 @@ def test_random_rounds_are_safe_and_never_worse_than_the_hint(seed: int, nodes: 
     again = solve_round(snap, replace(options, seed=7), plan)
     check_plan(snap, again)
     assert plan_cost(data, again) <= plan_cost(data, plan)
+
+
+# ---------------------------------------------------------------- the wait guard
+
+def test_wait_guard_keeps_a_long_waiting_lease_ahead_of_a_shorter_one():
+    """On one node, the shortest lease first minimizes the weighted completion time (10 + 40 against 40 + 50), so
+    without a guard the old 40-second lease goes second; its `latest_start` keeps it first."""
+    old = lease(1, BE, Phase.QUEUED, 40, arrival=0)
+    young = lease(2, BE, Phase.QUEUED, 10, arrival=0)
+    free = solve_round(RoundSnapshot(0, site(1), (old, young), POLICY), OPTIONS)
+    assert free.of(2).start == 0 and free.of(1).start == 10
+    guarded = RoundSnapshot(0, site(1), (replace(old, latest_start=0), young), POLICY)
+    plan = solve_round(guarded, OPTIONS)
+    check_plan(guarded, plan)
+    assert plan.of(1).start == 0 and plan.of(2).start == 40
+    assert plan.stats.status == "OPTIMAL" and plan.stats.objective == plan_cost(prepare(guarded, OPTIONS.weights, 60),
+                                                                                plan)
+
+
+def test_pooled_vms_are_placed_and_counted_like_single_ones():
+    """Four identical fresh VMs on two nodes holding two each: the pooled model puts two on each node, and keeps
+    the VMs on their planned nodes (stability) when it moves nothing else."""
+    cap = {"CPU": 200, "Memory": 2048}
+    four = lease(1, BE, Phase.RESERVED, 30, vms=4, planned_start=5, planned_nodes=(2, 2, 1, 1))
+    snap = RoundSnapshot(0, site(2, cap), (four,), POLICY)
+    data = prepare(snap, OPTIONS.weights, 60)
+    assert data.job(1).pooled and data.job(1).per_node(cap) == 2
+    plan = solve_round(snap, OPTIONS)
+    check_plan(snap, plan)
+    assert plan.of(1).start == 0 and sorted(plan.of(1).nodes) == [1, 1, 2, 2]
+    assert plan.of(1).nodes == (2, 2, 1, 1)   # every VM kept its planned node
+    assert plan.stats.objective == plan_cost(data, plan)

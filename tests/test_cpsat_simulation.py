@@ -163,14 +163,41 @@ def test_compare_schedulers_prints_json_and_a_table(tmp_path):
 
     table = tmp_path / "table.md"
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--limit-days", "0.5",
-                          "--modes", "greedy-aggressive,cpsat", "--time-limit", "0.2", "--markdown", str(table)],
+                          "--modes", "greedy-aggressive,cpsat,offline", "--time-limit", "0.2",
+                          "--offline-time-limit", "5", "--markdown", str(table)],
                          capture_output=True, text=True, check=True, timeout=300)
     results = json.loads(out.stdout)["results"]
-    assert set(results) == {"greedy-aggressive", "cpsat"}
+    assert set(results) == {"greedy-aggressive", "cpsat", "offline"}
     for r in results.values():
         assert r["checker_violations"] == 0 and r["ar_total"] > 0
     assert results["cpsat"]["ar_accepted"] == results["greedy-aggressive"]["ar_accepted"]
-    assert table.read_text().count("\n") == 4
+    offline = results["offline"]   # the Blue site is 144 alike slots: the whole half day is one cumulative
+    assert offline["formulation"] == "slots" and offline["best_bound"] <= offline["objective"]
+    assert table.read_text().count("\n") == 5
+
+
+def test_solver_interval_spaces_solved_rounds_and_stays_safe():
+    """With rounds solved at most once an hour, the rounds in between keep the greedy plan (SPACED)."""
+    blue = INSTANCES / "blue"
+    cfg = load_config(blue / "blue.conf", overrides={
+        "scheduling": {"mapper": "cpsat", "solver-interval": "3600", "solver-time-limit": "0.3",
+                       "solver-workers": "1"},
+        "tracefile": {"tracefile": str(blue / "30days.swf"),
+                      "injectionfile": str(blue / "injected" / "work_10-dur_2h-size_1small.lwf")}})
+    opts = SchedulingOptions.from_config(cfg)
+    _, workload = load_workload(cfg)
+    reqs = [r for r in apply_trace_options(cfg, workload.requests) if r.arrival < 1.3 * 86400]
+    sim = Simulator(site_of(cfg, workload), reqs, opts, Policies(opts.policy_admission, opts.policy_preemption,
+                                                                 opts.policy_host_selection),
+                    EventLog(cfg.get("simulation", "starttime"), "STATUS", io.StringIO()))
+    result = sim.run()
+    records = sim.sched.round_hook.records
+    solved = [r.now for r in records if r.stats.num_variables > 0]
+    assert len(solved) >= 2 and any(r.stats.status == "SPACED" for r in records)
+    assert all(b - a >= 3600 for a, b in zip(solved, solved[1:]))
+    doc = schedule_document(result.site, result.leases, cfg.get("simulation", "starttime"))
+    assert check_schedule(doc) == []
+    assert all(lease.state in (LeaseState.DONE, LeaseState.REJECTED) for lease in result.leases)
 
 
 def test_bench_round_quick_prints_latency_and_objectives():

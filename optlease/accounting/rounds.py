@@ -25,7 +25,7 @@ def round_summary(records: Iterable[Any]) -> dict[str, Any]:
     """Counts and distributions over the rounds of a cpsat run.
 
     `records` are RoundRecord-like (now, movable, changed, stats: RoundStats, greedy_objective). A round is *solved*
-    when a model was built (it has variables); skipped rounds (EMPTY, GREEDY-OPTIMAL, UNCHANGED) count only in
+    when a model was built (it has variables); skipped rounds (EMPTY, GREEDY-OPTIMAL, UNCHANGED, SPACED) count only in
     `count` and `status`. Wall times, gaps and model sizes are over the solved rounds. `beat_hint`: solved rounds
     whose solver objective is strictly below the hint's (the greedy plan completed); `beat_greedy`: strictly below
     the greedy pass's plan in the same model; `changed`: rounds that re-planned at least one lease (`leases_changed`

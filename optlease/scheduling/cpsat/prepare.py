@@ -63,7 +63,8 @@ class Job:
         """Identical VMs starting fresh (no image anywhere) with the same candidate nodes: the CP-SAT model counts
         them per node instead of placing each one (the same plans, without their mirror images)."""
         return (self.numvms > 1 and not self.origin and bool(self.candidates)
-                and all(d == self.demand[0] for d in self.demand) and all(c == self.candidates[0] for c in self.candidates))
+                and all(d == self.demand[0] for d in self.demand)
+                and all(c == self.candidates[0] for c in self.candidates))
 
     def per_node(self, capacity: dict[str, int]) -> int:
         """How many of this lease's VMs (the first one's demand) a node of this capacity holds at once."""
