@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="cpsat: solver workers")
     ap.add_argument("--lookahead", type=int, default=None, help="cpsat: seconds a start may be planned ahead")
     ap.add_argument("--interval", type=int, default=None, help="cpsat: least simulated seconds between solved rounds")
+    ap.add_argument("--commit", type=int, default=None, help="cpsat: seconds ahead a round books leases")
     ap.add_argument("--wait-guard", type=int, default=None, help="cpsat: seconds of waiting past which a lease keeps "
                     "its place in line")
     ap.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here (default: stderr)")
@@ -178,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     solver = {"solver-time-limit": args.time_limit, "solver-workers": args.workers,
               **({"lookahead": args.lookahead} if args.lookahead else {}),
               **({"solver-interval": args.interval} if args.interval is not None else {}),
-              **({"solver-wait-guard": args.wait_guard} if args.wait_guard is not None else {})}
+              **({"solver-wait-guard": args.wait_guard} if args.wait_guard is not None else {}),
+              **({"solver-commit": args.commit} if args.commit is not None else {})}
     results = {}
     for mode in args.modes.split(","):
         if mode == "offline":

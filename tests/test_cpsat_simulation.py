@@ -212,3 +212,25 @@ def test_bench_round_quick_prints_latency_and_objectives():
     got = json.loads(out.stdout)["144-nodes-50-queued"]
     assert got["round_p95_s"] > 0 and got["never_worse_than_greedy"]
     assert got["runs"][0]["objective"] < got["runs"][0]["greedy_objective"]
+
+
+def test_an_ar_may_displace_a_planned_booking_of_a_lease_past_the_aging_horizon():
+    """Haizea never preempts a lease that has waited seven days; a CP-SAT round's booking that has not begun is a
+    plan, so an AR may still send it back to the queue (else month-old leases' far bookings refuse ARs)."""
+    from optlease.domain.lease import LeaseRequest
+    from optlease.scheduling.policies import AGING_HORIZON, ARPreemptsEverything
+    from optlease.scheduling.records import RR, VM, Lease
+
+    vm = {"CPU": 100, "Memory": 1024}
+    old = Lease(LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 3600, (vm,), preemptible=True), {1: (100, 1024)})
+    later = AGING_HORIZON + 86400
+    old.vmrrs.append(RR(old, VM, later, later + 3600, {1: 1}, {1: (100, 1024)}, 1))
+    ar = Lease(LeaseRequest(2, LeaseKind.AR, AGING_HORIZON, 3600, (vm,), start=later), {1: (100, 1024)})
+    policy, now = ARPreemptsEverything(), AGING_HORIZON + 60
+    assert policy.score(ar, old, now) == -1          # greedy's booking: protected by its age
+    old.vmrrs[-1].planned = True
+    assert policy.score(ar, old, now) == 0           # the round's plan: it gives way, after younger leases
+    old.vmrrs[-1].state = "active"
+    assert policy.score(ar, old, now) == -1          # once it runs, its age protects it again
+    young = Lease(LeaseRequest(3, LeaseKind.BEST_EFFORT, now - 60, 3600, (vm,), preemptible=True), {1: (100, 1024)})
+    assert policy.score(ar, young, now) > 0

@@ -111,10 +111,7 @@ class CpsatRound:
         for rr in rrs:
             sched.table.remove(rr)
         try:
-            resuming = lease.is_suspended()
-            fixed = dict(lease.image_nodes) if resuming else None
-            earliest = {n: now for n in set(fixed.values())} if resuming else None
-            best = sched.vm.asap(lease, now, earliest, True, resuming, fixed, strict=True)
+            best = self._asap(lease, now)
             first = best.pre[0].start if best.pre else best.start
         except NotSchedulable:
             first = None
@@ -172,7 +169,12 @@ class CpsatRound:
             stats = replace(stats, source="completion")
         if stats.objective is None or not stats.objective < greedy_cost:   # strictly better, or greedy stands
             return replace(stats, source="greedy"), 0, greedy_cost
-        got, before = plan.by_id, greedy.by_id
+        # with solver-commit, book only what starts that soon; the rest stays queued and is planned again later
+        commit = self.sched.opts.solver_commit
+        got = {i: p if p.start is None or commit <= 0 or p.start <= now + commit else
+               replace(p, outcome=Outcome.DEFERRED, start=None, nodes=(), end=None, reason="planned for later")
+               for i, p in plan.by_id.items()}
+        before = greedy.by_id
         moves = [lease for lease in movable if _differs(got[lease.id], before[lease.id])]
         if not moves:
             return replace(stats, source="greedy"), 0, greedy_cost
@@ -285,11 +287,8 @@ class CpsatRound:
             sched.table.remove(rr)
         try:
             for lease in rebook:
-                resuming = lease.is_suspended()
-                fixed = dict(lease.image_nodes) if resuming else None
-                earliest = {n: now for n in set(fixed.values())} if resuming else None
                 try:
-                    vmrr = sched.vm.asap(lease, now, earliest, True, resuming, fixed, strict=True)
+                    vmrr = self._asap(lease, now)
                 except NotSchedulable:
                     continue
                 for rr in (*vmrr.pre, vmrr, *vmrr.post):
@@ -305,6 +304,13 @@ class CpsatRound:
                 sched.table.add(rr)
             log.info_on = quiet
         return out
+
+    def _asap(self, lease: Lease, now: int) -> RR:
+        """The lease's earliest whole booking from now (resumed where its image is), not added to the slot table."""
+        resuming = lease.is_suspended()
+        fixed = dict(lease.image_nodes) if resuming else None
+        earliest = {n: now for n in set(fixed.values())} if resuming else None
+        return self.sched.vm.asap(lease, now, earliest, True, resuming, fixed, strict=True)
 
     def _lease_snapshot(self, lease: Lease, now: int) -> tuple[LeaseSnapshot, LeasePlan]:
         opts = self.sched.opts
@@ -384,6 +390,7 @@ class CpsatRound:
             sched.queue.remove(lease)
         # as the greedy pass counts them: a best-effort reservation for later than now
         vmrr.backfill = (vmrr.pre[0].start if vmrr.pre else vmrr.start) > now
+        vmrr.planned = True
         if vmrr.backfill:
             sched.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):

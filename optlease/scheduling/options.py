@@ -35,7 +35,8 @@ class SchedulingOptions:
     lookahead: int | None = None            # mapper cpsat: seconds after now a start may be planned (None: all)
     solver_neighbourhood: int = 16          # mapper cpsat: nodes offered to a lease beyond its VMs (0: every node)
     solver_stall: float = 0.25              # mapper cpsat: seconds without a better plan after which a round stops
-    solver_interval: int = 600              # mapper cpsat: least simulated seconds between two solved rounds
+    solver_interval: int = 900              # mapper cpsat: least simulated seconds between two solved rounds
+    solver_commit: int = 0                  # mapper cpsat: a round books only what starts within this (0: all)
     solver_wait_guard: int = 21600          # mapper cpsat: a lease waiting longer is never started later than the
                                             # hint would (0: off)
 
@@ -63,5 +64,5 @@ class SchedulingOptions:
             mapper=g("mapper"), solver_time_limit=g("solver-time-limit"), solver_workers=g("solver-workers"),
             solver_seed=g("solver-seed"), lookahead=g("lookahead"), solver_neighbourhood=g("solver-neighbourhood"),
             solver_stall=g("solver-stall"), solver_wait_guard=g("solver-wait-guard"),
-            solver_interval=g("solver-interval"),
+            solver_interval=g("solver-interval"), solver_commit=g("solver-commit"),
         )

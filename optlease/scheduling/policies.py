@@ -55,8 +55,8 @@ class ARPreemptsEverything:
         if not preemptee.req.preemptible:
             return -1
         age = time - preemptee.req.arrival
-        if age >= AGING_HORIZON:
-            return -1
+        if age >= AGING_HORIZON:   # too old to give way, unless all it holds is a CP-SAT round's plan for later
+            return 0 if preemptee.planned_booking() else -1
         return (AGING_HORIZON - age) / AGING_HORIZON
 
 
