@@ -102,8 +102,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-seed": O("int", 0),
         "lookahead": O("duration", None, positive=True),        # mapper cpsat: seconds a start may be planned ahead
         "solver-neighbourhood": O("int", 16),   # mapper cpsat: nodes offered to a lease beyond its VMs (0: every node)
-        "solver-stall": O("float", 0.25, positive=True),   # mapper cpsat: stop this long after the last better plan
-        "solver-interval": O("duration", 900),   # mapper cpsat: least time between two solved rounds
+        "solver-stall": O("float", 0.1, positive=True),   # mapper cpsat: stop this long after the last better plan
+        "solver-interval": O("duration", 1800),   # mapper cpsat: least time between two solved rounds
         "solver-commit": O("duration", 0),   # mapper cpsat: bookings starting later stay queued (0: book all)
         "solver-wait-guard": O("duration", 21600),   # mapper cpsat: past this wait a lease is never pushed back (0: off)
         "policy-admission": O("policy", "accept-all", "accept-all", "no-ARs"),

@@ -34,8 +34,8 @@ class SchedulingOptions:
     solver_seed: int = 0
     lookahead: int | None = None            # mapper cpsat: seconds after now a start may be planned (None: all)
     solver_neighbourhood: int = 16          # mapper cpsat: nodes offered to a lease beyond its VMs (0: every node)
-    solver_stall: float = 0.25              # mapper cpsat: seconds without a better plan after which a round stops
-    solver_interval: int = 900              # mapper cpsat: least simulated seconds between two solved rounds
+    solver_stall: float = 0.1               # mapper cpsat: seconds without a better plan after which a round stops
+    solver_interval: int = 1800             # mapper cpsat: least simulated seconds between two solved rounds
     solver_commit: int = 0                  # mapper cpsat: a round books only what starts within this (0: all)
     solver_wait_guard: int = 21600          # mapper cpsat: a lease waiting longer is never started later than the
                                             # hint would (0: off)
