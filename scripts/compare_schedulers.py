@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from optlease.accounting.metrics import run_summary  # noqa: E402
 from optlease.checker import check_schedule  # noqa: E402
+from optlease.errors import InputError  # noqa: E402
 from optlease.eventlog import EventLog  # noqa: E402
 from optlease.engine.run import apply_trace_options, load_workload, site_of  # noqa: E402
 from optlease.engine.simulator import Simulator  # noqa: E402
@@ -175,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                     "its place in line")
     ap.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here (default: stderr)")
     args = ap.parse_args(argv)
-    injection = None if str(args.injection) == "none" else args.injection
+    # paths on the command line are the caller's (the configuration resolves its own against its folder)
+    injection = None if str(args.injection) == "none" else args.injection.resolve()
+    args.trace, args.conf = args.trace.resolve(), args.conf.resolve()
     solver = {"solver-time-limit": args.time_limit, "solver-workers": args.workers,
               **({"lookahead": args.lookahead} if args.lookahead else {}),
               **({"solver-interval": args.interval} if args.interval is not None else {}),
@@ -183,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
               **({"solver-commit": args.commit} if args.commit is not None else {})}
     results = {}
     for mode in args.modes.split(","):
+        if mode not in MODES and mode != "offline":
+            print(f"compare_schedulers: unknown mode {mode!r} (known: {', '.join(MODES)}, offline)", file=sys.stderr)
+            return 2
         if mode == "offline":
             results[mode] = run_offline(args.conf, args.trace, injection, args.limit_days, solver,
                                         args.offline_time_limit)
@@ -202,4 +208,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except InputError as exc:
+        print(f"compare_schedulers: {exc}", file=sys.stderr)
+        sys.exit(2)
