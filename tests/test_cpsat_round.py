@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import replace
 
 import pytest
@@ -222,6 +223,19 @@ def test_hint_is_kept_when_the_solver_finds_nothing() -> None:
     plan = solve_round(snap, OPTIONS, hint)
     assert plan.stats.source == "hint" and plan.stats.status.startswith("HINT")
     assert plan.leases == hint.leases
+
+
+def test_a_round_whose_budget_is_spent_keeps_the_hint_without_searching() -> None:
+    """The deadline (what a simulator round's solver-time-limit leaves after the greedy pass and the snapshot) has
+    passed: no search runs and the hint stands, even where the solver would have found a better plan."""
+    snap = CASES[0].values[0]
+    hint = trivial_hint(snap)
+    searched = solve_round(snap, OPTIONS, hint)
+    assert searched.stats.source != "hint" and searched.stats.objective < searched.stats.hint_objective
+    late = solve_round(snap, replace(OPTIONS, deadline=time.perf_counter() - 1), hint)
+    assert late.stats.status == "HINT (NO TIME)" and late.stats.wall_time == 0.0
+    assert late.leases == hint.leases and late.stats.objective == searched.stats.hint_objective
+    assert late.stats.num_variables == 0 < searched.stats.num_variables
 
 
 def test_stats_record_the_model_size_and_time() -> None:

@@ -160,11 +160,16 @@ class CpsatRound:
         from optlease.scheduling.cpsat.solve import solve_round
 
         snap, greedy, hint = self.snapshot(now, movable)
-        plan = solve_round(snap, self.options, hint)
+        data = prepare(snap, self.options.weights, self.options.lookahead)
+        # the hint completes greedy's plan: greedy's own cost is the bar
+        greedy_cost = plan_cost(data, greedy) if hint != greedy else None
+        # solver-time-limit is the whole round's budget: the search gets what the greedy pass, the snapshot and the
+        # model left of it, less a tenth kept for committing the plan
+        deadline = self.sched.round_began + 0.9 * self.options.time_limit
+        plan = solve_round(snap, replace(self.options, deadline=deadline), hint, data)
         stats = plan.stats
-        greedy_cost = stats.hint_objective
-        if hint != greedy:   # the hint completes greedy's plan: greedy's own cost is the bar
-            greedy_cost = plan_cost(prepare(snap, self.options.weights, self.options.lookahead), greedy)
+        if greedy_cost is None:
+            greedy_cost = stats.hint_objective
         if stats.source == "hint":
             stats = replace(stats, source="completion")
         if stats.objective is None or not stats.objective < greedy_cost:   # strictly better, or greedy stands

@@ -2,6 +2,8 @@
 happens when a reservation starts or ends. Pure: `now` is always passed in; the driver owns the clock."""
 from __future__ import annotations
 
+import time
+
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.domain.site import Site
 from optlease.eventlog import EventLog
@@ -35,6 +37,7 @@ class LeaseScheduler:
         self._room: dict = {}
         # mapper cpsat: called after each round's greedy pass, it may re-plan what has not started (greedy: None)
         self.round_hook = None
+        self.round_began = 0.0   # time.perf_counter() when the current round began (the wall clock, not `now`)
         if opts.mapper == "cpsat":
             from optlease.scheduling.cpsat_round import CpsatRound
             self.round_hook = CpsatRound(self)
@@ -70,6 +73,7 @@ class LeaseScheduler:
 
     # -- one scheduling round -------------------------------------------------------------------------------
     def schedule(self, now: int) -> None:
+        self.round_began = time.perf_counter()   # a cpsat round's budget counts from here
         pending, self.pending = self.pending, []
         for lease in pending:
             if lease.kind is LeaseKind.BEST_EFFORT:

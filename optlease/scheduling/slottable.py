@@ -69,18 +69,6 @@ class Profile:
         i = bisect_right(self.t, x) - 1
         return self.u[i] if i >= 0 else self.zero
 
-    def max_between(self, a: int, b: int) -> Vec:
-        """Component-wise maximum usage over [a, b)."""
-        t, u = self.t, self.u
-        i = bisect_right(t, a) - 1
-        best = u[i] if i >= 0 else self.zero
-        i += 1
-        n = len(t)
-        while i < n and t[i] < b:
-            best = tuple(max(x, y) for x, y in zip(best, u[i]))
-            i += 1
-        return best
-
     def next_change(self, x: int) -> int | None:
         """The first breakpoint after x, or None when usage never changes again."""
         i = bisect_right(self.t, x)
@@ -100,6 +88,25 @@ class Profile:
                 return False
             i += 1
         return True
+
+    def earliest_room(self, a: int, length: int, need: Vec, cap: Vec) -> float:
+        """The earliest x >= a such that `need` fits beside the usage over all of [x, x + length) (INF: never).
+        One pass over the breakpoints from a: x is where the current run of segments with room began."""
+        t, u = self.t, self.u
+        n_t = len(t)
+        i = bisect_right(t, a) - 1
+        x = a
+        while True:
+            cur = u[i] if i >= 0 else self.zero
+            nxt = t[i + 1] if i + 1 < n_t else INF
+            if all([n + c <= k for n, c, k in zip(need, cur, cap)]):
+                if nxt >= x + length:
+                    return x
+            elif nxt == INF:
+                return INF
+            else:
+                x = nxt
+            i += 1
 
     def first_exceeding(self, a: int, need: Vec, cap: Vec) -> float:
         """From a on, the first time at which `need` no longer fits beside the usage (INF if never)."""
@@ -224,10 +231,12 @@ class SlotTable:
 
     def nodes_with_room(self, need: Vec, t: int, nodes) -> list[int]:
         """The nodes (in the given order) where `need` fits at instant t."""
-        caps, profiles = self.caps, self.profiles
+        caps, profiles, zero = self.caps, self.profiles, self.zero
         out = []
         for n in nodes:
-            used = profiles[n].at(t)
+            prof = profiles[n]
+            i = bisect_right(prof.t, t) - 1   # Profile.at, inlined: this runs for every node of every fit test
+            used = prof.u[i] if i >= 0 else zero
             if all([u + x <= c for u, x, c in zip(used, need, caps[n])]):
                 out.append(n)
         return out
@@ -238,8 +247,9 @@ class SlotTable:
     def total_free(self, t: int) -> Vec:
         return vsub(self.total_cap, self.total.at(t))
 
-    def total_free_between(self, a: int, b: int) -> Vec:
-        return vsub(self.total_cap, self.total.max_between(a, b))
+    def earliest_total_room(self, a: int, length: int, need: Vec) -> float:
+        """The earliest x >= a at which the site as a whole has `need` free over [x, x + length) (INF: never)."""
+        return self.total.earliest_room(a, length, need, self.total_cap)
 
     def is_full(self, t: int) -> bool:
         """No CPU free anywhere at t."""

@@ -11,7 +11,7 @@ from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable
-from optlease.scheduling.slottable import SlotTable, fits, vadd
+from optlease.scheduling.slottable import SlotTable, vadd
 
 class VMScheduler:
     def __init__(self, table: SlotTable, opts: SchedulingOptions, policies: Policies, log: EventLog) -> None:
@@ -67,8 +67,12 @@ class VMScheduler:
         strictend = strict or not oh.can_be_suspended(lease, opts)
         need = lease.total_demand
         window = duration + shutdown if strictend else max(min_duration, 1)
+        room_from = now   # no candidate before this has room on the site as a whole over its window
         for t in self._candidates(now, earliest, allow_in_future, fixed):
-            if not fits(need, self.table.total_free(t)) or not fits(need, self.table.total_free_between(t, t + window)):
+            if t < room_from:
+                continue
+            room_from = self.table.earliest_total_room(t, window, need)
+            if room_from > t:
                 continue
             end = t + duration + shutdown
             if fixed is not None:

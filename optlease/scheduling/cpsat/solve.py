@@ -34,6 +34,10 @@ class SolveOptions:
     probing_level: int = 0          # CP-SAT presolve probing (2 is its default)
     stall: float | None = None      # stop when this many seconds pass without a better solution (None: never)
     presolve: bool = True           # CP-SAT presolve: it took most of a short round's time on the simulator's rounds
+    deadline: float | None = None   # time.perf_counter() by which the search must have stopped (a round's budget)
+
+# less than this left before the deadline: no model is built (loading one alone takes longer)
+MIN_SEARCH = 0.02
 
 
 def build_round(data: RoundData) -> tuple[RoundModel, cp_model.LinearExprT]:
@@ -47,18 +51,31 @@ def build_round(data: RoundData) -> tuple[RoundModel, cp_model.LinearExprT]:
     return rm, objective
 
 
-def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hint: Plan | None = None) -> Plan:
+def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hint: Plan | None = None,
+                data: RoundData | None = None) -> Plan:
     """Plan one round. The hint (the greedy plan of the same snapshot; without one, the plan that changes nothing) is
-    kept whenever the solver finds nothing better in time; the plan's stats say which was kept and its gap."""
-    data = prepare(snap, options.weights, options.lookahead)
-    rm, objective = build_round(data)
-    rm.model.minimize(objective)
+    kept whenever the solver finds nothing better in time; the plan's stats say which was kept and its gap.
+    `data`: the snapshot already prepared with the options' weights and look-ahead."""
+    if data is None:
+        data = prepare(snap, options.weights, options.lookahead)
     if hint is None:   # a round never fails to produce a plan: without a greedy plan, change nothing
         hint = holding_plan(data)
+    if options.deadline is not None and options.deadline - time.perf_counter() < MIN_SEARCH:
+        # the round's budget went on the greedy pass and the snapshot: no model is built, the hint stands
+        hint_cost = plan_cost(data, hint)
+        return replace(hint, stats=RoundStats("HINT (NO TIME)", hint_cost, None, None, 0.0, 0, 0, source="hint",
+                                              hint_objective=hint_cost))
+    rm, objective = build_round(data)
+    rm.model.minimize(objective)
     add_hint(rm, hint)
+    proto = rm.model.proto
+    size = dict(num_variables=len(proto.variables), num_constraints=len(proto.constraints))
+    limit = options.time_limit
+    if options.deadline is not None:
+        limit = max(MIN_SEARCH, min(limit, options.deadline - time.perf_counter()))
     solver = cp_model.CpSolver()
     params = solver.parameters
-    params.max_time_in_seconds = options.time_limit
+    params.max_time_in_seconds = limit
     params.num_workers = max(1, options.workers)
     params.random_seed = options.seed
     params.log_search_progress = options.log_search
@@ -66,8 +83,6 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
     params.cp_model_probing_level = options.probing_level
     params.cp_model_presolve = options.presolve
     status = _solve(solver, rm.model, options.stall)
-    proto = rm.model.proto
-    size = dict(num_variables=len(proto.variables), num_constraints=len(proto.constraints))
     name = solver.status_name(status)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     hint_cost = plan_cost(data, hint)

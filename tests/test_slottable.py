@@ -1,0 +1,46 @@
+"""The slot table's usage profile: the one-pass earliest-room search that every as-soon-as-possible placement starts
+with agrees with testing each possible start on its own (hypothesis), on random usage with several resources."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from optlease.scheduling.slottable import INF, Profile
+
+CAP = (4, 8)
+
+usages = st.lists(st.tuples(st.integers(0, 40), st.integers(1, 20), st.integers(0, 3), st.integers(0, 6)),
+                  max_size=12)
+
+
+def profile_of(usage) -> Profile:
+    prof = Profile((0, 0))
+    for start, length, cpu, mem in usage:
+        prof.add(start, start + length, (cpu, mem))
+    return prof
+
+
+def earliest_by_trying(prof: Profile, a: int, length: int, need) -> float:
+    """Every start a room can begin at (a, or where usage changes after a), each tested over its whole window."""
+    for x in [a, *sorted(t for t in prof.t if t > a)]:
+        if prof.fits_between(x, x + length, need, CAP):
+            return x
+    return INF
+
+
+@settings(max_examples=300, deadline=None)
+@given(usages, st.integers(0, 50), st.integers(1, 30), st.tuples(st.integers(0, 4), st.integers(0, 8)))
+def test_earliest_room_is_the_first_start_whose_whole_window_fits(usage, a, length, need):
+    prof = profile_of(usage)
+    found = prof.earliest_room(a, length, need, CAP)
+    assert found == earliest_by_trying(prof, a, length, need)
+    if found != INF:
+        assert prof.fits_between(found, found + length, need, CAP)
+
+
+def test_earliest_room_skips_a_gap_too_short_and_never_fits_an_oversized_need():
+    prof = profile_of([(0, 10, 4, 0), (12, 10, 4, 0)])   # the whole CPU on [0, 10) and [12, 22); a 2 s gap between
+    assert prof.earliest_room(0, 2, (1, 0), CAP) == 10
+    assert prof.earliest_room(0, 3, (1, 0), CAP) == 22
+    assert prof.earliest_room(5, 3, (0, 8), CAP) == 5    # memory is free throughout
+    assert prof.earliest_room(0, 1, (5, 0), CAP) == INF
