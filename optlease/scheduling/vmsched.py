@@ -11,7 +11,7 @@ from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable
-from optlease.scheduling.slottable import SlotTable, vadd
+from optlease.scheduling.slottable import INF, SlotTable, vadd
 
 class VMScheduler:
     def __init__(self, table: SlotTable, opts: SchedulingOptions, policies: Policies, log: EventLog) -> None:
@@ -67,7 +67,7 @@ class VMScheduler:
         strictend = strict or not oh.can_be_suspended(lease, opts)
         need = lease.total_demand
         window = duration + shutdown if strictend else max(min_duration, 1)
-        room_from = now   # no candidate before this has room on the site as a whole over its window
+        room_from = -INF   # no candidate before this has room on the site as a whole over its window
         for t in self._candidates(now, earliest, allow_in_future, fixed):
             if t < room_from:
                 continue
