@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated, of: {', '.join(MODES)}, offline")
     ap.add_argument("--offline-time-limit", type=float, default=120.0,
                     help="offline: solver seconds for the whole workload")
-    ap.add_argument("--time-limit", type=float, default=1.0, help="cpsat: solver seconds per round")
+    ap.add_argument("--time-limit", type=float, default=1.0, help="cpsat: a round's wall-clock budget (s)")
+    ap.add_argument("--work-limit", type=float, default=0.05, help="cpsat: CP-SAT deterministic seconds per search, "
+                    "one worker: the same figures on every run and machine (0: wall clock only, --workers apply)")
     ap.add_argument("--workers", type=int, default=2, help="cpsat: solver workers")
     ap.add_argument("--lookahead", type=int, default=None, help="cpsat: seconds a start may be planned ahead")
     ap.add_argument("--interval", type=int, default=None, help="cpsat: least simulated seconds between solved rounds")
@@ -180,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     injection = None if str(args.injection) == "none" else args.injection.resolve()
     args.trace, args.conf = args.trace.resolve(), args.conf.resolve()
     solver = {"solver-time-limit": args.time_limit, "solver-workers": args.workers,
+              "solver-work-limit": args.work_limit,
               **({"lookahead": args.lookahead} if args.lookahead else {}),
               **({"solver-interval": args.interval} if args.interval is not None else {}),
               **({"solver-wait-guard": args.wait_guard} if args.wait_guard is not None else {}),

@@ -4,12 +4,13 @@ greedy scheduler the test says what it did and why that is better."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import io
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conftest import INSTANCES
+from conftest import INSTANCES, REPO
 from optlease.accounting.metrics import run_summary
 from optlease.checker import check_schedule
 from optlease.domain.lease import LeaseKind, LeaseState
@@ -207,6 +208,38 @@ def test_solver_interval_spaces_solved_rounds_and_stays_safe():
     assert len(solved) >= 2 and any(r.stats.status == "SPACED" for r in records)
     assert all(b - a >= 3600 for a, b in zip(solved, solved[1:]))
     assert_safe(sim, result, cfg)
+
+
+def test_a_work_limit_gives_a_round_the_same_plan_whatever_its_wall_clock_budget():
+    """A round of 144 nodes / 50 queued that the search does not finish: with solver-work-limit, a 0.5 s and a 5 s
+    budget end with the same plan (without it, the longer search finds a better one: not reproducible)."""
+    spec = importlib.util.spec_from_file_location("bench_round", REPO / "scripts" / "bench_round.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    got = []
+    for budget in (0.5, 5.0):
+        opts = SchedulingOptions(backfilling="aggressive", mapper="cpsat", solver_time_limit=budget, solver_workers=2,
+                                 solver_stall=1.0, solver_work_limit=0.05)
+        r = bench.one_round(144, 50, 0, opts)
+        assert r["source"] == "cpsat" and r["objective"] < r["greedy_objective"]
+        got.append((r["status"], r["objective"], r["replanned"]))
+    assert got[0][0] == "FEASIBLE"   # cut by the work limit, not proven optimal
+    assert got[0] == got[1]
+
+
+def test_a_work_limit_makes_a_cpsat_simulation_reproducible():
+    """With solver-work-limit the search stops on CP-SAT's deterministic time, with one worker: the same workload
+    gives the same schedule, round for round."""
+    runs = []
+    for _ in range(2):
+        sim, cfg = blue_simulator(1, **{"solver-work-limit": "0.05", "solver-interval": "600"})
+        result = sim.run()
+        assert_safe(sim, result, cfg)
+        records = sim.sched.round_hook.records
+        runs.append((schedule_document(result.site, result.leases, cfg.get("simulation", "starttime")),
+                     [(r.now, r.stats.status, r.stats.objective, r.changed) for r in records]))
+    assert any(status in ("OPTIMAL", "FEASIBLE") and changed for _, status, _, changed in runs[0][1])
+    assert runs[0] == runs[1]
 
 
 def test_solver_commit_books_only_the_near_part_of_a_plan():

@@ -97,7 +97,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
     },
     "scheduling": {
         "mapper": O("choice", "greedy", "greedy", "cpsat"),
-        "solver-time-limit": O("float", 1.0, positive=True),   # mapper cpsat: seconds per round
+        "solver-time-limit": O("float", 1.0, positive=True),   # mapper cpsat: a round's wall-clock budget (s)
         "solver-workers": O("int", 2, positive=True),
         "solver-seed": O("int", 0),
         "lookahead": O("duration", None, positive=True),        # mapper cpsat: seconds a start may be planned ahead
@@ -106,6 +106,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-interval": O("duration", 1800),   # mapper cpsat: least time between two solved rounds
         "solver-commit": O("duration", 0),   # mapper cpsat: bookings starting later stay queued (0: book all)
         "solver-wait-guard": O("duration", 21600),   # mapper cpsat: past this wait a lease is never pushed back (0: off)
+        "solver-work-limit": O("float", 0.0),   # mapper cpsat: deterministic seconds per search: reproducible (0: off)
         "policy-admission": O("policy", "accept-all", "accept-all", "no-ARs"),
         "policy-preemption": O("policy", "no-preemption", "no-preemption", "ar-preempts-everything"),
         "policy-host-selection": O("policy", "greedy", "no-policy", "greedy"),

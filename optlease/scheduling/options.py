@@ -29,7 +29,7 @@ class SchedulingOptions:
     policy_preemption: str = "no-preemption"
     policy_host_selection: str = "greedy"
     mapper: str = "greedy"                  # greedy | cpsat (greedy first, then a CP-SAT round over its plan)
-    solver_time_limit: float = 1.0          # mapper cpsat: seconds per round
+    solver_time_limit: float = 1.0          # mapper cpsat: a round's wall-clock budget (s)
     solver_workers: int = 2
     solver_seed: int = 0
     lookahead: int | None = None            # mapper cpsat: seconds after now a start may be planned (None: all)
@@ -39,6 +39,7 @@ class SchedulingOptions:
     solver_commit: int = 0                  # mapper cpsat: a round books only what starts within this (0: all)
     solver_wait_guard: int = 21600          # mapper cpsat: a lease waiting longer is never started later than the
                                             # hint would (0: off)
+    solver_work_limit: float = 0.0          # mapper cpsat: deterministic seconds per search, one worker (0: off)
 
     @property
     def max_in_future(self) -> int:
@@ -65,4 +66,5 @@ class SchedulingOptions:
             solver_seed=g("solver-seed"), lookahead=g("lookahead"), solver_neighbourhood=g("solver-neighbourhood"),
             solver_stall=g("solver-stall"), solver_wait_guard=g("solver-wait-guard"),
             solver_interval=g("solver-interval"), solver_commit=g("solver-commit"),
+            solver_work_limit=g("solver-work-limit"),
         )

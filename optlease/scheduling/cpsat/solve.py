@@ -35,6 +35,8 @@ class SolveOptions:
     stall: float | None = None      # stop when this many seconds pass without a better solution (None: never)
     presolve: bool = True           # CP-SAT presolve: it took most of a short round's time on the simulator's rounds
     deadline: float | None = None   # time.perf_counter() by which the search must have stopped (a round's budget)
+    work_limit: float = 0.0         # > 0: CP-SAT deterministic seconds per search, one worker and no stall, so that
+                                    # the same round always gets the same plan (time_limit and deadline still cap it)
 
 # less than this left before the deadline: no model is built (loading one alone takes longer)
 MIN_SEARCH = 0.02
@@ -77,12 +79,17 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
     params = solver.parameters
     params.max_time_in_seconds = limit
     params.num_workers = max(1, options.workers)
+    stall = options.stall
+    if options.work_limit > 0:   # reproducible: one worker, stopped by the work it did, not by the clock
+        params.max_deterministic_time = options.work_limit
+        params.num_workers = 1
+        stall = None
     params.random_seed = options.seed
     params.log_search_progress = options.log_search
     # presolve probing costs seconds on many optional intervals and gains little on these models
     params.cp_model_probing_level = options.probing_level
     params.cp_model_presolve = options.presolve
-    status = _solve(solver, rm.model, options.stall)
+    status = _solve(solver, rm.model, stall)
     name = solver.status_name(status)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     hint_cost = plan_cost(data, hint)
