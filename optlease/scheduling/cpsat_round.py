@@ -161,15 +161,12 @@ class CpsatRound:
 
         snap, greedy, hint = self.snapshot(now, movable)
         data = prepare(snap, self.options.weights, self.options.lookahead)
-        # the hint completes greedy's plan: greedy's own cost is the bar
-        greedy_cost = plan_cost(data, greedy) if hint != greedy else None
+        greedy_cost = plan_cost(data, greedy)   # the hint completes greedy's plan: greedy's own cost is the bar
         # solver-time-limit is the whole round's budget: the search gets what the greedy pass, the snapshot and the
         # model left of it, less a tenth kept for committing the plan
         deadline = self.sched.round_began + 0.9 * self.options.time_limit
         plan = solve_round(snap, replace(self.options, deadline=deadline), hint, data)
         stats = plan.stats
-        if greedy_cost is None:
-            greedy_cost = stats.hint_objective
         if stats.source == "hint":
             stats = replace(stats, source="completion")
         if stats.objective is None or not stats.objective < greedy_cost:   # strictly better, or greedy stands
