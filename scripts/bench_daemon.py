@@ -28,24 +28,11 @@ from pathlib import Path
 from optlease.engine.api import make_server
 from optlease.engine.daemon import Manager
 from optlease.formats.config import parse_config
+from optlease.formats.daemon_config import daemon_config, fast_daemon_config
 
-CONF = """[general]
-mode: simulated
-persistence-file: {db}
-[scheduling]
-suspension: none
-suspend-rate: 32
-resume-rate: 32
-backfilling: aggressive
-wakeup-interval: 60
-[simulation]
-clock: real
-resources: 100 CPU:100 Memory:1024
-imagetransfer-bandwidth: 100
-[accounting]
-[daemon]
-listen: 127.0.0.1:{port}
-"""
+SCHEDULING = {"suspension": "none", "backfilling": "aggressive", "wakeup-interval": 60}
+SIMULATED_SITE = "100 CPU:100 Memory:1024"
+FAST_TIME_SCALE = 60
 LEASE = ('<lease preemptible="true"><nodes><node-set numnodes="1"><res type="CPU" amount="10"/>'
          '<res type="Memory" amount="64"/></node-set></nodes><start/><duration time="01:00:00"/></lease>')
 
@@ -56,29 +43,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-FAST_CONF = """[general]
-mode: fast
-persistence-file: {db}
-[scheduling]
-suspension: none
-suspend-rate: 32
-resume-rate: 32
-backfilling: aggressive
-wakeup-interval: 60
-[simulation]
-clock: real
-resources: {agents} CPU:100 Memory:1024
-imagetransfer-bandwidth: 100
-time-scale: 60
-[accounting]
-[daemon]
-listen: 127.0.0.1:{port}
-[mqtt]
-host: 127.0.0.1
-port: {broker}
-hosts: {hosts}
-task-timeout: 10
-"""
 FAST_LEASE = LEASE.replace("01:00:00", "00:02:00")
 
 
@@ -121,9 +85,11 @@ def bench_fast(args) -> dict:
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.5)      # the agents announce themselves
             at_start = sum(messages.values())
-            cfg = parse_config(FAST_CONF.format(db=str(Path(tmp) / "bench.db"), agents=args.agents, port=port,
-                                                broker=broker_port, hosts=" ".join(hosts)),
-                               str(Path(tmp) / "bench.conf"), Path(tmp))
+            text = fast_daemon_config(port=port, broker_port=broker_port, hosts=hosts,
+                                      persistence_file=str(Path(tmp) / "bench.db"),
+                                      resources=f"{args.agents} CPU:100 Memory:1024", time_scale=FAST_TIME_SCALE,
+                                      scheduling=SCHEDULING, mqtt={"task-timeout": 10})
+            cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
             manager = Manager(cfg)
             server = make_server(manager, cfg.get("daemon", "listen"), None)
             manager.start()
@@ -165,7 +131,7 @@ def bench_fast(args) -> dict:
                     proc.wait(10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-    return {"mode": "fast", "requests": args.requests, "agents": args.agents, "time_scale": 60,
+    return {"mode": "fast", "requests": args.requests, "agents": args.agents, "time_scale": FAST_TIME_SCALE,
             "lease": "1 VM, 10 % of a node, 2 simulated minutes", "accept_wall_s": round(accepted_s, 3),
             "all_done_wall_s": round(wall, 2), "lease_states": states, "broker_messages": total,
             "daemon_startup_messages": startup,
@@ -190,7 +156,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         db = str(Path(tmp) / "bench.db") if args.persistence == "file" else "none"
-        cfg = parse_config(CONF.format(db=db, port=port), str(Path(tmp) / "bench.conf"), Path(tmp))
+        text = daemon_config(port=port, persistence_file=db, resources=SIMULATED_SITE, scheduling=SCHEDULING)
+        cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
         manager = Manager(cfg)
         server = make_server(manager, cfg.get("daemon", "listen"), None)
         manager.start()

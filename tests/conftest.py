@@ -1,4 +1,4 @@
-"""Shared test helpers: where things are, and running the CLI as a real subprocess."""
+"""Shared test helpers: where things are, the smallest configuration, and running the CLI as a real subprocess."""
 from __future__ import annotations
 
 import os
@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+from optlease.formats.config import render_config
 
 # CI runs are reproducible; local runs keep exploring new random cases.
 settings.register_profile("ci", derandomize=True, print_blob=True)
@@ -28,6 +30,22 @@ def wait_until(cond, timeout: float, what: str, poll: float = 0.05):
             return value
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def simulated_config(resources: str, clock: str = "real", starttime: str | None = None,
+                     tracefile: str | None = None) -> str:
+    """The smallest configuration text in mode simulated: the site `resources`, images at 100 MB/s, every lease
+    suspendable at 32 MB/s; a [simulation] starttime and a [tracefile] section only when given."""
+    start = {"starttime": starttime} if starttime else {}
+    sections = {
+        "general": {"mode": "simulated"},
+        "simulation": {"clock": clock, **start, "resources": resources, "imagetransfer-bandwidth": 100},
+        "scheduling": {"suspension": "all", "suspend-rate": 32, "resume-rate": 32},
+        "accounting": {},
+    }
+    if tracefile:
+        sections["tracefile"] = {"tracefile": tracefile}
+    return render_config(sections)
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -6,23 +6,10 @@ import pytest
 from optlease.errors import InputError
 from optlease.formats.config import parse_config
 
-from conftest import INSTANCES
+from conftest import INSTANCES, simulated_config
 
-BASE = """[general]
-mode: simulated
-[simulation]
-clock: simulated
-starttime: 2006-11-25 13:00:00
-resources: 4 CPU:100 Memory:1024
-imagetransfer-bandwidth: 100
-[scheduling]
-suspension: all
-suspend-rate: 32
-resume-rate: 32
-[accounting]
-[tracefile]
-tracefile: trace.lwf
-"""
+BASE = simulated_config("4 CPU:100 Memory:1024", clock="simulated", starttime="2006-11-25 13:00:00",
+                        tracefile="trace.lwf")
 
 
 def conf(extra: str = "", drop: str | None = None) -> str:

@@ -7,25 +7,11 @@ from optlease.engine.daemon import site_from_config
 from optlease.errors import InputError
 from optlease.formats.config import parse_config
 
-from conftest import INSTANCES
-
-CONF = """[general]
-mode: simulated
-[simulation]
-clock: real
-resources: {resources}
-imagetransfer-bandwidth: 100
-[scheduling]
-suspension: all
-suspend-rate: 32
-resume-rate: 32
-[accounting]
-{trace}"""
+from conftest import INSTANCES, simulated_config
 
 
 def config(resources: str, trace: str = ""):
-    text = CONF.format(resources=resources, trace=f"[tracefile]\ntracefile: {trace}\n" if trace else "")
-    return parse_config(text, "daemon.conf", base_dir=INSTANCES)
+    return parse_config(simulated_config(resources, tracefile=trace), "daemon.conf", base_dir=INSTANCES)
 
 
 def test_site_from_resources():

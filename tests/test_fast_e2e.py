@@ -23,46 +23,24 @@ from lxml import etree
 from conftest import REPO, wait_until
 from mqtt_broker import free_port, mosquitto  # noqa: F401 - the fixture
 from optlease.enact import fast
+from optlease.formats.daemon_config import fast_daemon_config
 
 SCALE = 300                  # simulated seconds per real second: the quickstart's 1 h 31 min in about 20 s
 TOL = 120                    # simulated seconds (0.4 s real) between a planned instant and what the watcher sees
 HOSTS = ("host1", "host2", "host3", "host4")
-CONF = """[general]
-loglevel: INFO
-mode: fast
-persistence-file: state.db
-lease-failure-handling: cancel
+QUICKSTART_SCHEDULING = {"mapper": "greedy", "policy-admission": "accept-all",
+                         "policy-preemption": "ar-preempts-everything", "policy-host-selection": "greedy",
+                         "backfilling": "aggressive", "suspension": "all", "migration": "yes", "wakeup-interval": 60}
 
-[scheduling]
-mapper: greedy
-policy-admission: accept-all
-policy-preemption: ar-preempts-everything
-policy-host-selection: greedy
-backfilling: aggressive
-suspension: all
-suspend-rate: 32
-resume-rate: 32
-migration: yes
-wakeup-interval: 60
 
-[simulation]
-clock: real
-resources: {nodes} CPU:100 Memory:1024
-imagetransfer-bandwidth: 100
-time-scale: {scale}
-
-[accounting]
-
-[daemon]
-listen: 127.0.0.1:{port}
-
-[mqtt]
-host: 127.0.0.1
-port: {broker}
-hosts: {hosts}
-task-timeout: {task_timeout}
-task-retries: 1
-"""
+def daemon_under_test_config(port: int, broker_port: int, hosts, *, resources: str, scale: float,
+                             scheduling: dict, mqtt: dict) -> str:
+    """The configuration of the daemon under test: mode fast, its leases in state.db beside the file, every task
+    tried twice; `mqtt` adds options (task-timeout at least)."""
+    return fast_daemon_config(port=port, broker_port=broker_port, hosts=hosts, persistence_file="state.db",
+                              resources=resources, time_scale=scale,
+                              general={"loglevel": "INFO", "lease-failure-handling": "cancel"},
+                              scheduling=scheduling, mqtt={**mqtt, "task-retries": 1})
 
 
 def quickstart_leases(tmp: Path) -> list[Path]:
@@ -146,13 +124,18 @@ class Cluster:
         self.tmp, self.broker = tmp, broker
         self.port = free_port()
         self.conf = tmp / "fast.conf"
-        self.conf.write_text(CONF.format(nodes=len(hosts), scale=SCALE, port=self.port, broker=broker.port,
-                                         hosts=" ".join(hosts), task_timeout=task_timeout))
+        self.conf.write_text(self.daemon_config(hosts, task_timeout))
         self.url = f"http://127.0.0.1:{self.port}"
         self.agents = {h: self.start_agent(h) for h in agents}
         self.daemon: subprocess.Popen | None = None
         self.logs: list[Path] = []
         self.watcher = Watcher(broker, hosts)
+
+    def daemon_config(self, hosts, task_timeout: float) -> str:
+        """The quickstart's: one node of 100 CPU a host, suspension, migration (a subclass may plan otherwise)."""
+        return daemon_under_test_config(self.port, self.broker.port, hosts,
+                                        resources=f"{len(hosts)} CPU:100 Memory:1024", scale=SCALE,
+                                        scheduling=QUICKSTART_SCHEDULING, mqtt={"task-timeout": task_timeout})
 
     def start_agent(self, host: str) -> subprocess.Popen:
         log = open(self.tmp / f"agent-{host}.log", "ab")

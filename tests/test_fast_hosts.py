@@ -13,47 +13,13 @@ from pathlib import Path
 
 
 from conftest import REPO
-from mqtt_broker import free_port, mosquitto  # noqa: F401 - the fixture
+from mqtt_broker import mosquitto  # noqa: F401 - the fixture
 from conftest import wait_until
-from test_fast_e2e import Cluster, Watcher, cli
+from test_fast_e2e import Cluster, cli, daemon_under_test_config
 
 SCALE = 60                    # one simulated minute per real second
-CONF = """[general]
-loglevel: INFO
-mode: fast
-persistence-file: state.db
-lease-failure-handling: cancel
-
-[scheduling]
-policy-admission: accept-all
-policy-preemption: no-preemption
-policy-host-selection: greedy
-backfilling: off
-suspension: none
-suspend-rate: 32
-resume-rate: 32
-wakeup-interval: 30
-
-[simulation]
-clock: real
-resources: {resources}
-imagetransfer-bandwidth: 100
-time-scale: {scale}
-
-[accounting]
-
-[daemon]
-listen: 127.0.0.1:{port}
-
-[mqtt]
-host: 127.0.0.1
-port: {broker}
-hosts: {hosts}
-task-timeout: 2
-task-retries: 1
-host-timeout: {host_timeout}
-hosts-wait: {hosts_wait}
-"""
+SCHEDULING = {"policy-admission": "accept-all", "policy-preemption": "no-preemption",
+              "policy-host-selection": "greedy", "backfilling": "off", "suspension": "none", "wakeup-interval": 30}
 
 
 class Hosts(Cluster):
@@ -61,16 +27,13 @@ class Hosts(Cluster):
 
     def __init__(self, tmp: Path, broker, hosts, resources: str, heartbeat: float = 0.5, host_timeout: float = 2.0,
                  hosts_wait: float = 10.0, agents=None) -> None:
-        self.tmp, self.broker, self.heartbeat = tmp, broker, heartbeat
-        self.port = free_port()
-        self.conf = tmp / "fast.conf"
-        self.conf.write_text(CONF.format(resources=resources, scale=SCALE, port=self.port, broker=broker.port,
-                                         hosts=" ".join(hosts), host_timeout=host_timeout, hosts_wait=hosts_wait))
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.agents = {h: self.start_agent(h) for h in (hosts if agents is None else agents)}
-        self.daemon: subprocess.Popen | None = None
-        self.logs: list[Path] = []
-        self.watcher = Watcher(broker, hosts)
+        self.heartbeat, self.resources = heartbeat, resources
+        self.host_options = {"host-timeout": host_timeout, "hosts-wait": hosts_wait}
+        super().__init__(tmp, broker, agents=hosts if agents is None else agents, hosts=hosts, task_timeout=2)
+
+    def daemon_config(self, hosts, task_timeout: float) -> str:
+        return daemon_under_test_config(self.port, self.broker.port, hosts, resources=self.resources, scale=SCALE,
+                                        scheduling=SCHEDULING, mqtt={"task-timeout": task_timeout, **self.host_options})
 
     def start_agent(self, host: str, libvirt: str = "test:///default") -> subprocess.Popen:
         log = open(self.tmp / f"agent-{host}.log", "ab")

@@ -9,7 +9,7 @@ import configparser
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from optlease.errors import InputError
 from optlease.formats.timefmt import TimeFormatError, parse_duration, parse_iso
@@ -281,6 +281,15 @@ def _check_required(cfg: Config, values: dict[str, dict[str, Any]], path: str) -
         if probe not in KNOWN_PROBES and "." not in probe:
             raise InputError(f"[accounting] probes: unknown probe {probe!r} "
                              f"(known: {', '.join(KNOWN_PROBES)} or a dotted path)", path)
+
+
+def render_config(sections: Mapping[str, Mapping[str, Any]]) -> str:
+    """The configuration text of `sections` (section -> option -> value), in their order: what parse_config reads."""
+    lines: list[str] = []
+    for section, options in sections.items():
+        lines.append(f"[{section}]")
+        lines.extend(f"{option}: {value}" for option, value in options.items())
+    return "\n".join(lines) + "\n"
 
 
 def load_config(path: str | Path, overrides: dict[str, dict[str, str]] | None = None) -> Config:
