@@ -155,6 +155,30 @@ def test_optimize_reports_a_proven_offline_optimum_and_a_valid_schedule(cli, tmp
     assert check_schedule(json.loads(out.read_text())) == []
 
 
+def test_the_objective_weights_come_from_the_configuration(cli, tmp_path):
+    """[scheduling] weight-*: with the model's weights the quickstart's AR is worth more than the hour its best-effort
+    lease waits for it; with weight-rejected 0 refusing it costs nothing, so the offline optimum refuses it and the
+    best-effort lease runs at once. A weight that is not a number is refused with the place named."""
+    import json
+
+    (tmp_path / "quickstart.lwf").write_text((INSTANCES / "quickstart" / "quickstart.lwf").read_text())
+    base = (INSTANCES / "quickstart" / "quickstart.conf").read_text()
+    got = {}
+    for extra in ("", "weight-rejected: 0\nweight-aging: 01:00:00"):
+        path = tmp_path / "q.conf"
+        path.write_text(base.replace("mapper: greedy", f"mapper: greedy\n{extra}"))
+        res = cli("optimize", "-c", path, "--time-limit", "10", "--workers", "1")
+        assert res.returncode == 0, res.stderr
+        got[extra] = json.loads(res.stdout)
+    default, free = got.values()
+    assert (default["offline"]["ar_accepted"], default["offline"]["be_wait_max"]) == (1, 3600)
+    assert (free["offline"]["ar_accepted"], free["offline"]["be_wait_max"]) == (0, 0)
+    assert free["objective"] < default["objective"]
+    path.write_text(base.replace("mapper: greedy", "mapper: greedy\nweight-wait: ten"))
+    res = cli("optimize", "-c", path)
+    assert res.returncode != 0 and "weight-wait" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_compare_schedulers_prints_json_and_a_table(tmp_path):
     import json
     import subprocess

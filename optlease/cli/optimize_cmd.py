@@ -80,7 +80,7 @@ def _lp_bound(site, requests, opts, time_limit: float) -> dict:
     from optlease.scheduling.mip import solve_rounds_mip
 
     snap, _, _ = offline_snapshot(site, requests, opts)
-    data = prepare(snap)
+    data = prepare(snap, opts.weights)
     size = len(data.tails) * (data.horizon - data.now + 1)
     if size > LP_MAX_LEASE_STEPS:
         typer.echo(f"error: --bound lp: {len(data.tails)} leases x {data.horizon - data.now + 1} seconds of horizon "
@@ -89,7 +89,7 @@ def _lp_bound(site, requests, opts, time_limit: float) -> dict:
     # CP-SAT runs in this process next: load it first, so that HiGHS runs in the MIP's worker process (the two
     # solvers cannot share one process)
     import optlease.scheduling.cpsat.solve  # noqa: F401
-    result = solve_rounds_mip([snap], relax=True, time_limit=time_limit)[0]
+    result = solve_rounds_mip([snap], opts.weights, relax=True, time_limit=time_limit)[0]
     stats = result.stats
     return {"bound": result.objective if result.optimal else result.bound, "status": stats.status,
             "wall_time_s": round(stats.wall_time, 3), "lease_steps": size,

@@ -86,6 +86,11 @@ def O(kind: str, default: Any = None, *choices: str, positive: bool = False) -> 
     return Option(kind, default, tuple(choices), positive)
 
 
+# [scheduling] weight-NAME -> the round objective's weight (optlease.scheduling.snapshot.Weights) it sets
+WEIGHT_OPTIONS = {"rejected": "rejected", "wait": "wait", "preemption": "preemptions", "migration": "migrations",
+                  "overhead": "overhead", "stability-time": "stability_time", "stability-nodes": "stability_nodes"}
+
+
 SCHEMA: dict[str, dict[str, Option]] = {
     "general": {
         "loglevel": O("choice", "INFO", "STATUS", "INFO", "DEBUG", "VDEBUG"),
@@ -107,6 +112,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-commit": O("duration", 0),   # mapper cpsat: bookings starting later stay queued (0: book all)
         "solver-wait-guard": O("duration", 21600),   # mapper cpsat: past this wait a lease is never pushed back (0: off)
         "solver-work-limit": O("float", 0.0),   # mapper cpsat: deterministic seconds per search: reproducible (0: off)
+        # mapper cpsat and optimize: the objective's weights (unset: the model's own, models/cpsat-round.md)
+        **{f"weight-{name}": O("int", None) for name in WEIGHT_OPTIONS},
+        "weight-aging": O("duration", None, positive=True),
         "policy-admission": O("policy", "accept-all", "accept-all", "no-ARs"),
         "policy-preemption": O("policy", "no-preemption", "no-preemption", "ar-preempts-everything"),
         "policy-host-selection": O("policy", "greedy", "no-policy", "greedy"),

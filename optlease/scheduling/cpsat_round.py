@@ -55,7 +55,7 @@ class CpsatRound:
         opts = sched.opts
         self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=opts.solver_workers,
                                     seed=opts.solver_seed, lookahead=opts.lookahead, stall=opts.solver_stall,
-                                    presolve=False, work_limit=opts.solver_work_limit)
+                                    presolve=False, work_limit=opts.solver_work_limit, weights=opts.weights)
         # The greedy pass already took every decision about ARs, immediate leases and suspensions: the round
         # only places best-effort starts and resumes (where the images are), from now on.
         self.policy = Policy(suspension=Suspension.NONE, migration=Migration.NO,

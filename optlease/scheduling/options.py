@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optlease.formats.config import Config
+from optlease.formats.config import WEIGHT_OPTIONS, Config
+from optlease.scheduling.snapshot import Weights
 
 MAX_IN_FUTURE = {"off": 0, "aggressive": 1, "conservative": -1}
 
@@ -40,6 +41,7 @@ class SchedulingOptions:
     solver_wait_guard: int = 21600          # mapper cpsat: a lease waiting longer is never started later than the
                                             # hint would (0: off)
     solver_work_limit: float = 0.0          # mapper cpsat: deterministic seconds per search, one worker (0: off)
+    weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
 
     @property
     def max_in_future(self) -> int:
@@ -66,5 +68,12 @@ class SchedulingOptions:
             solver_seed=g("solver-seed"), lookahead=g("lookahead"), solver_neighbourhood=g("solver-neighbourhood"),
             solver_stall=g("solver-stall"), solver_wait_guard=g("solver-wait-guard"),
             solver_interval=g("solver-interval"), solver_commit=g("solver-commit"),
-            solver_work_limit=g("solver-work-limit"),
+            solver_work_limit=g("solver-work-limit"), weights=_weights(cfg),
         )
+
+
+def _weights(cfg: Config) -> Weights:
+    """The objective's weights: the model's own, with those the configuration sets."""
+    given = {field: cfg.get("scheduling", f"weight-{name}") for name, field in WEIGHT_OPTIONS.items()}
+    given["aging"] = cfg.get("scheduling", "weight-aging")
+    return Weights(**{field: value for field, value in given.items() if value is not None})

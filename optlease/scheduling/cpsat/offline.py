@@ -64,7 +64,7 @@ def optimize(site: Site, requests: list[LeaseRequest], opts, time_limit: float =
     snap, real, refused = offline_snapshot(site, requests, opts)
     slots = slots_per_node(snap) is not None
     plan = (solve_slots if slots else solve_round)(snap, SolveOptions(time_limit=time_limit, workers=workers,
-                                                                      seed=seed), hint)
+                                                                      seed=seed, weights=opts.weights), hint)
     table = SlotTable(site)
     got = plan.by_id
     leases, deferred = [], []
