@@ -98,6 +98,11 @@ class CpsatRound:
         after = self._movable(now)
         self._seen = ({lease.id: self._booking(lease) for lease in after}, self._fixed(now, after))
 
+    def _promised(self, lease: Lease, now: int) -> bool:
+        """Whether a booked lease has waited `solver-promise-after`: the round keeps its place in line (it may only
+        move it earlier), and once the round has booked it no AR displaces the booking (ARPreemptsEverything)."""
+        return lease.state in BOOKED and now - lease.req.arrival >= self.sched.opts.solver_promise_after
+
     def _at_earliest(self, lease: Lease, now: int) -> bool:
         """Whether a booked lease starts where the VM scheduler finds its earliest whole fit without its booking."""
         if lease.state not in BOOKED:
@@ -279,7 +284,8 @@ class CpsatRound:
         if not queued:
             return {}
         oldest = min(queued)
-        rebook = [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest]
+        rebook = [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest
+                  and not self._promised(lease, now)]   # a promise keeps its place
         sched, out, added = self.sched, {}, []
         withdrawn = [rr for lease in rebook if lease.state in BOOKED
                      for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
@@ -392,7 +398,7 @@ class CpsatRound:
             sched.queue.remove(lease)
         # as the greedy pass counts them: a best-effort reservation for later than now
         vmrr.backfill = (vmrr.pre[0].start if vmrr.pre else vmrr.start) > now
-        vmrr.planned = True
+        vmrr.promised_from = lease.req.arrival + sched.opts.solver_promise_after
         if vmrr.backfill:
             sched.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):

@@ -41,6 +41,8 @@ class SchedulingOptions:
     solver_wait_guard: int = 21600          # mapper cpsat: a lease waiting longer is never started later than the
                                             # hint would (0: off)
     solver_work_limit: float = 0.0          # mapper cpsat: deterministic seconds per search, one worker (0: off)
+    solver_promise_after: int = 7 * 86400   # mapper cpsat: a round's booking of a lease that waited this long is a
+                                            # promise (Haizea's aging horizon)
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
 
     @property
@@ -68,7 +70,8 @@ class SchedulingOptions:
             solver_seed=g("solver-seed"), lookahead=g("lookahead"), solver_neighbourhood=g("solver-neighbourhood"),
             solver_stall=g("solver-stall"), solver_wait_guard=g("solver-wait-guard"),
             solver_interval=g("solver-interval"), solver_commit=g("solver-commit"),
-            solver_work_limit=g("solver-work-limit"), weights=_weights(cfg),
+            solver_work_limit=g("solver-work-limit"), solver_promise_after=g("solver-promise-after"),
+            weights=_weights(cfg),
         )
 
 

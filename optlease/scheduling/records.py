@@ -14,7 +14,7 @@ class RR:
     """One resource reservation: `mapping` vnode -> pnode, `demand` pnode -> usage vector held on [start, end)."""
 
     __slots__ = ("lease", "kind", "start", "end", "mapping", "demand", "state", "pre", "post", "seq",
-                 "backfill", "planned", "origin", "first", "last", "vm")
+                 "backfill", "promised_from", "origin", "first", "last", "vm")
 
     def __init__(self, lease: "Lease", kind: str, start: int, end: int, mapping: dict[int, int],
                  demand: dict[int, tuple], seq: int) -> None:
@@ -29,7 +29,9 @@ class RR:
         self.post: list[RR] = []      # vm RRs: suspend or shutdown RRs after it
         self.seq = seq
         self.backfill = False         # vm RRs: a best-effort reservation made for the future
-        self.planned = False          # vm RRs: booked by a CP-SAT round (a plan, not a promise)
+        # vm RRs booked by a CP-SAT round: a plan that an AR arriving before this instant may displace, a promise
+        # from then on (None: not a round's booking)
+        self.promised_from: int | None = None
         self.origin: dict[int, int] | None = None  # migrate RRs: where the image comes from
         self.first = True             # suspend/resume blocks: first and last of their operation
         self.last = True
@@ -119,11 +121,14 @@ class Lease:
     def last_vmrr(self) -> RR | None:
         return self.vmrrs[-1] if self.vmrrs else None
 
-    def planned_booking(self) -> bool:
-        """Whether the lease waits for a start or resume that a CP-SAT round booked and that has not begun."""
+    def round_plan(self) -> int | None:
+        """When the CP-SAT round's booking this lease waits on becomes a promise (None: it waits on no such booking,
+        or the booking has begun)."""
         vmrr = self.last_vmrr()
-        return vmrr is not None and vmrr.planned and vmrr.state == "scheduled" and \
-            all(rr.state == "scheduled" for rr in vmrr.pre)
+        if vmrr is None or vmrr.promised_from is None or vmrr.state != "scheduled" or \
+                any(rr.state != "scheduled" for rr in vmrr.pre):
+            return None
+        return vmrr.promised_from
 
     def is_suspended(self) -> bool:
         return self.state in (LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED,
