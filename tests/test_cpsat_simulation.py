@@ -290,7 +290,7 @@ def test_a_promised_booking_stays_when_a_lease_ends_early():
     may start earlier). Under aggressive backfilling greedy keeps one future reservation, so every other booking went
     back to the queue, where ARs displace it again: a booking that has become a promise stays where it is instead
     (the next round may move it earlier, never later). On the month, without this the 140-VM leases waited 30 days."""
-    sim, cfg = blue_simulator(1, **{"solver-promise-after": "3600", "solver-interval": "600"})
+    sim, cfg = blue_simulator(2, **{"solver-promise-after": "600", "solver-interval": "600"})
     sched, kept = sim.sched, []
     reevaluate = sched.reevaluate
 
