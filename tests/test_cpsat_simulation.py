@@ -353,3 +353,28 @@ def test_an_ar_may_displace_a_rounds_booking_until_it_becomes_a_promise():
     young.vmrrs.append(RR(young, VM, later, later + 3600, {1: 1}, {1: (100, 1024)}, 2))
     young.vmrrs[-1].promised_from = now - 60
     assert policy.score(late, young, now) == -1      # solver-promise-after shorter than the horizon: a promise now
+
+
+def test_the_completion_books_long_waiting_leases_in_arrival_order_then_the_shortest_weighted_run_first():
+    """The hint's line: leases that have waited past solver-wait-guard (6 h) keep their place in arrival order; the
+    others go by run time over aging weight (1 + hours waited), so a short young lease does not wait behind a long
+    one (Smith's rule for the weighted completion time the round minimizes); ties in arrival order."""
+    from types import SimpleNamespace
+
+    from optlease.domain.lease import LeaseRequest
+    from optlease.scheduling.records import Lease
+
+    now, vm = 10 * 3600, {"CPU": 100, "Memory": 1024}
+
+    def lease(lease_id: int, waited: int, duration: int) -> Lease:
+        req = LeaseRequest(lease_id, LeaseKind.BEST_EFFORT, now - waited, duration, (vm,))
+        return Lease(req, {1: (100, 1024)})
+
+    leases = [lease(1, 7 * 3600, 10 * 3600), lease(2, 8 * 3600, 3600), lease(3, 3600, 7200), lease(4, 600, 1800),
+              lease(5, 5 * 3600, 3 * 3600)]
+    hook = CpsatRound.__new__(CpsatRound)
+    hook.sched = SimpleNamespace(opts=SchedulingOptions(mapper="cpsat"))
+    # 2 and 1 waited past 6 h; then 5 (10,800 s / 6) and 4 (1,800 s / 1) tie, 5 arrived first; then 3 (7,200 / 2)
+    assert [lease.id for lease in hook._line(now, leases)] == [2, 1, 5, 4, 3]
+    hook.sched = SimpleNamespace(opts=SchedulingOptions(mapper="cpsat", solver_wait_guard=0))
+    assert [lease.id for lease in hook._line(now, leases)] == [2, 5, 4, 3, 1]   # no guard: all by weighted run

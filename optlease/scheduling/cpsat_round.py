@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.scheduling import overheads as oh
+from optlease.scheduling.cpsat.prepare import aging_weight
 from optlease.scheduling.records import MIGRATE, SHUTDOWN, SUSPEND, RR, Lease, NotSchedulable
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
                                           Phase, Plan, Policy, Preemption, RoundSnapshot, RoundStats, Suspension)
@@ -277,15 +278,16 @@ class CpsatRound:
         return max(hint.start, lease.req.arrival + guard)
 
     def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
-        """The hint's bookings: from the oldest lease the greedy pass left queued on, every movable lease booked in
-        arrival order at its earliest fit (conservative backfilling; tried on the slot table and taken out again).
-        Younger leases booked earlier give way, so a lease an AR sent back to the queue gets its place in line back."""
+        """The hint's bookings: from the oldest lease the greedy pass left queued on, every movable lease but the
+        promises booked in the line's order (`_line`) at its earliest fit (conservative backfilling; tried on the slot
+        table and taken out again). Bookings made earlier give way, so a lease an AR sent back to the queue gets its
+        place in line back."""
         queued = [(lease.req.arrival, lease.id) for lease in movable if lease.state in WAITING]
         if not queued:
             return {}
         oldest = min(queued)
-        rebook = [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest
-                  and not self._promised(lease, now)]   # a promise keeps its place
+        rebook = self._line(now, [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest
+                                  and not self._promised(lease, now)])   # a promise keeps its place
         sched, out, added = self.sched, {}, []
         withdrawn = [rr for lease in rebook if lease.state in BOOKED
                      for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
@@ -312,6 +314,18 @@ class CpsatRound:
                 sched.table.add(rr)
             log.info_on = quiet
         return out
+
+    def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
+        """The order the completion books leases in: those that have waited past the wait guard first, in arrival
+        order (the place in line the guard keeps); then the others by run time over aging weight, shortest first
+        (Smith's rule for the weighted completion time the round minimizes)."""
+        guard, aging = self.sched.opts.solver_wait_guard, self.sched.opts.weights.aging
+        waited = sorted((lease for lease in leases if 0 < guard <= now - lease.req.arrival),
+                        key=lambda lease: (lease.req.arrival, lease.id))
+        rest = [lease for lease in leases if not 0 < guard <= now - lease.req.arrival]
+        rest.sort(key=lambda lease: (lease.remaining() / aging_weight(now, lease.req.arrival, aging),
+                                     lease.req.arrival, lease.id))
+        return waited + rest
 
     def _asap(self, lease: Lease, now: int) -> RR:
         """The lease's earliest whole booking from now (resumed where its image is), not added to the slot table."""

@@ -150,7 +150,7 @@ def _running_job(snap: RoundSnapshot, lease: LeaseSnapshot, ar_starts: list[int]
         return Job(role=Role.FIXED, origin=lease.nodes, **_common(lease))
     return Job(role=Role.SUSPENDABLE, origin=lease.nodes, suspend_ends=ends, deferrable=True, earliest=min(ends),
                resume=ov.resume, migrate=_migrate(policy.migration, ov.migrate),
-               weight=_age(now, req.arrival, weights.aging), **_common(lease))
+               weight=aging_weight(now, req.arrival, weights.aging), **_common(lease))
 
 
 def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, dict[str, int]],
@@ -188,7 +188,7 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
             earliest = max(now, min(soonest, lease.planned_start))
         latest = max(lease.latest_start, earliest) if lease.latest_start is not None else None
         timing = dict(earliest=earliest, deferrable=True, latest=latest,
-                      weight=_age(now, req.arrival, weights.aging))
+                      weight=aging_weight(now, req.arrival, weights.aging))
     suspended = lease.phase is Phase.SUSPENDED
     return Job(role=Role.START, origin=lease.nodes if suspended else (),
                resume=lease.overheads.resume if suspended else 0,
@@ -201,7 +201,7 @@ def _migrate(migration: Migration, seconds: int) -> int:
     return 0 if migration is Migration.YES_NOTRANSFER else seconds
 
 
-def _age(now: int, arrival: int, aging: int) -> int:
+def aging_weight(now: int, arrival: int, aging: int) -> int:
     """Aging weight: 1, plus 1 for every `aging` seconds waited, so that nothing starves."""
     return 1 + max(0, now - arrival) // max(1, aging)
 
