@@ -259,7 +259,7 @@ class LeaseScheduler:
                   if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED)
                   and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
                   and all(rr.state == "scheduled" for rr in lease.last_vmrr().pre)
-                  and not self._promise(lease, now)]
+                  and not self._promised_booking(lease, now)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
         for lease in future:
             self.cancel_vmrr(lease.last_vmrr(), now)
@@ -272,7 +272,7 @@ class LeaseScheduler:
                 self.enqueue(lease)
 
     @staticmethod
-    def _promise(lease: Lease, now: int) -> bool:
+    def _promised_booking(lease: Lease, now: int) -> bool:
         """A CP-SAT round's booking that has become a promise stays where it is (the next round may move it earlier):
         re-scheduled greedily it would go back to the queue whenever greedy keeps another future reservation."""
         promised_from = lease.round_plan()
