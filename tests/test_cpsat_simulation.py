@@ -325,7 +325,7 @@ def test_a_promised_booking_stays_when_a_lease_ends_early():
 def test_an_ar_may_displace_a_rounds_booking_until_it_becomes_a_promise():
     """Haizea never preempts a lease that has waited seven days (its age counted at the AR's start). A CP-SAT round's
     booking that has not begun is a plan: an AR that arrives before the booking becomes a promise (its lease has then
-    waited solver-promise-after, seven days by default) may still send it back to the queue, however old the lease
+    waited solver-promise-after, here seven days) may still send it back to the queue, however old the lease
     will be at the AR's start (else young leases' far bookings refuse ARs); an AR that arrives later may not (else a
     lease that needs the whole site is displaced by every AR, for weeks)."""
     from optlease.domain.lease import LeaseRequest

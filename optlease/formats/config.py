@@ -112,8 +112,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-commit": O("duration", 0),   # mapper cpsat: bookings starting later stay queued (0: book all)
         "solver-wait-guard": O("duration", 21600),   # mapper cpsat: past this wait a lease is never pushed back (0: off)
         "solver-work-limit": O("float", 0.0),   # mapper cpsat: deterministic seconds per search: reproducible (0: off)
-        # mapper cpsat: a round's booking of a lease that has waited this long is a promise (Haizea's aging horizon)
-        "solver-promise-after": O("duration", 7 * 86400),
+        # mapper cpsat: a round's booking of a lease that has waited this long is a promise (models/cpsat-round.md)
+        "solver-promise-after": O("duration", 3 * 86400),
         # mapper cpsat and optimize: the objective's weights (unset: the model's own, models/cpsat-round.md)
         **{f"weight-{name}": O("int", None) for name in WEIGHT_OPTIONS},
         "weight-aging": O("duration", None, positive=True),

@@ -41,8 +41,8 @@ class SchedulingOptions:
     solver_wait_guard: int = 21600          # mapper cpsat: a lease waiting longer is never started later than the
                                             # hint would (0: off)
     solver_work_limit: float = 0.0          # mapper cpsat: deterministic seconds per search, one worker (0: off)
-    solver_promise_after: int = 7 * 86400   # mapper cpsat: a round's booking of a lease that waited this long is a
-                                            # promise (Haizea's aging horizon)
+    solver_promise_after: int = 3 * 86400   # mapper cpsat: a round's booking of a lease that waited this long is a
+                                            # promise
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
 
     @property
