@@ -140,8 +140,8 @@ def test_a_neighbourhood_limits_the_nodes_a_lease_may_take():
 
 
 @pytest.mark.parametrize("conf, objective", [
-    pytest.param(INSTANCES / "haizea" / "expected" / "wait.conf", 326240, id="wait-greedy-is-optimal"),
-    pytest.param(INSTANCES / "haizea" / "expected" / "reservation.conf", 72080, id="reservation"),
+    pytest.param(INSTANCES / "haizea" / "expected" / "wait.conf", 1304960, id="wait-greedy-is-optimal"),
+    pytest.param(INSTANCES / "haizea" / "expected" / "reservation.conf", 126080, id="reservation"),
 ], )
 def test_optimize_reports_a_proven_offline_optimum_and_a_valid_schedule(cli, tmp_path, conf, objective):
     import json
@@ -174,6 +174,10 @@ def test_the_objective_weights_come_from_the_configuration(cli, tmp_path):
     assert (default["offline"]["ar_accepted"], default["offline"]["be_wait_max"]) == (1, 3600)
     assert (free["offline"]["ar_accepted"], free["offline"]["be_wait_max"]) == (0, 0)
     assert free["objective"] < default["objective"]
+    path.write_text(base.replace("mapper: greedy", "mapper: greedy\nweight-slowdown: 0\nweight-aging: 02:00:00\n"
+                                                   "weight-preemption: 7"))
+    from optlease.scheduling.snapshot import Weights
+    assert SchedulingOptions.from_config(load_config(path)).weights == Weights(slowdown=0, aging=7200, preemptions=7)
     path.write_text(base.replace("mapper: greedy", "mapper: greedy\nweight-wait: ten"))
     res = cli("optimize", "-c", path)
     assert res.returncode != 0 and "weight-wait" in res.stderr and "Traceback" not in res.stderr
@@ -357,12 +361,14 @@ def test_an_ar_may_displace_a_rounds_booking_until_it_becomes_a_promise():
 
 def test_the_completion_books_long_waiting_leases_in_arrival_order_then_the_shortest_weighted_run_first():
     """The hint's line: leases that have waited past solver-wait-guard (6 h) keep their place in arrival order; the
-    others go by run time over aging weight (1 + hours waited), so a short young lease does not wait behind a long
-    one (Smith's rule for the weighted completion time the round minimizes); ties in arrival order."""
+    others go by run time over their weight in the objective (aging: 1 + hours waited; with weight-slowdown, times
+    an hour over the run), so a short young lease does not wait behind a long one (Smith's rule for the weighted
+    completion time the round minimizes); ties in arrival order."""
     from types import SimpleNamespace
 
     from optlease.domain.lease import LeaseRequest
     from optlease.scheduling.records import Lease
+    from optlease.scheduling.snapshot import Weights
 
     now, vm = 10 * 3600, {"CPU": 100, "Memory": 1024}
 
@@ -372,9 +378,15 @@ def test_the_completion_books_long_waiting_leases_in_arrival_order_then_the_shor
 
     leases = [lease(1, 7 * 3600, 10 * 3600), lease(2, 8 * 3600, 3600), lease(3, 3600, 7200), lease(4, 600, 1800),
               lease(5, 5 * 3600, 3 * 3600)]
-    hook = CpsatRound.__new__(CpsatRound)
-    hook.sched = SimpleNamespace(opts=SchedulingOptions(mapper="cpsat"))
-    # 2 and 1 waited past 6 h; then 5 (10,800 s / 6) and 4 (1,800 s / 1) tie, 5 arrived first; then 3 (7,200 / 2)
-    assert [lease.id for lease in hook._line(now, leases)] == [2, 1, 5, 4, 3]
-    hook.sched = SimpleNamespace(opts=SchedulingOptions(mapper="cpsat", solver_wait_guard=0))
-    assert [lease.id for lease in hook._line(now, leases)] == [2, 5, 4, 3, 1]   # no guard: all by weighted run
+
+    def line(**opts) -> list[int]:
+        hook = CpsatRound.__new__(CpsatRound)
+        hook.sched = SimpleNamespace(opts=SchedulingOptions(mapper="cpsat", **opts))
+        return [lease.id for lease in hook._line(now, leases)]
+
+    # 2 and 1 waited past 6 h; then by run / (aging weight x 3,600 / run): 4 (1,800 / 2), 5 (10,800 / 6 x 1/3 -> 2),
+    # 3 (7,200 / 2 x 1/2 -> 1)
+    assert line() == [2, 1, 4, 5, 3]
+    assert line(solver_wait_guard=0) == [2, 4, 5, 3, 1]   # no guard: 1 (36,000 / 1) last
+    # the plain weighted completion time: 5 (10,800 / 6) and 4 (1,800 / 1) tie, 5 arrived first; then 3 (7,200 / 2)
+    assert line(weights=Weights(slowdown=0)) == [2, 1, 5, 4, 3]

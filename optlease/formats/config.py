@@ -117,6 +117,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # mapper cpsat and optimize: the objective's weights (unset: the model's own, models/cpsat-round.md)
         **{f"weight-{name}": O("int", None) for name in WEIGHT_OPTIONS},
         "weight-aging": O("duration", None, positive=True),
+        "weight-slowdown": O("duration", None),
         "policy-admission": O("policy", "accept-all", "accept-all", "no-ARs"),
         "policy-preemption": O("policy", "no-preemption", "no-preemption", "ar-preempts-everything"),
         "policy-host-selection": O("policy", "greedy", "no-policy", "greedy"),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.cpsat.prepare import aging_weight
+from optlease.scheduling.cpsat.prepare import wait_weight
 from optlease.scheduling.records import MIGRATE, SHUTDOWN, SUSPEND, RR, Lease, NotSchedulable
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
                                           Phase, Plan, Policy, Preemption, RoundSnapshot, RoundStats, Suspension)
@@ -317,13 +317,13 @@ class CpsatRound:
 
     def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
         """The order the completion books leases in: those that have waited past the wait guard first, in arrival
-        order (the place in line the guard keeps); then the others by run time over aging weight, shortest first
-        (Smith's rule for the weighted completion time the round minimizes)."""
-        guard, aging = self.sched.opts.solver_wait_guard, self.sched.opts.weights.aging
+        order (the place in line the guard keeps); then the others by run time over their weight in the round's
+        objective, shortest first (Smith's rule for the weighted completion time the round minimizes)."""
+        guard, weights = self.sched.opts.solver_wait_guard, self.sched.opts.weights
         waited = sorted((lease for lease in leases if 0 < guard <= now - lease.req.arrival),
                         key=lambda lease: (lease.req.arrival, lease.id))
         rest = [lease for lease in leases if not 0 < guard <= now - lease.req.arrival]
-        rest.sort(key=lambda lease: (lease.remaining() / aging_weight(now, lease.req.arrival, aging),
+        rest.sort(key=lambda lease: (lease.remaining() / wait_weight(now, lease.req, weights),
                                      lease.req.arrival, lease.id))
         return waited + rest
 

@@ -79,4 +79,5 @@ def _weights(cfg: Config) -> Weights:
     """The objective's weights: the model's own, with those the configuration sets."""
     given = {field: cfg.get("scheduling", f"weight-{name}") for name, field in WEIGHT_OPTIONS.items()}
     given["aging"] = cfg.get("scheduling", "weight-aging")
+    given["slowdown"] = cfg.get("scheduling", "weight-slowdown")
     return Weights(**{field: value for field, value in given.items() if value is not None})

@@ -76,6 +76,7 @@ class Weights:
     stability_time: int = 1    # per second a planned start moves
     stability_nodes: int = 1   # per VM moved off its planned node
     aging: int = 3600          # every `aging` seconds of waiting add 1 to a best-effort lease's weight
+    slowdown: int = 3600       # a best-effort lease's weight counts per this many seconds of its run (0: off)
 
 
 @dataclass(frozen=True)
