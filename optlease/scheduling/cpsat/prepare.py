@@ -207,7 +207,8 @@ SLOWDOWN_BOUND = 60   # seconds: runs shorter than this weigh as much as this lo
 def wait_weight(now: int, req: LeaseRequest, weights: Weights) -> int:
     """A best-effort lease's weight in the wait level: 1, plus 1 for every `aging` seconds waited, so that nothing
     starves; with `slowdown`, times `slowdown` over its run (at least SLOWDOWN_BOUND seconds; the weight at least 1),
-    so that a second's wait counts as the share of its run it is: the sum is then the bounded slowdown's."""
+    so that a second's wait counts as the share of its requested run it is: the sum is then the (aged) slowdown the
+    scheduler can see."""
     aged = 1 + max(0, now - req.arrival) // max(1, weights.aging)
     if weights.slowdown <= 0:
         return aged
