@@ -62,7 +62,7 @@ class VMScheduler:
         opts = self.opts
         remaining = lease.remaining()
         shutdown = oh.shutdown_time(lease, opts)
-        duration = remaining + (self.resume_estimate(lease) if resuming else 0)
+        duration = remaining + (self.resume_allowance(lease) if resuming else 0)
         min_duration = oh.scheduling_threshold(lease, opts, resuming)
         strictend = strict or not oh.can_be_suspended(lease, opts)
         need = lease.total_demand
@@ -120,8 +120,9 @@ class VMScheduler:
                 last = t
                 yield t
 
-    def resume_estimate(self, lease: Lease) -> int:
-        """Haizea's estimate, never below the worst case of resuming the VMs one after another."""
+    def resume_allowance(self, lease: Lease) -> int:
+        """The time a booking leaves for resuming: Haizea's estimate (overheads.resume_estimate), never below the
+        worst case of resuming the VMs one after another."""
         if "resume-plan" in lease.cache:
             return lease.cache["resume-plan"]
         worst = sum(oh.op_time(lease.req.memory_of(v), self.opts.resume_rate) if self.opts.override_resume is None
