@@ -300,7 +300,7 @@ def test_a_promised_booking_stays_when_a_lease_ends_early():
 
     def spy(now):
         promised = {lease.id: lease.last_vmrr() for lease in sched.leases.values()
-                    if lease.round_plan() is not None and now >= lease.round_plan()}
+                    if lease.round_promise(now)}
         reevaluate(now)
         for lease_id, vmrr in promised.items():
             lease = sched.leases[lease_id]
@@ -309,7 +309,7 @@ def test_a_promised_booking_stays_when_a_lease_ends_early():
 
     def promised_starts(now):
         return {lease.id: lease.last_vmrr().start for lease in sched.leases.values()
-                if lease.round_plan() is not None and now >= lease.round_plan()}
+                if lease.round_promise(now)}
 
     hook, moved = sched.round_hook, []
 

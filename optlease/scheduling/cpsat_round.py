@@ -320,9 +320,10 @@ class CpsatRound:
         order (the place in line the guard keeps); then the others by run time over their weight in the round's
         objective, shortest first (Smith's rule for the weighted completion time the round minimizes)."""
         guard, weights = self.sched.opts.solver_wait_guard, self.sched.opts.weights
-        waited = sorted((lease for lease in leases if 0 < guard <= now - lease.req.arrival),
-                        key=lambda lease: (lease.req.arrival, lease.id))
-        rest = [lease for lease in leases if not 0 < guard <= now - lease.req.arrival]
+        waited, rest = [], []
+        for lease in leases:
+            (waited if 0 < guard <= now - lease.req.arrival else rest).append(lease)
+        waited.sort(key=lambda lease: (lease.req.arrival, lease.id))
         rest.sort(key=lambda lease: (lease.remaining() / wait_weight(now, lease.req, weights),
                                      lease.req.arrival, lease.id))
         return waited + rest

@@ -259,7 +259,9 @@ class LeaseScheduler:
                   if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED)
                   and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
                   and all(rr.state == "scheduled" for rr in lease.last_vmrr().pre)
-                  and not self._promised_booking(lease, now)]
+                  # a round's promise stays where it is (the next round may move it earlier): re-scheduled
+                  # greedily it would go back to the queue whenever greedy keeps another future reservation
+                  and not lease.round_promise(now)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
         for lease in future:
             self.cancel_vmrr(lease.last_vmrr(), now)
@@ -270,13 +272,6 @@ class LeaseScheduler:
             except NotSchedulable:
                 lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
                 self.enqueue(lease)
-
-    @staticmethod
-    def _promised_booking(lease: Lease, now: int) -> bool:
-        """A CP-SAT round's booking that has become a promise stays where it is (the next round may move it earlier):
-        re-scheduled greedily it would go back to the queue whenever greedy keeps another future reservation."""
-        promised_from = lease.round_plan()
-        return promised_from is not None and now >= promised_from
 
     # -- reservations starting and ending -------------------------------------------------------------------
     def start_rr(self, rr: RR, now: int) -> int | None:

@@ -130,6 +130,11 @@ class Lease:
             return None
         return vmrr.promised_from
 
+    def round_promise(self, now: int) -> bool:
+        """Whether the lease waits on a CP-SAT round's booking that has become a promise by `now`."""
+        promised_from = self.round_plan()
+        return promised_from is not None and now >= promised_from
+
     def is_suspended(self) -> bool:
         return self.state in (LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED,
                               LeaseState.SUSPENDED_SCHEDULED, LeaseState.MIGRATING)
