@@ -19,9 +19,10 @@ from optlease.engine.run import apply_trace_options, load_workload, simulate, si
 from optlease.engine.simulator import Simulator
 from optlease.formats.config import load_config
 from optlease.formats.schedule_json import schedule_document
-from optlease.scheduling.cpsat_round import CpsatRound
+from optlease.scheduling.cpsat_round import BOOKED, CpsatRound
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
+from test_cpsat_round import check_plan
 from test_simulator_properties import ORIGIN, options, requests, sites
 
 SCENARIOS = sorted((INSTANCES / "haizea" / "expected").glob("*.conf"))
@@ -390,3 +391,54 @@ def test_the_completion_books_long_waiting_leases_in_arrival_order_then_the_shor
     assert line(solver_wait_guard=0) == [2, 4, 5, 3, 1]   # no guard: 1 (36,000 / 1) last
     # the plain weighted completion time: 5 (10,800 / 6) and 4 (1,800 / 1) tie, 5 arrived first; then 3 (7,200 / 2)
     assert line(weights=Weights(slowdown=0)) == [2, 1, 5, 4, 3]
+
+
+def test_a_completion_the_budget_cuts_short_leaves_a_hint_that_fits(monkeypatch):
+    """When the round's budget runs out during the completion (5,000 nodes / 2,000 queued), the leases it did not
+    reach keep their bookings where these still fit around what it booked, and are deferred in the hint where they
+    do not: the completed hint stays a plan the slot table can take, so a round that commits it never has to undo."""
+    import time
+    from types import SimpleNamespace
+
+    import optlease.scheduling.cpsat_round as cpsat_round
+    from optlease.scheduling.cpsat.decode import holding_plan
+    from optlease.scheduling.cpsat.prepare import prepare
+    from optlease.scheduling.snapshot import Plan
+
+    sim, cfg = blue_simulator(2, **{"solver-interval": "600"})
+    hook = sim.sched.round_hook
+    late = {"by": 0.0}   # the completion's clock: its budget is spent once it has booked one lease
+    monkeypatch.setattr(cpsat_round, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + late["by"]))
+    asap, complete, keep = hook._asap, hook._complete, hook._keep
+    kept = []
+
+    def asap_spy(lease, now):
+        late["by"] = 1e6
+        return asap(lease, now)
+
+    def complete_spy(now, movable):
+        late["by"] = 0.0
+        try:
+            return complete(now, movable)
+        finally:
+            late["by"] = 0.0
+
+    def keep_spy(leases, added):
+        out = keep(leases, added)
+        kept.append(sum(1 for lease in leases if lease.state in BOOKED) - len(out))
+        return out
+
+    snapshot, hints = hook.snapshot, []
+
+    def snapshot_spy(now, movable):
+        snap, greedy, hint = snapshot(now, movable)
+        hints.append((snap, hint))
+        return snap, greedy, hint
+
+    hook._asap, hook._complete, hook._keep, hook.snapshot = asap_spy, complete_spy, keep_spy, snapshot_spy
+    result = sim.run()
+    assert sum(kept) > 0   # cut completions left bookings where they were
+    for snap, hint in hints:   # no node over its capacity in any completed hint (running leases as they run)
+        held = holding_plan(prepare(snap, hook.options.weights, hook.options.lookahead)).by_id
+        check_plan(snap, Plan(tuple({**held, **hint.by_id}.values())))
+    assert_safe(sim, result, cfg)
