@@ -22,6 +22,7 @@ from optlease.formats.schedule_json import schedule_document
 from optlease.scheduling.cpsat_round import BOOKED, CpsatRound
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
+from optlease.scheduling.records import NOT_PROMISED
 from test_cpsat_round import check_plan
 from test_simulator_properties import ORIGIN, options, requests, sites
 
@@ -358,6 +359,31 @@ def test_an_ar_may_displace_a_rounds_booking_until_it_becomes_a_promise():
     young.vmrrs.append(RR(young, VM, later, later + 3600, {1: 1}, {1: (100, 1024)}, 2))
     young.vmrrs[-1].promised_from = now - 60
     assert policy.score(late, young, now) == -1      # solver-promise-after shorter than the horizon: a promise now
+    young.vmrrs[-1].promised_from = NOT_PROMISED
+    assert policy.score(late, young, now) > 0        # solver-promises older leases hold promises: a plan again
+
+
+def test_only_the_oldest_leases_bookings_are_promises():
+    """With solver-promises 2, after every round the two earliest-arrived leases among those a round has booked hold
+    promises (from solver-promise-after); the later ones' bookings stay plans that ARs may displace, so that a long
+    queue of promised bookings does not refuse every AR (work_20: 253 of 285 ARs with every booking a promise)."""
+    sim, cfg = blue_simulator(2, **{"solver-promise-after": "600", "solver-interval": "600",
+                                     "solver-promises": "2"})
+    sched = sim.sched
+    hook, crowded = sched.round_hook, []
+
+    def round_spy(now):
+        hook(now)
+        booked = sorted((lease for lease in sched.leases.values() if lease.round_plan() is not None),
+                        key=lambda lease: (lease.req.arrival, lease.id))
+        assert [lease.round_plan() for lease in booked[:2]] == [lease.req.arrival + 600 for lease in booked[:2]]
+        assert all(lease.round_plan() == NOT_PROMISED and not lease.round_promise(now) for lease in booked[2:])
+        crowded.append(len(booked) > 2)
+
+    sched.round_hook = round_spy
+    result = sim.run()
+    assert any(crowded)
+    assert_safe(sim, result, cfg)
 
 
 def test_the_completion_books_long_waiting_leases_in_arrival_order_then_the_shortest_weighted_run_first():

@@ -114,6 +114,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-work-limit": O("float", 0.0),   # mapper cpsat: deterministic seconds per search: reproducible (0: off)
         # mapper cpsat: a round's booking of a lease that has waited this long is a promise (models/cpsat-round.md)
         "solver-promise-after": O("duration", 3 * 86400),
+        # mapper cpsat: at most this many of them are promises at a time, those of the leases that arrived first
+        # (0: every one)
+        "solver-promises": O("int", 0),
         # mapper cpsat and optimize: the objective's weights (unset: the model's own, models/cpsat-round.md)
         **{f"weight-{name}": O("int", None) for name in WEIGHT_OPTIONS},
         "weight-aging": O("duration", None, positive=True),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.cpsat.prepare import wait_weight
-from optlease.scheduling.records import MIGRATE, SHUTDOWN, SUSPEND, RR, Lease, NotSchedulable
+from optlease.scheduling.records import MIGRATE, NOT_PROMISED, SHUTDOWN, SUSPEND, RR, Lease, NotSchedulable
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
                                           Phase, Plan, Policy, Preemption, RoundSnapshot, RoundStats, Suspension)
 
@@ -98,8 +98,23 @@ class CpsatRound:
         self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost))
         self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
+        self._rank_promises()
         after = self._movable(now)
         self._seen = ({lease.id: self._booking(lease) for lease in after}, self._fixed(now, after))
+
+    def _rank_promises(self) -> None:
+        """At most `solver-promises` of the rounds' bookings are promises against ARs and premature ends (from
+        `solver-promise-after`): those of the leases that arrived first. The others are plans an AR may displace
+        until older leases start and they move up (models/cpsat-round.md, step 5)."""
+        opts = self.sched.opts
+        if opts.solver_promises <= 0:
+            return
+        booked = sorted((lease for lease in self.sched.leases.values()
+                         if lease.state in BOOKED and lease.round_plan() is not None),
+                        key=lambda lease: (lease.req.arrival, lease.id))
+        for rank, lease in enumerate(booked):
+            lease.last_vmrr().promised_from = lease.req.arrival + opts.solver_promise_after \
+                if rank < opts.solver_promises else NOT_PROMISED
 
     def _promised(self, lease: Lease, now: int) -> bool:
         """Whether a booked lease has waited `solver-promise-after`: the round keeps its place in line (it may only

@@ -43,6 +43,7 @@ class SchedulingOptions:
     solver_work_limit: float = 0.0          # mapper cpsat: deterministic seconds per search, one worker (0: off)
     solver_promise_after: int = 3 * 86400   # mapper cpsat: a round's booking of a lease that waited this long is a
                                             # promise
+    solver_promises: int = 0                # mapper cpsat: at most this many at a time, the oldest leases' (0: all)
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
 
     @property
@@ -71,6 +72,7 @@ class SchedulingOptions:
             solver_stall=g("solver-stall"), solver_wait_guard=g("solver-wait-guard"),
             solver_interval=g("solver-interval"), solver_commit=g("solver-commit"),
             solver_work_limit=g("solver-work-limit"), solver_promise_after=g("solver-promise-after"),
+            solver_promises=g("solver-promises"),
             weights=_weights(cfg),
         )
 

@@ -30,7 +30,8 @@ class RR:
         self.seq = seq
         self.backfill = False         # vm RRs: a best-effort reservation made for the future
         # vm RRs booked by a CP-SAT round: a plan that an AR arriving before this instant may displace, a promise
-        # from then on (None: not a round's booking)
+        # from then on (None: not a round's booking; NOT_PROMISED: a plan while solver-promises older leases hold
+        # promises)
         self.promised_from: int | None = None
         self.origin: dict[int, int] | None = None  # migrate RRs: where the image comes from
         self.first = True             # suspend/resume blocks: first and last of their operation
@@ -65,6 +66,9 @@ class Held:
     mapping: dict[int, int]
     origin: dict[int, int] | None = None
     outcome: str | None = None
+
+
+NOT_PROMISED = 2 ** 62   # RR.promised_from of a round's booking that is a plan for as long as it is not moved up
 
 
 @dataclass(eq=False)
