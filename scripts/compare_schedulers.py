@@ -129,7 +129,7 @@ def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | Non
     return out
 
 
-COLUMNS = [("AR accepted", lambda r: f"{r['ar_accepted']}/{r['ar_total']}"),
+COLUMNS = [("AR accepted", lambda r: f"{round(r['ar_accepted'], 1):g}/{r['ar_total']}"),
            ("BE all done (s)", lambda r: _n(r["be_all_completed_at_s"])),
            ("BE wait avg (s)", lambda r: _n(r["be_wait_avg_s"])),
            ("BE wait max (s)", lambda r: _n(r["be_wait_max_s"])),
@@ -146,6 +146,20 @@ def _n(value, digits: int = 0) -> str:
     if value is None:
         return "-"
     return f"{value:,.{digits}f}" if digits else f"{round(value):,}"
+
+
+def mean_row(rows: list[dict]) -> dict:
+    """The figures of several runs of one scheduler averaged (checker violations added up)."""
+    out = {}
+    for key, value in rows[0].items():
+        values = [r[key] for r in rows]
+        if key == "checker_violations":
+            out[key] = sum(values)
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[key] = statistics.mean(values)
+        else:
+            out[key] = value if all(v == value for v in values) else None
+    return out
 
 
 def markdown(results: dict[str, dict]) -> str:
@@ -176,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit", type=int, default=None, help="cpsat: seconds ahead a round books leases")
     ap.add_argument("--wait-guard", type=int, default=None, help="cpsat: seconds of waiting past which a lease keeps "
                     "its place in line")
+    ap.add_argument("--seeds", default="0", help="cpsat: comma-separated solver seeds; with more than one, a row per "
+                    "seed and their mean (a month of rounds amplifies small differences)")
+    ap.add_argument("--promises", type=int, default=None, help="cpsat: at most this many round bookings are "
+                    "promises, the earliest-arrived leases' (0: every one)")
     ap.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here (default: stderr)")
     args = ap.parse_args(argv)
     # paths on the command line are the caller's (the configuration resolves its own against its folder)
@@ -186,7 +204,14 @@ def main(argv: list[str] | None = None) -> int:
               **({"lookahead": args.lookahead} if args.lookahead else {}),
               **({"solver-interval": args.interval} if args.interval is not None else {}),
               **({"solver-wait-guard": args.wait_guard} if args.wait_guard is not None else {}),
-              **({"solver-commit": args.commit} if args.commit is not None else {})}
+              **({"solver-commit": args.commit} if args.commit is not None else {}),
+              **({"solver-promises": args.promises} if args.promises is not None else {})}
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        print(f"compare_schedulers: --seeds {args.seeds!r}: expected comma-separated whole numbers", file=sys.stderr)
+        return 2
+    solver["solver-seed"] = seeds[0]
     results = {}
     for mode in args.modes.split(","):
         if mode not in MODES and mode != "offline":
@@ -195,6 +220,13 @@ def main(argv: list[str] | None = None) -> int:
         if mode == "offline":
             results[mode] = run_offline(args.conf, args.trace, injection, args.limit_days, solver,
                                         args.offline_time_limit)
+        elif mode == "cpsat" and len(seeds) > 1:
+            for seed in seeds:
+                results[f"cpsat (seed {seed})"] = run(args.conf, args.trace, injection, args.limit_days, MODES[mode],
+                                                      {**solver, "solver-seed": seed})
+                print(f"cpsat seed {seed}: done", file=sys.stderr)
+            results[f"cpsat (mean of {len(seeds)} seeds)"] = mean_row([results[f"cpsat (seed {s})"] for s in seeds])
+            continue
         else:
             results[mode] = run(args.conf, args.trace, injection, args.limit_days, MODES[mode], solver)
         print(f"{mode}: done in {results[mode]['wall_time_s']} s", file=sys.stderr)

@@ -195,16 +195,23 @@ def test_compare_schedulers_prints_json_and_a_table(tmp_path):
     table = tmp_path / "table.md"
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--limit-days", "0.5",
                           "--modes", "greedy-aggressive,cpsat,offline", "--time-limit", "0.2",
-                          "--offline-time-limit", "5", "--markdown", str(table)],
+                          "--offline-time-limit", "5", "--promises", "4", "--seeds", "0,1",
+                          "--markdown", str(table)],
                          capture_output=True, text=True, check=True, timeout=300)
-    results = json.loads(out.stdout)["results"]
-    assert set(results) == {"greedy-aggressive", "cpsat", "offline"}
+    doc = json.loads(out.stdout)
+    results = doc["results"]
+    assert doc["solver"]["solver-promises"] == 4   # the cpsat run's options are reported with its figures
+    seeds = ["cpsat (seed 0)", "cpsat (seed 1)"]
+    assert set(results) == {"greedy-aggressive", *seeds, "cpsat (mean of 2 seeds)", "offline"}
     for r in results.values():
         assert r["checker_violations"] == 0 and r["ar_total"] > 0
-    assert results["cpsat"]["ar_accepted"] == results["greedy-aggressive"]["ar_accepted"]
+    mean = results["cpsat (mean of 2 seeds)"]
+    assert mean["be_bounded_slowdown_avg"] == pytest.approx(
+        sum(results[s]["be_bounded_slowdown_avg"] for s in seeds) / 2)
+    assert all(results[s]["ar_accepted"] == results["greedy-aggressive"]["ar_accepted"] for s in seeds)
     offline = results["offline"]   # the Blue site is 144 alike slots: the whole half day is one cumulative
     assert offline["formulation"] == "slots" and offline["best_bound"] <= offline["objective"]
-    assert table.read_text().count("\n") == 5
+    assert table.read_text().count("\n") == 7
 
 
 def blue_simulator(days: float, **scheduling: str) -> tuple[Simulator, object]:
