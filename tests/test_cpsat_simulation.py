@@ -212,6 +212,9 @@ def test_compare_schedulers_prints_json_and_a_table(tmp_path):
     offline = results["offline"]   # the Blue site is 144 alike slots: the whole half day is one cumulative
     assert offline["formulation"] == "slots" and offline["best_bound"] <= offline["objective"]
     assert table.read_text().count("\n") == 7
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--seeds", "0,x"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--seeds '0,x'" in bad.stderr
 
 
 def blue_simulator(days: float, **scheduling: str) -> tuple[Simulator, object]:
