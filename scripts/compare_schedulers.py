@@ -93,7 +93,8 @@ def run_offline(conf: Path, trace: Path, injection: Path | None, limit_days: flo
     cfg, opts, site, requests = setup(conf, trace, injection, limit_days, MODES["greedy-aggressive"])
     _, greedy, _ = simulate(cfg, opts, site, requests)
     wall = time.perf_counter()
-    res = optimize(site, requests, opts, time_limit, solver["solver-workers"], 0, greedy_hint(greedy.leases))
+    res = optimize(site, requests, opts, time_limit, solver["solver-workers"], solver.get("solver-seed", 0),
+                   greedy_hint(greedy.leases))
     wall = time.perf_counter() - wall
     end = max((lease.end or 0 for lease in res.leases), default=0)
     out = figures(cfg, res.site, res.leases, end, requests, wall)

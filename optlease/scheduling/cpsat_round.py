@@ -113,13 +113,16 @@ class CpsatRound:
                          if lease.state in BOOKED and lease.round_plan() is not None),
                         key=lambda lease: (lease.req.arrival, lease.id))
         for rank, lease in enumerate(booked):
-            lease.last_vmrr().promised_from = lease.req.arrival + opts.solver_promise_after \
-                if rank < opts.solver_promises else NOT_PROMISED
+            lease.last_vmrr().promised_from = self._promise_from(lease) if rank < opts.solver_promises else NOT_PROMISED
+
+    def _promise_from(self, lease: Lease) -> int:
+        """When a round's booking of the lease becomes a promise: once it has waited `solver-promise-after`."""
+        return lease.req.arrival + self.sched.opts.solver_promise_after
 
     def _promised(self, lease: Lease, now: int) -> bool:
         """Whether a booked lease has waited `solver-promise-after`: the round keeps its place in line (it may only
         move it earlier), and once the round has booked it no AR displaces the booking (ARPreemptsEverything)."""
-        return lease.state in BOOKED and now - lease.req.arrival >= self.sched.opts.solver_promise_after
+        return lease.state in BOOKED and now >= self._promise_from(lease)
 
     def _at_earliest(self, lease: Lease, now: int) -> bool:
         """Whether a booked lease starts where the VM scheduler finds its earliest whole fit without its booking."""
@@ -456,7 +459,7 @@ class CpsatRound:
             sched.queue.remove(lease)
         # as the greedy pass counts them: a best-effort reservation for later than now
         vmrr.backfill = (vmrr.pre[0].start if vmrr.pre else vmrr.start) > now
-        vmrr.promised_from = lease.req.arrival + sched.opts.solver_promise_after
+        vmrr.promised_from = self._promise_from(lease)
         if vmrr.backfill:
             sched.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
