@@ -38,6 +38,7 @@ MODES = {   # name -> [scheduling] overrides
     "greedy-intermediate-4": {"backfilling": "intermediate", "backfilling-reservations": "4"},
     "cpsat": {"backfilling": "aggressive", "mapper": "cpsat"},
 }
+ESTIMATES = ("requested", "user-history")   # [scheduling] runtime-estimate
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -81,6 +82,7 @@ def figures(cfg, site, leases, end_time: int, requests: list, wall: float) -> di
         "be_bounded_slowdown_avg": be["bounded_slowdown_avg"],
         "utilization": summary["cpu_utilization"],
         "preemptions": summary["preemptions"], "migrations": summary["migrations"],
+        "estimate_overruns": sum(lease.overruns for lease in leases),
         "wall_time_s": round(wall, 2), "checker_violations": len(violations),
     }
 
@@ -195,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                     "seed and their mean (a month of rounds amplifies small differences)")
     ap.add_argument("--promises", type=int, default=None, help="cpsat: at most this many round bookings are "
                     "promises, the earliest-arrived leases' (0: every one)")
+    ap.add_argument("--runtime-estimate", default="requested", help="every online mode: how long best-effort "
+                    "bookings hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md)")
     ap.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here (default: stderr)")
     args = ap.parse_args(argv)
     # paths on the command line are the caller's (the configuration resolves its own against its folder)
@@ -213,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare_schedulers: --seeds {args.seeds!r}: expected comma-separated whole numbers", file=sys.stderr)
         return 2
     solver["solver-seed"] = seeds[0]
+    if args.runtime_estimate not in ESTIMATES:
+        print(f"compare_schedulers: --runtime-estimate {args.runtime_estimate!r}: expected one of "
+              f"{', '.join(ESTIMATES)}", file=sys.stderr)
+        return 2
+    modes = {name: {**sched, "runtime-estimate": args.runtime_estimate} for name, sched in MODES.items()}
     results = {}
     for mode in args.modes.split(","):
         if mode not in MODES and mode != "offline":
@@ -223,16 +232,17 @@ def main(argv: list[str] | None = None) -> int:
                                         args.offline_time_limit)
         elif mode == "cpsat" and len(seeds) > 1:
             for seed in seeds:
-                results[f"cpsat (seed {seed})"] = run(args.conf, args.trace, injection, args.limit_days, MODES[mode],
+                results[f"cpsat (seed {seed})"] = run(args.conf, args.trace, injection, args.limit_days, modes[mode],
                                                       {**solver, "solver-seed": seed})
                 print(f"cpsat seed {seed}: done", file=sys.stderr)
             results[f"cpsat (mean of {len(seeds)} seeds)"] = mean_row([results[f"cpsat (seed {s})"] for s in seeds])
             continue
         else:
-            results[mode] = run(args.conf, args.trace, injection, args.limit_days, MODES[mode], solver)
+            results[mode] = run(args.conf, args.trace, injection, args.limit_days, modes[mode], solver)
         print(f"{mode}: done in {results[mode]['wall_time_s']} s", file=sys.stderr)
     doc = {"workload": {"trace": args.trace.name, "injection": injection.name if injection else None,
                         "limit_days": args.limit_days},
+           "runtime_estimate": args.runtime_estimate,
            "solver": solver, "results": results}
     print(json.dumps(doc, indent=1))
     table = markdown(results)

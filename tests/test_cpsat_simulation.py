@@ -215,6 +215,31 @@ def test_compare_schedulers_prints_json_and_a_table(tmp_path):
     bad = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--seeds", "0,x"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--seeds '0,x'" in bad.stderr
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--runtime-estimate",
+                          "guess"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "'guess'" in bad.stderr
+
+
+def test_compare_schedulers_runs_every_online_mode_with_the_runtime_estimate_asked_for():
+    """--runtime-estimate user-history reaches greedy and cpsat runs alike (their bookings hold estimates and
+    leases run past them), and the report says which estimate the figures are of."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    def overruns(estimate: str) -> dict:
+        out = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--limit-days", "1",
+                              "--modes", "greedy-aggressive,cpsat", "--time-limit", "0.2",
+                              "--runtime-estimate", estimate], capture_output=True, text=True, check=True, timeout=300)
+        doc = json.loads(out.stdout)
+        assert doc["runtime_estimate"] == estimate
+        assert all(r["checker_violations"] == 0 for r in doc["results"].values())
+        return {mode: r["estimate_overruns"] for mode, r in doc["results"].items()}
+
+    assert overruns("requested") == {"greedy-aggressive": 0, "cpsat": 0}
+    assert all(n > 0 for n in overruns("user-history").values())
 
 
 def blue_simulator(days: float, **scheduling: str) -> tuple[Simulator, object]:
@@ -404,6 +429,7 @@ def test_the_completion_books_long_waiting_leases_in_arrival_order_then_the_shor
     from types import SimpleNamespace
 
     from optlease.domain.lease import LeaseRequest
+    from optlease.scheduling.estimate import RunEstimates
     from optlease.scheduling.records import Lease
     from optlease.scheduling.snapshot import Weights
 
@@ -418,7 +444,8 @@ def test_the_completion_books_long_waiting_leases_in_arrival_order_then_the_shor
 
     def line(**opts) -> list[int]:
         hook = CpsatRound.__new__(CpsatRound)
-        hook.sched = SimpleNamespace(opts=SchedulingOptions(mapper="cpsat", **opts))
+        options = SchedulingOptions(mapper="cpsat", **opts)
+        hook.sched = SimpleNamespace(opts=options, vm=SimpleNamespace(estimates=RunEstimates(options)))
         return [lease.id for lease in hook._line(now, leases)]
 
     # 2 and 1 waited past 6 h; then by run / (aging weight x 3,600 / run): 4 (1,800 / 2), 5 (10,800 / 6 x 1/3 -> 2),

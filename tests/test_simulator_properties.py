@@ -1,6 +1,7 @@
 """Safety of every schedule the simulator writes, on random workloads, sites and options (hypothesis):
 capacity is never exceeded, accepted ARs start exactly on time and are never interrupted, immediate leases start
-on arrival, and nothing is lost: every lease ends done or rejected, and done leases ran exactly their real time."""
+on arrival, and nothing is lost: every lease ends done or rejected, and done leases ran exactly their real time
+(also where best-effort bookings hold run-time estimates that leases run past)."""
 from __future__ import annotations
 
 import io
@@ -40,7 +41,8 @@ def requests(draw):
         start = arrival + draw(st.integers(0, 90)) * 60 if kind is LeaseKind.AR else None
         vms = tuple(draw(st.lists(vm, min_size=1, max_size=3)))
         out.append(LeaseRequest(id=i, kind=kind, arrival=arrival, duration=duration, vms=vms,
-                                preemptible=draw(st.booleans()), start=start, real_duration=real))
+                                preemptible=draw(st.booleans()), start=start, real_duration=real,
+                                extra={"user": draw(st.sampled_from(["a", "b"]))}))
     return out
 
 
@@ -57,6 +59,7 @@ options = st.builds(
     shutdown_time=st.sampled_from([0, 5]), enactment_overhead=st.sampled_from([0, 1, 2]),
     policy_preemption=st.sampled_from(["no-preemption", "ar-preempts-everything"]),
     policy_host_selection=st.sampled_from(["greedy", "no-policy"]),
+    runtime_estimate=st.sampled_from(["requested", "user-history"]),
 )
 
 

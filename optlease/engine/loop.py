@@ -2,6 +2,8 @@
 
 At each instant, in Haizea's order: premature ends, reservations ending, reservations starting, new requests and
 one scheduling round, then starts and ends again (for what the round placed now and for zero-length reservations).
+Between premature ends and reservations ending, leases that run past the estimate their booking was made from get
+the rest of their requested time (scheduling.estimate).
 Only the clock (simulated or real) and the enactment around it differ between a simulation and a daemon.
 """
 from __future__ import annotations
@@ -23,11 +25,13 @@ class Stepper:
         self.sched = sched
         self.rounds = 0
         self._premature: list[tuple[int, int, int, Lease]] = []
+        self._checkpoints: list[tuple[int, int, int, Lease]] = []   # bookings made from run-time estimates
 
     def step(self, now: int, arrivals: Iterable[Lease] = ()) -> None:
         sched = self.sched
         sched.log.now = now
         self._prematures(now)
+        self._overruns(now)
         self._end(now)
         self._start(now)
         for lease in arrivals:
@@ -41,10 +45,9 @@ class Stepper:
 
     def next_event(self, now: int) -> int | None:
         """The next instant at which a reservation starts or ends, or a lease really ends (None: nothing planned)."""
-        a, b = self.sched.table.next_event_after(now), self._next_premature()
-        if a is None:
-            return b
-        return a if b is None or a <= b else b
+        times = [t for t in (self.sched.table.next_event_after(now), self._next_premature(), self._next_checkpoint())
+                 if t is not None]
+        return min(times) if times else None
 
     def _start(self, now: int) -> None:
         for rr in self.sched.table.starting_at(now):
@@ -53,6 +56,8 @@ class Stepper:
             real_end = self.sched.start_rr(rr, now)
             if real_end is not None:
                 heapq.heappush(self._premature, (real_end, rr.lease.id, rr.seq, rr.lease))
+            if rr.checkpoint is not None:
+                heapq.heappush(self._checkpoints, (rr.checkpoint, rr.lease.id, rr.seq, rr.lease))
 
     def _end(self, now: int) -> None:
         for rr in self.sched.table.ending_at(now):
@@ -65,6 +70,29 @@ class Stepper:
             vmrr = lease.last_vmrr()
             if t == now and vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and now < vmrr.end:
                 self.sched.premature_end(lease, now)
+
+    def _overruns(self, now: int) -> None:
+        while self._checkpoints and self._checkpoints[0][0] <= now:
+            t, _, seq, lease = heapq.heappop(self._checkpoints)
+            if self._at_checkpoint(t, seq, lease):
+                real_end = self.sched.overrun(lease.last_vmrr(), now)
+                if real_end is not None:
+                    heapq.heappush(self._premature, (real_end, lease.id, seq, lease))
+
+    def _next_checkpoint(self) -> int | None:
+        while self._checkpoints:
+            t, _, seq, lease = self._checkpoints[0]
+            if self._at_checkpoint(t, seq, lease):
+                return t
+            heapq.heappop(self._checkpoints)
+        return None
+
+    @staticmethod
+    def _at_checkpoint(t: int, seq: int, lease: Lease) -> bool:
+        """Whether the lease still runs on the booking that has this checkpoint (it has not ended or been
+        preempted since)."""
+        vmrr = lease.last_vmrr()
+        return vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and vmrr.checkpoint == t
 
     def _next_premature(self) -> int | None:
         while self._premature:

@@ -102,6 +102,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
     },
     "scheduling": {
         "mapper": O("choice", "greedy", "greedy", "cpsat"),
+        # how long a best-effort booking holds its VMs: the requested time, or its user's last two runs
+        # (models/cpsat-round.md, run-time estimates)
+        "runtime-estimate": O("choice", "requested", "requested", "user-history"),
         "solver-time-limit": O("float", 1.0, positive=True),   # mapper cpsat: a round's wall-clock budget (s)
         "solver-workers": O("int", 2, positive=True),
         "solver-seed": O("int", 0),

@@ -369,13 +369,15 @@ class CpsatRound:
     def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
         """The order the completion books leases in: those that have waited past the wait guard first, in arrival
         order (the place in line the guard keeps); then the others by run time over their weight in the round's
-        objective, shortest first (Smith's rule for the weighted completion time the round minimizes)."""
+        objective, shortest first (Smith's rule for the weighted completion time the round minimizes); the run is what a
+        booking holds: what the lease has left, or its run-time estimate (scheduling.estimate)."""
         guard, weights = self.sched.opts.solver_wait_guard, self.sched.opts.weights
         waited, rest = [], []
         for lease in leases:
             (waited if 0 < guard <= now - lease.req.arrival else rest).append(lease)
         waited.sort(key=lambda lease: (lease.req.arrival, lease.id))
-        rest.sort(key=lambda lease: (lease.remaining() / wait_weight(now, lease.req, weights),
+        run = self.sched.vm.estimates.booked_run
+        rest.sort(key=lambda lease: (run(lease) / wait_weight(now, lease.req, weights, self._expected(lease)),
                                      lease.req.arrival, lease.id))
         return waited + rest
 
@@ -389,6 +391,7 @@ class CpsatRound:
     def _lease_snapshot(self, lease: Lease, now: int) -> tuple[LeaseSnapshot, LeasePlan]:
         opts = self.sched.opts
         resuming = lease.is_suspended()
+        run = self.sched.vm.estimates.booked_run(lease)   # what it has left, or its estimate (scheduling.estimate)
         ov = Overheads(resume=self._resume_time(lease) if resuming else 0,
                        shutdown=oh.shutdown_time(lease, opts))
         vnodes = sorted(lease.demands)
@@ -399,12 +402,16 @@ class CpsatRound:
         if lease.state in BOOKED:
             vmrr = lease.last_vmrr()
             start, nodes = self._greedy_start(lease), tuple(vmrr.mapping[v] for v in vnodes)
-            plan = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes,
-                             end=start + ov.resume + lease.remaining())
+            plan = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes, end=start + ov.resume + run)
             if self._announced.get(lease.id) == vmrr.seq:   # booked by an earlier round: keep it stable
                 kw.update(planned_start=start, planned_nodes=nodes)
         phase = Phase.SUSPENDED if resuming else Phase.RESERVED if "planned_start" in kw else Phase.QUEUED
-        return LeaseSnapshot(lease.req, phase, ov, left=lease.remaining(), **kw), plan
+        return LeaseSnapshot(lease.req, phase, ov, left=run, expected_run=self._expected(lease), **kw), plan
+
+    def _expected(self, lease: Lease) -> int | None:
+        """The whole run a lease's booking expects when that is a run-time estimate (None: what it asked for)."""
+        run = self.sched.vm.estimates.booked_run(lease)
+        return None if run == lease.remaining() else lease.accumulated + run
 
     # -- committing the solver's plan -------------------------------------------------------------------------
     def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan]) -> bool:
@@ -433,7 +440,7 @@ class CpsatRound:
     def _build(self, lease: Lease, p: LeasePlan, now: int) -> RR | None:
         sched, opts = self.sched, self.sched.opts
         resuming = lease.is_suspended()
-        remaining, shutdown = lease.remaining(), oh.shutdown_time(lease, opts)
+        remaining, shutdown = sched.vm.estimates.booked_run(lease), oh.shutdown_time(lease, opts)
         resume = self._resume_time(lease) if resuming else 0
         mapping = {v: n for v, n in zip(sorted(lease.demands), p.nodes)}
         if resuming and mapping != lease.image_nodes:

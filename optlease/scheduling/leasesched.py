@@ -238,6 +238,7 @@ class LeaseScheduler:
             for rr in (vmrr, *old_post):
                 self.table.add(rr)
             raise
+        vmrr.checkpoint = None   # it ends in a suspension now, not where an estimate runs out
         for rr in (vmrr, *vmrr.post):
             self.table.add(rr)
 
@@ -339,7 +340,69 @@ class LeaseScheduler:
         self.finish(lease, now)
         self.reevaluate(now)
 
+    def overrun(self, vmrr: RR, now: int) -> int | None:
+        """A lease still runs where the run-time estimate it was booked for runs out (its booking's checkpoint): its
+        booking grows to the whole time it asked for. Bookings not yet begun of best-effort leases that arrived after
+        it and are in the way go back to the queue (this instant's round books them again); before anything else in
+        the way (an AR, a lease ahead of it in line) it is suspended, in the margin its booking kept for that: an
+        estimate never pushes back a lease that came first. Returns when the lease really ends, if that is after the
+        old booking and before the new one (None otherwise)."""
+        lease, old_end = vmrr.lease, vmrr.end
+        vmrr.checkpoint = None
+        lease.overruns += 1
+        self.log.info("LSCHED", "Lease #%i runs past its estimate: booking the rest of its requested time." % lease.id)
+        for rr in vmrr.post:
+            self.table.remove(rr)
+            rr.state = "cancelled"
+        vmrr.post = []
+        self.table.remove(vmrr)
+        shutdown = oh.shutdown_time(lease, self.opts)
+        end = vmrr.start + lease.remaining()
+        free = self._clear_way(vmrr, now, end + shutdown)
+        vmrr.end = min(end, free)
+        self.table.add(vmrr)
+        if free >= end + shutdown:
+            self.vm.add_shutdown(vmrr, shutdown)
+            self.table.add(vmrr.post[0])
+        else:
+            self.preempt(lease, free, now)
+        real_end = vmrr.start + lease.real_remaining()
+        return real_end if old_end <= real_end < vmrr.end and vmrr.state == "active" else None
+
+    def _clear_way(self, vmrr: RR, now: int, until: int) -> int:
+        """Send back to the queue the bookings not yet begun of best-effort leases that arrived after `vmrr`'s and keep
+        it (out of the table) from holding its nodes until `until`, first in the way first; returns from when it no
+        longer fits (>= until: it fits)."""
+        table = self.table
+        while True:
+            free, node = min((table.profiles[p].first_exceeding(now, d, table.caps[p]), p)
+                             for p, d in vmrr.demand.items())
+            if free >= until:
+                return free
+            way = sorted({rr.lease for rr in table.by_node[node] if rr.start <= free < rr.end and rr.demand},
+                         key=lambda lease: lease.id)
+            line = (vmrr.lease.req.arrival, vmrr.lease.id)
+            movable = [other for other in way if other is not vmrr.lease and self._not_begun(other)
+                       and (other.req.arrival, other.id) > line]
+            if len(movable) < len(way):
+                return free   # something in the way stays: an AR, an immediate lease, a lease under way or ahead
+            for other in movable:
+                booking = other.last_vmrr()
+                self.cancel_vmrr(booking, now)
+                other.vmrrs.pop()
+                other.set_state(S.SUSPENDED_QUEUED if other.state is S.SUSPENDED_SCHEDULED else S.QUEUED)
+                self.enqueue(other)
+                self.log.info("LSCHED", "Lease #%i goes back to the queue: lease #%i runs on." % (
+                    other.id, vmrr.lease.id))
+
+    @staticmethod
+    def _not_begun(lease: Lease) -> bool:
+        vmrr = lease.last_vmrr()
+        return lease.kind is LeaseKind.BEST_EFFORT and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED) \
+            and vmrr is not None and all(rr.state == "scheduled" for rr in (*vmrr.pre, vmrr, *vmrr.post))
+
     def finish(self, lease: Lease, now: int) -> None:
+        self.vm.estimates.learn(lease)
         lease.set_state(S.DONE)
         lease.end = now
         self.leases.pop(lease.id, None)

@@ -30,6 +30,7 @@ class SchedulingOptions:
     policy_preemption: str = "no-preemption"
     policy_host_selection: str = "greedy"
     mapper: str = "greedy"                  # greedy | cpsat (greedy first, then a CP-SAT round over its plan)
+    runtime_estimate: str = "requested"     # requested | user-history: how long a best-effort booking holds
     solver_time_limit: float = 1.0          # mapper cpsat: a round's wall-clock budget (s)
     solver_workers: int = 2
     solver_seed: int = 0
@@ -67,7 +68,8 @@ class SchedulingOptions:
             non_schedulable_interval=g("non-schedulable-interval"),
             policy_admission=g("policy-admission"), policy_preemption=g("policy-preemption"),
             policy_host_selection=g("policy-host-selection"),
-            mapper=g("mapper"), solver_time_limit=g("solver-time-limit"), solver_workers=g("solver-workers"),
+            mapper=g("mapper"), runtime_estimate=g("runtime-estimate"),
+            solver_time_limit=g("solver-time-limit"), solver_workers=g("solver-workers"),
             solver_seed=g("solver-seed"), lookahead=g("lookahead"), solver_neighbourhood=g("solver-neighbourhood"),
             solver_stall=g("solver-stall"), solver_wait_guard=g("solver-wait-guard"),
             solver_interval=g("solver-interval"), solver_commit=g("solver-commit"),

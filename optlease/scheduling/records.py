@@ -14,7 +14,7 @@ class RR:
     """One resource reservation: `mapping` vnode -> pnode, `demand` pnode -> usage vector held on [start, end)."""
 
     __slots__ = ("lease", "kind", "start", "end", "mapping", "demand", "state", "pre", "post", "seq",
-                 "backfill", "promised_from", "origin", "first", "last", "vm")
+                 "backfill", "promised_from", "origin", "first", "last", "vm", "checkpoint")
 
     def __init__(self, lease: "Lease", kind: str, start: int, end: int, mapping: dict[int, int],
                  demand: dict[int, tuple], seq: int) -> None:
@@ -37,6 +37,9 @@ class RR:
         self.first = True             # suspend/resume blocks: first and last of their operation
         self.last = True
         self.vm: RR | None = None     # suspend/resume/shutdown RRs: their vm RR
+        # vm RRs booked from a run-time estimate: when the estimate runs out, and the lease, if it still runs, gets
+        # its whole requested time (scheduling.estimate)
+        self.checkpoint: int | None = None
 
     def total(self) -> tuple:
         """Usage summed over nodes: the lease's whole footprint (every reservation that holds any holds all)."""
@@ -89,6 +92,7 @@ class Lease:
     suspensions: int = 0
     migrations: int = 0
     requeues: int = 0
+    overruns: int = 0                         # times it ran past the run-time estimate it was booked for
     cache: dict = field(default_factory=dict)  # derived figures that never change (total demand, estimates)
 
     @property

@@ -108,6 +108,8 @@ class LeaseSnapshot:
     latest_start: int | None = None   # best-effort: if placed, started by this time (a caller's wait guard)
     allowed_nodes: tuple[int, ...] = ()   # the nodes its VMs may (re)start on (empty: every node); a caller's
                                           # neighbourhood that keeps a round small (not exact: see models/)
+    expected_run: int | None = None   # best-effort: the whole run its booking expects (None: the requested
+                                      # duration; less with a run-time estimate), what its wait is weighed against
 
     @property
     def id(self) -> int:

@@ -9,6 +9,7 @@ from optlease.eventlog import EventLog
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
+from optlease.scheduling.estimate import RunEstimates
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable
 from optlease.scheduling.slottable import INF, SlotTable, vadd
@@ -21,6 +22,7 @@ class VMScheduler:
         self.mapper = GreedyMapper(table, policies)
         self.log = log
         self.future_count = 0  # best-effort reservations made for the future and not yet started
+        self.estimates = RunEstimates(opts)
 
     def can_schedule_in_future(self) -> bool:
         limit = self.opts.max_in_future
@@ -60,7 +62,7 @@ class VMScheduler:
     def asap(self, lease: Lease, now: int, earliest: dict[int, int] | None, allow_in_future: bool, resuming: bool,
              fixed: dict[int, int] | None, strict: bool = False) -> RR:
         opts = self.opts
-        remaining = lease.remaining()
+        remaining = self.estimates.booked_run(lease)
         shutdown = oh.shutdown_time(lease, opts)
         duration = remaining + (self.resume_allowance(lease) if resuming else 0)
         min_duration = oh.scheduling_threshold(lease, opts, resuming)
@@ -133,7 +135,9 @@ class VMScheduler:
 
     def build(self, lease: Lease, start: int, end: int, mapping: dict[int, int], resuming: bool, remaining: int,
               shutdown: int) -> RR:
-        """The VM reservation on [start, end) with its resume, suspend or shutdown reservations."""
+        """The VM reservation on [start, end) with its resume, suspend or shutdown reservations. `remaining` is the
+        run to book: less than the lease has left when it is a run-time estimate (the booking then has a checkpoint
+        where the estimate runs out, before the margin to suspend)."""
         vmrr = self.rr(lease, VM, start, end, mapping)
         if resuming:
             self.add_blocks(vmrr, oh.susprem_blocks(lease, mapping, start, oh.FORWARD, self.opts, suspend=False),
@@ -148,6 +152,8 @@ class VMScheduler:
         else:
             vmrr.end = vmrr.start + remaining
             self.add_shutdown(vmrr, shutdown)
+            if remaining < lease.remaining():
+                vmrr.checkpoint = vmrr.end - self.estimates.margin(lease)
         return vmrr
 
     def suspend(self, vmrr: RR, by: int, now: int | None = None) -> None:

@@ -150,7 +150,7 @@ def _running_job(snap: RoundSnapshot, lease: LeaseSnapshot, ar_starts: list[int]
         return Job(role=Role.FIXED, origin=lease.nodes, **_common(lease))
     return Job(role=Role.SUSPENDABLE, origin=lease.nodes, suspend_ends=ends, deferrable=True, earliest=min(ends),
                resume=ov.resume, migrate=_migrate(policy.migration, ov.migrate),
-               weight=wait_weight(now, req, weights), **_common(lease))
+               weight=wait_weight(now, req, weights, lease.expected_run), **_common(lease))
 
 
 def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, dict[str, int]],
@@ -188,7 +188,7 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
             earliest = max(now, min(soonest, lease.planned_start))
         latest = max(lease.latest_start, earliest) if lease.latest_start is not None else None
         timing = dict(earliest=earliest, deferrable=True, latest=latest,
-                      weight=wait_weight(now, req, weights))
+                      weight=wait_weight(now, req, weights, lease.expected_run))
     suspended = lease.phase is Phase.SUSPENDED
     return Job(role=Role.START, origin=lease.nodes if suspended else (),
                resume=lease.overheads.resume if suspended else 0,
@@ -204,15 +204,15 @@ def _migrate(migration: Migration, seconds: int) -> int:
 SLOWDOWN_BOUND = 60   # seconds: runs shorter than this weigh as much as this long a run
 
 
-def wait_weight(now: int, req: LeaseRequest, weights: Weights) -> int:
+def wait_weight(now: int, req: LeaseRequest, weights: Weights, run: int | None = None) -> int:
     """A best-effort lease's weight in the wait level: 1, plus 1 for every `aging` seconds waited, so that nothing
     starves; with `slowdown`, times `slowdown` over its run (at least SLOWDOWN_BOUND seconds; the weight at least 1),
-    so that a second's wait counts as the share of its requested run it is: the sum is then the (aged) slowdown the
-    scheduler can see."""
+    so that a second's wait counts as the share of its requested run it is (or of `run`, the run its booking
+    expects): the sum is then the (aged) slowdown the scheduler can see."""
     aged = 1 + max(0, now - req.arrival) // max(1, weights.aging)
     if weights.slowdown <= 0:
         return aged
-    return max(1, aged * weights.slowdown // max(req.duration, SLOWDOWN_BOUND))
+    return max(1, aged * weights.slowdown // max(req.duration if run is None else run, SLOWDOWN_BOUND))
 
 
 def _auto_lookahead(now: int, jobs: list[Job]) -> int:
