@@ -139,6 +139,7 @@ COLUMNS = [("AR accepted", lambda r: f"{round(r['ar_accepted'], 1):g}/{r['ar_tot
            ("bounded slowdown", lambda r: _n(r["be_bounded_slowdown_avg"], 2)),
            ("utilization", lambda r: _n(r["utilization"], 3)),
            ("preemptions", lambda r: str(r["preemptions"])), ("migrations", lambda r: str(r["migrations"])),
+           ("estimate overruns", lambda r: _n(r["estimate_overruns"])),
            ("round p50 (s)", lambda r: _n(r["round_time_p50_s"], 3)),
            ("round p95 (s)", lambda r: _n(r["round_time_p95_s"], 3)),
            ("mean gap", lambda r: _n(r["gap_mean"], 3)), ("wall (s)", lambda r: _n(r["wall_time_s"], 1)),

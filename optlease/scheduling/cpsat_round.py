@@ -369,8 +369,8 @@ class CpsatRound:
     def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
         """The order the completion books leases in: those that have waited past the wait guard first, in arrival
         order (the place in line the guard keeps); then the others by run time over their weight in the round's
-        objective, shortest first (Smith's rule for the weighted completion time the round minimizes); the run is what a
-        booking holds: what the lease has left, or its run-time estimate (scheduling.estimate)."""
+        objective, shortest first (Smith's rule for the weighted completion time the round minimizes); the run is
+        what a booking holds: what the lease has left, or its run-time estimate (scheduling.estimate)."""
         guard, weights = self.sched.opts.solver_wait_guard, self.sched.opts.weights
         waited, rest = [], []
         for lease in leases:

@@ -384,7 +384,7 @@ class LeaseScheduler:
             line = (vmrr.lease.req.arrival, vmrr.lease.id)
             movable = [other for other in way if other is not vmrr.lease and self._not_begun(other)
                        and (other.req.arrival, other.id) > line]
-            if len(movable) < len(way):
+            if not movable or len(movable) < len(way):
                 return free   # something in the way stays: an AR, an immediate lease, a lease under way or ahead
             for other in movable:
                 booking = other.last_vmrr()
