@@ -4,7 +4,9 @@ Markdown table on stderr (or in --markdown FILE).
 
 Default workload: the Blue Horizon 30days.swf with the work_10-dur_2h-size_1small AR injection on the Blue site
 (instances/blue/blue.conf: 144 nodes, AR preemption, suspension all). `--limit-days N` keeps the requests that arrive
-in the first N days (a quick run); `--modes` picks which schedulers to run.
+in the first N days (a quick run); `--modes` picks which schedulers to run. The greedy modes book what leases ask
+for, as Haizea does; cpsat books run-time estimates (`runtime-estimate: user-history`); `--runtime-estimate` sets
+one for every mode.
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ MODES = {   # name -> [scheduling] overrides
     "greedy-aggressive": {"backfilling": "aggressive"},
     "greedy-conservative": {"backfilling": "conservative"},
     "greedy-intermediate-4": {"backfilling": "intermediate", "backfilling-reservations": "4"},
-    "cpsat": {"backfilling": "aggressive", "mapper": "cpsat"},
+    # optlease's scheduler: rounds over bookings of run-time estimates (models/cpsat-round.md)
+    "cpsat": {"backfilling": "aggressive", "mapper": "cpsat", "runtime-estimate": "user-history"},
 }
 ESTIMATES = ("requested", "user-history")   # [scheduling] runtime-estimate
 
@@ -138,7 +141,7 @@ COLUMNS = [("AR accepted", lambda r: f"{round(r['ar_accepted'], 1):g}/{r['ar_tot
            ("BE wait max (s)", lambda r: _n(r["be_wait_max_s"])),
            ("bounded slowdown", lambda r: _n(r["be_bounded_slowdown_avg"], 2)),
            ("utilization", lambda r: _n(r["utilization"], 3)),
-           ("preemptions", lambda r: str(r["preemptions"])), ("migrations", lambda r: str(r["migrations"])),
+           ("preemptions", lambda r: _n(r["preemptions"])), ("migrations", lambda r: _n(r["migrations"])),
            ("estimate overruns", lambda r: _n(r["estimate_overruns"])),
            ("round p50 (s)", lambda r: _n(r["round_time_p50_s"], 3)),
            ("round p95 (s)", lambda r: _n(r["round_time_p95_s"], 3)),
@@ -198,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                     "seed and their mean (a month of rounds amplifies small differences)")
     ap.add_argument("--promises", type=int, default=None, help="cpsat: at most this many round bookings are "
                     "promises, the earliest-arrived leases' (0: every one)")
-    ap.add_argument("--runtime-estimate", default="requested", help="every online mode: how long best-effort "
-                    "bookings hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md)")
+    ap.add_argument("--runtime-estimate", default=None, help="every online mode: how long best-effort bookings "
+                    "hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md); default: "
+                    "greedy modes book what leases ask for, as Haizea, and cpsat its estimates")
     ap.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here (default: stderr)")
     args = ap.parse_args(argv)
     # paths on the command line are the caller's (the configuration resolves its own against its folder)
@@ -218,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare_schedulers: --seeds {args.seeds!r}: expected comma-separated whole numbers", file=sys.stderr)
         return 2
     solver["solver-seed"] = seeds[0]
-    if args.runtime_estimate not in ESTIMATES:
+    if args.runtime_estimate is not None and args.runtime_estimate not in ESTIMATES:
         print(f"compare_schedulers: --runtime-estimate {args.runtime_estimate!r}: expected one of "
               f"{', '.join(ESTIMATES)}", file=sys.stderr)
         return 2
-    modes = {name: {**sched, "runtime-estimate": args.runtime_estimate} for name, sched in MODES.items()}
+    estimate = {"runtime-estimate": args.runtime_estimate} if args.runtime_estimate else {}
+    modes = {name: {**sched, **estimate} for name, sched in MODES.items()}
     results = {}
     for mode in args.modes.split(","):
         if mode not in MODES and mode != "offline":
@@ -243,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode}: done in {results[mode]['wall_time_s']} s", file=sys.stderr)
     doc = {"workload": {"trace": args.trace.name, "injection": injection.name if injection else None,
                         "limit_days": args.limit_days},
-           "runtime_estimate": args.runtime_estimate,
+           "runtime_estimate": {mode: modes[mode].get("runtime-estimate", "requested") for mode in MODES},
            "solver": solver, "results": results}
     print(json.dumps(doc, indent=1))
     table = markdown(results)
