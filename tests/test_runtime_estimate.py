@@ -26,9 +26,9 @@ ESTIMATES = SchedulingOptions(runtime_estimate="user-history", suspend_rate=32.0
                               policy_preemption="ar-preempts-everything")
 
 
-def be(lease_id: int, user: str, arrival: int, duration: int, real: int, **kw) -> LeaseRequest:
+def be(lease_id: int, user: str, arrival: int, duration: int, real: int) -> LeaseRequest:
     return LeaseRequest(lease_id, LeaseKind.BEST_EFFORT, arrival, duration, (VMSPEC,), preemptible=True,
-                        real_duration=real, extra={"user": user}, **kw)
+                        real_duration=real, extra={"user": user})
 
 
 def lease(req: LeaseRequest) -> Lease:
@@ -78,14 +78,14 @@ HISTORY = [be(1, "u", 0, 3600, 600), be(2, "u", 1000, 3600, 2000)]
 def test_a_lease_that_runs_past_its_estimate_runs_on_and_what_was_booked_behind_it_waits(mapper):
     """Lease 3 arrives at 1100 and is booked behind lease 2's estimate, from 1632. At 1600 lease 2 still runs: it
     keeps running, lease 3 goes back to the queue, and starts when lease 2 really ends at 3000."""
-    opts = SchedulingOptions(**{**ESTIMATES.__dict__, "mapper": mapper, "solver_time_limit": 0.5})
+    opts = dataclasses.replace(ESTIMATES, mapper=mapper, solver_time_limit=0.5)
     leases, log = simulate([*HISTORY, be(3, "v", 1100, 600, 600)], opts)
     assert runs(leases[2]) == [(1000, 3000)] and leases[2].suspensions == 0
     assert leases[3].first_start == 3000 and leases[3].state is LeaseState.DONE
     assert "Lease #2 runs past its estimate" in log and "Lease #3 goes back to the queue: lease #2 runs on" in log
     # with the requested time booked, lease 3 waits for lease 2's end just the same: nothing is lost by estimating
     same, _ = simulate([*HISTORY, be(3, "v", 1100, 600, 600)],
-                       SchedulingOptions(**{**opts.__dict__, "runtime_estimate": "requested"}))
+                       dataclasses.replace(opts, runtime_estimate="requested"))
     assert runs(same[2]) == [(1000, 3000)] and same[3].first_start == 3000
 
 

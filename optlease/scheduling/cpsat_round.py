@@ -376,9 +376,13 @@ class CpsatRound:
         for lease in leases:
             (waited if 0 < guard <= now - lease.req.arrival else rest).append(lease)
         waited.sort(key=lambda lease: (lease.req.arrival, lease.id))
-        run = self.sched.vm.estimates.booked_run
-        rest.sort(key=lambda lease: (run(lease) / wait_weight(now, lease.req, weights, self._expected(lease)),
-                                     lease.req.arrival, lease.id))
+        booked_run = self.sched.vm.estimates.booked_run
+
+        def smith(lease: Lease) -> float:
+            run = booked_run(lease)
+            return run / wait_weight(now, lease.req, weights, self._expected(lease, run))
+
+        rest.sort(key=lambda lease: (smith(lease), lease.req.arrival, lease.id))
         return waited + rest
 
     def _asap(self, lease: Lease, now: int) -> RR:
@@ -406,11 +410,12 @@ class CpsatRound:
             if self._announced.get(lease.id) == vmrr.seq:   # booked by an earlier round: keep it stable
                 kw.update(planned_start=start, planned_nodes=nodes)
         phase = Phase.SUSPENDED if resuming else Phase.RESERVED if "planned_start" in kw else Phase.QUEUED
-        return LeaseSnapshot(lease.req, phase, ov, left=run, expected_run=self._expected(lease), **kw), plan
+        return LeaseSnapshot(lease.req, phase, ov, left=run, expected_run=self._expected(lease, run), **kw), plan
 
-    def _expected(self, lease: Lease) -> int | None:
-        """The whole run a lease's booking expects when that is a run-time estimate (None: what it asked for)."""
-        run = self.sched.vm.estimates.booked_run(lease)
+    @staticmethod
+    def _expected(lease: Lease, run: int) -> int | None:
+        """The whole run a lease's booking of `run` expects when that is a run-time estimate (None: what it asked
+        for)."""
         return None if run == lease.remaining() else lease.accumulated + run
 
     # -- committing the solver's plan -------------------------------------------------------------------------

@@ -7,9 +7,9 @@ import heapq
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
 from optlease.scheduling import overheads as oh
+from optlease.scheduling.estimate import RunEstimates
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
-from optlease.scheduling.estimate import RunEstimates
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable
 from optlease.scheduling.slottable import INF, SlotTable, vadd
