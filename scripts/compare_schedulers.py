@@ -27,7 +27,7 @@ from optlease.errors import InputError  # noqa: E402
 from optlease.eventlog import EventLog  # noqa: E402
 from optlease.engine.run import apply_trace_options, load_workload, site_of  # noqa: E402
 from optlease.engine.simulator import Simulator  # noqa: E402
-from optlease.formats.config import load_config  # noqa: E402
+from optlease.formats.config import SCHEMA, load_config  # noqa: E402
 from optlease.formats.schedule_json import schedule_document  # noqa: E402
 from optlease.scheduling.options import SchedulingOptions  # noqa: E402
 from optlease.scheduling.policies import Policies  # noqa: E402
@@ -41,7 +41,7 @@ MODES = {   # name -> [scheduling] overrides
     # optlease's scheduler: rounds over bookings of run-time estimates (models/cpsat-round.md)
     "cpsat": {"backfilling": "aggressive", "mapper": "cpsat", "runtime-estimate": "user-history"},
 }
-ESTIMATES = ("requested", "user-history")   # [scheduling] runtime-estimate
+ESTIMATE = SCHEMA["scheduling"]["runtime-estimate"]   # its choices and Haizea's default, `requested`
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -222,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare_schedulers: --seeds {args.seeds!r}: expected comma-separated whole numbers", file=sys.stderr)
         return 2
     solver["solver-seed"] = seeds[0]
-    if args.runtime_estimate is not None and args.runtime_estimate not in ESTIMATES:
+    if args.runtime_estimate is not None and args.runtime_estimate not in ESTIMATE.choices:
         print(f"compare_schedulers: --runtime-estimate {args.runtime_estimate!r}: expected one of "
-              f"{', '.join(ESTIMATES)}", file=sys.stderr)
+              f"{', '.join(ESTIMATE.choices)}", file=sys.stderr)
         return 2
     estimate = {"runtime-estimate": args.runtime_estimate} if args.runtime_estimate else {}
     modes = {name: {**sched, **estimate} for name, sched in MODES.items()}
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode}: done in {results[mode]['wall_time_s']} s", file=sys.stderr)
     doc = {"workload": {"trace": args.trace.name, "injection": injection.name if injection else None,
                         "limit_days": args.limit_days},
-           "runtime_estimate": {mode: modes[mode].get("runtime-estimate", "requested") for mode in MODES},
+           "runtime_estimate": {mode: modes[mode].get("runtime-estimate", ESTIMATE.default) for mode in MODES},
            "solver": solver, "results": results}
     print(json.dumps(doc, indent=1))
     table = markdown(results)

@@ -67,41 +67,46 @@ class Stepper:
     def _prematures(self, now: int) -> None:
         while self._premature and self._premature[0][0] <= now:
             t, _, seq, lease = heapq.heappop(self._premature)
-            vmrr = lease.last_vmrr()
-            if t == now and vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and now < vmrr.end:
+            if t == now and _ends_early(t, seq, lease):
                 self.sched.premature_end(lease, now)
 
     def _overruns(self, now: int) -> None:
         while self._checkpoints and self._checkpoints[0][0] <= now:
             t, _, seq, lease = heapq.heappop(self._checkpoints)
-            if self._at_checkpoint(t, seq, lease):
+            if _at_checkpoint(t, seq, lease):
                 real_end = self.sched.overrun(lease.last_vmrr(), now)
                 if real_end is not None:
                     heapq.heappush(self._premature, (real_end, lease.id, seq, lease))
 
     def _next_checkpoint(self) -> int | None:
-        while self._checkpoints:
-            t, _, seq, lease = self._checkpoints[0]
-            if self._at_checkpoint(t, seq, lease):
-                return t
-            heapq.heappop(self._checkpoints)
-        return None
-
-    @staticmethod
-    def _at_checkpoint(t: int, seq: int, lease: Lease) -> bool:
-        """Whether the lease still runs on the booking that has this checkpoint (it has not ended or been
-        preempted since)."""
-        vmrr = lease.last_vmrr()
-        return vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and vmrr.checkpoint == t
+        return _first_valid(self._checkpoints, _at_checkpoint)
 
     def _next_premature(self) -> int | None:
-        while self._premature:
-            t, _, seq, lease = self._premature[0]
-            vmrr = lease.last_vmrr()
-            if vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and t < vmrr.end:
-                return t
-            heapq.heappop(self._premature)
-        return None
+        return _first_valid(self._premature, _ends_early)
+
+
+def _ends_early(t: int, seq: int, lease: Lease) -> bool:
+    """Whether the lease still runs on that VM reservation and really ends at t, before the reservation does."""
+    vmrr = lease.last_vmrr()
+    return vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and t < vmrr.end
+
+
+def _at_checkpoint(t: int, seq: int, lease: Lease) -> bool:
+    """Whether the lease still runs on the booking that has this checkpoint (it has not ended or been preempted
+    since)."""
+    vmrr = lease.last_vmrr()
+    return vmrr is not None and vmrr.seq == seq and vmrr.state == "active" and vmrr.checkpoint == t
+
+
+def _first_valid(heap: list[tuple[int, int, int, Lease]], valid) -> int | None:
+    """The earliest time in a heap of (time, lease id, VM reservation seq, lease) whose entry is still `valid`; stale
+    entries on top are dropped."""
+    while heap:
+        t, _, seq, lease = heap[0]
+        if valid(t, seq, lease):
+            return t
+        heapq.heappop(heap)
+    return None
 
 
 def cancel(sched: LeaseScheduler, lease: Lease, now: int) -> None:
