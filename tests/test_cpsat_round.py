@@ -64,10 +64,14 @@ def check_plan(snap: RoundSnapshot, plan: Plan) -> None:
                 continue
             s = p.suspend_at
             assert req.preemptible and l.kind is BE, f"lease {l.id}: only preemptible best-effort is suspended"
-            assert pol.preemption is Preemption.AR_PREEMPTS_EVERYTHING and pol.suspension is not Suspension.NONE
+            assert pol.suspension is not Suspension.NONE
             assert pol.suspension is Suspension.ALL or req.numnodes == 1, "serial-only suspends 1-VM leases only"
             assert soon <= s < now + l.remaining
-            assert s + ov.suspend in accepted_ar_starts, "a suspension ends as an accepted AR starts"
+            if pol.suspend_for_waiting and s == soon:
+                pass   # suspended as soon as the round may act, for waiting leases
+            else:
+                assert pol.preemption is Preemption.AR_PREEMPTS_EVERYTHING
+                assert s + ov.suspend in accepted_ar_starts, "a suspension ends as an accepted AR starts"
             since = l.since if l.since is not None else now - l.ran
             assert s - since >= pol.threshold_factor * (ov.suspend + ov.resume), "scheduling threshold"
             holds += [(n, now, s + ov.suspend, vms[i]) for i, n in enumerate(l.nodes)]

@@ -19,10 +19,10 @@ from optlease.engine.run import apply_trace_options, load_workload, simulate, si
 from optlease.engine.simulator import Simulator
 from optlease.formats.config import load_config
 from optlease.formats.schedule_json import schedule_document
-from optlease.scheduling.cpsat_round import BOOKED, CpsatRound
+from optlease.scheduling.cpsat_round import CpsatRound
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import NOT_PROMISED
+from optlease.scheduling.records import BOOKED, NOT_PROMISED
 from test_cpsat_round import check_plan
 from test_simulator_properties import ORIGIN, options, requests, sites
 
@@ -466,7 +466,7 @@ def test_a_completion_the_budget_cuts_short_leaves_a_hint_that_fits(monkeypatch)
     import time
     from types import SimpleNamespace
 
-    import optlease.scheduling.cpsat_round as cpsat_round
+    import optlease.scheduling.round_hint as round_hint
     from optlease.scheduling.cpsat.decode import holding_plan
     from optlease.scheduling.cpsat.prepare import prepare
     from optlease.scheduling.snapshot import Plan
@@ -474,7 +474,7 @@ def test_a_completion_the_budget_cuts_short_leaves_a_hint_that_fits(monkeypatch)
     sim, cfg = blue_simulator(2, **{"solver-interval": "600"})
     hook = sim.sched.round_hook
     late = {"by": 0.0}   # the completion's clock: its budget is spent once it has booked one lease
-    monkeypatch.setattr(cpsat_round, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + late["by"]))
+    monkeypatch.setattr(round_hint, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + late["by"]))
     asap, complete, keep = hook._asap, hook._complete, hook._keep
     kept = []
 
@@ -496,8 +496,8 @@ def test_a_completion_the_budget_cuts_short_leaves_a_hint_that_fits(monkeypatch)
 
     snapshot, hints = hook.snapshot, []
 
-    def snapshot_spy(now, movable):
-        snap, greedy, hint = snapshot(now, movable)
+    def snapshot_spy(now, movable, *running):
+        snap, greedy, hint = snapshot(now, movable, *running)
         hints.append((snap, hint))
         return snap, greedy, hint
 

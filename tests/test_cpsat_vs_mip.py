@@ -18,12 +18,14 @@ OPTIONS = SolveOptions(workers=2, time_limit=30, lookahead=LOOKAHEAD)
 
 
 def round_of(seed: int):
-    """Every other round lets ARs preempt everything (so that suspensions are actually chosen)."""
+    """Every other round lets ARs preempt everything (so that suspensions are actually chosen), and every fourth
+    one also lets running leases be suspended at once for waiting ones."""
     contended = seed % 2 == 0
     snap = random_round(seed, nodes=1 + (seed // 2) % (2 if contended else 3), leases=3 + seed % 5, span=6)
     if contended:
         snap = replace(snap, policy=replace(snap.policy, preemption=Preemption.AR_PREEMPTS_EVERYTHING,
-                                            suspension=Suspension.ALL, threshold_factor=0))
+                                            suspension=Suspension.ALL, threshold_factor=0,
+                                            suspend_for_waiting=seed % 4 == 0))
     return snap
 
 
@@ -61,6 +63,8 @@ def test_the_rounds_exercise_every_kind_of_decision(solved) -> None:
     outcomes = {lp.outcome.value for p in plans for lp in p.leases}
     assert {"accepted", "rejected", "deferred"} <= outcomes
     assert sum(lp.suspend_at is not None for p in plans for lp in p.leases) >= 3
+    assert any(lp.suspend_at == snap.now + snap.policy.non_schedulable_interval and snap.policy.suspend_for_waiting
+               for snap, p, _, _ in solved.values() for lp in p.leases), "a lease suspended at once for waiting ones"
     assert any(lp.migrations for p in plans for lp in p.leases)
     assert any(lp.start is not None and lp.start > 1 for p in plans for lp in p.leases)
     assert any(lp.objective < mip.objective - 1e-6 for _, _, mip, lp in solved.values())

@@ -60,6 +60,7 @@ options = st.builds(
     policy_preemption=st.sampled_from(["no-preemption", "ar-preempts-everything"]),
     policy_host_selection=st.sampled_from(["greedy", "no-policy"]),
     runtime_estimate=st.sampled_from(["requested", "user-history"]),
+    solver_suspend=st.sampled_from(["no", "for-waiting"]),   # mapper cpsat only
 )
 
 

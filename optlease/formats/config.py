@@ -120,6 +120,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # mapper cpsat: at most this many of them are promises at a time, those of the leases that arrived first
         # (0: every one)
         "solver-promises": O("int", 0),
+        # mapper cpsat: whether a round may suspend running preemptible leases at once so that waiting leases run
+        # first (no: only the greedy pass suspends, for ARs)
+        "solver-suspend": O("choice", "no", "no", "for-waiting"),
         # mapper cpsat and optimize: the objective's weights (unset: the model's own, models/cpsat-round.md)
         **{f"weight-{name}": O("int", None) for name in WEIGHT_OPTIONS},
         "weight-aging": O("duration", None, positive=True),

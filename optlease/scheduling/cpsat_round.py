@@ -8,7 +8,9 @@ resume, or booked for a start that has not begun is *movable*. The greedy plan o
 Where CP-SAT's plan costs strictly less by the round objective, the leases whose start or nodes changed lose their
 greedy reservations and get new ones built by the VM scheduler at the solver's start and nodes; each is checked
 against the slot table before anything is committed, and the whole change is undone if one does not fit (the
-greedy plan then stands). Leases the solver defers go back to the queue. Every round records its RoundStats.
+greedy plan then stands). Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the
+round may also suspend running preemptible leases at once for waiting ones. Every round records its RoundStats.
+The hint's completion is in `round_hint`, committing a plan in `round_commit`.
 """
 from __future__ import annotations
 
@@ -17,14 +19,13 @@ from dataclasses import dataclass, replace
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.cpsat.prepare import wait_weight
-from optlease.scheduling.records import MIGRATE, NOT_PROMISED, SHUTDOWN, SUSPEND, RR, Lease, NotSchedulable
+from optlease.scheduling.records import BOOKED, MIGRATE, NOT_PROMISED, SHUTDOWN, SUSPEND, RR, Lease, NotSchedulable
+from optlease.scheduling.round_commit import PlanCommit
+from optlease.scheduling.round_hint import HintCompletion
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
                                           Phase, Plan, Policy, Preemption, RoundSnapshot, RoundStats, Suspension)
 
 S = LeaseState
-WAITING = (S.QUEUED, S.SUSPENDED_QUEUED)
-BOOKED = (S.SCHEDULED, S.SUSPENDED_SCHEDULED)
 # the share of a round's budget kept for committing its plan (500 bookings at 1,000 nodes took 0.06-0.1 s of 1 s)
 COMMIT_SHARE = 0.15
 
@@ -40,15 +41,7 @@ class RoundRecord:
     greedy_objective: int | None = None   # the greedy pass's plan in the same model
 
 
-@dataclass
-class _Withdrawn:
-    lease: Lease
-    state: S
-    vmrr: RR | None
-    queued: bool
-
-
-class CpsatRound:
+class CpsatRound(HintCompletion, PlanCommit):
     """The round hook of a LeaseScheduler whose options say `mapper: cpsat`."""
 
     def __init__(self, sched) -> None:
@@ -59,11 +52,14 @@ class CpsatRound:
         self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=opts.solver_workers,
                                     seed=opts.solver_seed, lookahead=opts.lookahead, stall=opts.solver_stall,
                                     presolve=False, work_limit=opts.solver_work_limit, weights=opts.weights)
-        # The greedy pass already took every decision about ARs, immediate leases and suspensions: the round
-        # only places best-effort starts and resumes (where the images are), from now on.
-        self.policy = Policy(suspension=Suspension.NONE, migration=Migration.NO,
-                             exclusion=Exclusion(opts.exclusion), threshold_factor=opts.threshold_factor,
-                             preemption=Preemption.NO_PREEMPTION, non_schedulable_interval=0)
+        # The greedy pass already took every decision about ARs, immediate leases and suspensions for ARs: the
+        # round places best-effort starts and resumes (where the images are), from now on, and with
+        # `solver-suspend: for-waiting` it may suspend running preemptible leases at once for waiting ones.
+        for_waiting = opts.solver_suspend == "for-waiting"
+        self.policy = Policy(suspension=Suspension(opts.suspension) if for_waiting else Suspension.NONE,
+                             migration=Migration.NO, exclusion=Exclusion(opts.exclusion),
+                             threshold_factor=opts.threshold_factor, preemption=Preemption.NO_PREEMPTION,
+                             non_schedulable_interval=0, suspend_for_waiting=for_waiting)
         self.records: list[RoundRecord] = []
         self._announced: dict[int, int] = {}   # lease id -> seq of the VM reservation the last round ended with
         self._seen: tuple[dict, dict] | None = None   # movable bookings and fixed ends the last round ended with
@@ -83,8 +79,9 @@ class CpsatRound:
         elif all(self._greedy_start(lease) == now for lease in movable):
             # every movable lease starts now, its earliest: no plan finishes any of them sooner
             stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
-        elif len(movable) == 1 and self._at_earliest(movable[0], now):
-            # one lease to place, booked at the earliest time it fits whole: nothing can finish it sooner
+        elif len(movable) == 1 and self._at_earliest(movable[0], now) and not self._suspendable(now):
+            # one lease to place, booked at the earliest time it fits whole, and no running lease the round may
+            # suspend for it: nothing can finish it sooner
             stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
         elif self._nothing_new(now, movable):
             # the plan the last round ended with still stands: nothing arrived, moved or ended early since
@@ -185,7 +182,8 @@ class CpsatRound:
         from optlease.scheduling.cpsat.prepare import prepare
         from optlease.scheduling.cpsat.solve import solve_round
 
-        snap, greedy, hint = self.snapshot(now, movable)
+        running = self._suspendable(now)
+        snap, greedy, hint = self.snapshot(now, movable, running)
         data = prepare(snap, self.options.weights, self.options.lookahead)
         greedy_cost = plan_cost(data, greedy)   # the hint completes greedy's plan: greedy's own cost is the bar
         plan = solve_round(snap, replace(self.options, deadline=self._deadline()), hint, data)
@@ -201,12 +199,13 @@ class CpsatRound:
                for i, p in plan.by_id.items()}
         before = greedy.by_id
         moves = [lease for lease in movable if _differs(got[lease.id], before[lease.id])]
-        if not moves:
+        stops = [lease for lease in running if got[lease.id].suspend_at is not None]
+        if not moves and not stops:
             return replace(stats, source="greedy"), 0, greedy_cost
-        if not self._apply(now, moves, got):
+        if not self._apply(now, moves, got, stops):
             return replace(stats, status=f"{stats.status} (did not fit the slot table)", source="greedy"), 0, \
                 greedy_cost
-        return stats, len(moves), greedy_cost
+        return stats, len(moves) + len(stops), greedy_cost
 
     def _deadline(self) -> float:
         """solver-time-limit is the whole round's budget: the completion and the search get what the greedy pass,
@@ -238,11 +237,12 @@ class CpsatRound:
         vmrr = lease.last_vmrr()
         return vmrr.pre[0].start if vmrr.pre else vmrr.start
 
-    def snapshot(self, now: int, movable: list[Lease]) -> tuple[RoundSnapshot, Plan, Plan]:
+    def snapshot(self, now: int, movable: list[Lease], running: list[Lease] = ()) -> tuple[RoundSnapshot, Plan, Plan]:
         """The round as the solver sees it, the greedy plan of it, and the hint: the greedy plan with every lease
-        it left queued booked at its earliest fit after the others (conservative backfilling, not committed)."""
+        it left queued booked at its earliest fit after the others (conservative backfilling, not committed).
+        `running`: the running leases the round may suspend (`_suspendable`), as they are, not as occupancies."""
         sched, opts = self.sched, self.sched.opts
-        ids = {lease.id for lease in movable}
+        ids = {lease.id for lease in (*movable, *running)}
         types = sched.table.types
         # every reservation still to hold capacity, per lease: one envelope per lease, per node its largest use
         held: dict[int, tuple[Lease, list[RR]]] = {}
@@ -270,9 +270,18 @@ class CpsatRound:
                 leases.append(LeaseSnapshot(req, Phase.RESERVED, planned_start=begin, planned_nodes=nodes,
                                             pinned=True))
                 hint.append(LeasePlan(lease_id, Outcome.ACCEPTED, start=begin, nodes=nodes, end=end))
-        ranked = sorted(release, key=lambda n: (release[n], n))
+        # the nodes of a lease the round may suspend free up first, the longest-running lease's first
+        left, runs = {}, [self._running_snapshot(lease, now) for lease in running]
+        for snap in runs:
+            left.update({n: max(left.get(n, 0), snap.remaining) for n in snap.nodes})
+        ranked = sorted(release, key=lambda n: (release[n], -left.get(n, 0), n))
         extra = opts.solver_neighbourhood
         greedy = list(hint)
+        for snap in runs:   # greedy and the hint let them run on
+            as_is = LeasePlan(snap.id, Outcome.ACCEPTED, nodes=snap.nodes, end=now + snap.remaining)
+            leases.append(snap)
+            greedy.append(as_is)
+            hint.append(as_is)
         completed = self._complete(now, movable)
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
@@ -289,108 +298,38 @@ class CpsatRound:
             hint.append(filled)
         return RoundSnapshot(now, sched.site, tuple(leases), self.policy), Plan(tuple(greedy)), Plan(tuple(hint))
 
-    def _latest_start(self, lease: Lease, hint: LeasePlan, now: int) -> int | None:
-        """The wait guard: the solver may push a lease back past its hinted start only while its start stays within
-        `solver-wait-guard` of its arrival, so that reordering for shorter leases never makes a long wait longer."""
-        guard, lookahead = self.sched.opts.solver_wait_guard, self.sched.opts.lookahead
-        if guard <= 0 or hint.outcome is not Outcome.ACCEPTED or hint.start is None:
-            return None
-        if lookahead is not None and hint.start > now + lookahead:
-            return None
-        return max(hint.start, lease.req.arrival + guard)
-
-    def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
-        """The hint's bookings: from the oldest lease the greedy pass left queued on, every movable lease but the
-        promises booked in the line's order (`_line`) at its earliest fit (conservative backfilling; tried on the slot
-        table and taken out again). Bookings made earlier give way, so a lease an AR sent back to the queue gets its
-        place in line back."""
-        queued = [(lease.req.arrival, lease.id) for lease in movable if lease.state in WAITING]
-        if not queued:
-            return {}
-        oldest = min(queued)
-        rebook = self._line(now, [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest
-                                  and not self._promised(lease, now)])   # a promise keeps its place
-        sched, out, added = self.sched, {}, []
-        withdrawn = [rr for lease in rebook if lease.state in BOOKED
-                     for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
-        log, quiet = sched.log, sched.log.info_on
-        log.info_on = False
-        for rr in withdrawn:
-            sched.table.remove(rr)
-        deadline = self._deadline()
-        try:
-            for i, lease in enumerate(rebook):
-                if time.perf_counter() > deadline:
-                    # out of budget: the leases not reached keep their bookings where these still fit
-                    out.update(self._keep(rebook[i:], added))
-                    break
-                try:
-                    vmrr = self._asap(lease, now)
-                except NotSchedulable:
-                    continue
-                for rr in (*vmrr.pre, vmrr, *vmrr.post):
-                    sched.table.add(rr)
-                    added.append(rr)
-                start = vmrr.pre[0].start if vmrr.pre else vmrr.start
-                nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
-                out[lease.id] = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes, end=vmrr.end)
-        finally:
-            for rr in added:
-                sched.table.remove(rr)
-            for rr in withdrawn:
-                sched.table.add(rr)
-            log.info_on = quiet
-        return out
-
-    def _keep(self, leases: list[Lease], added: list[RR]) -> dict[int, LeasePlan]:
-        """For a completion the budget cut short: each booked lease it did not reach gets its withdrawn booking back
-        on the slot table (recorded in `added`) where that still fits around what the completion booked, and is
-        deferred in the hint where it does not (its greedy booking then overlaps the completion's)."""
-        out = {}
-        for lease in leases:
-            if lease.state not in BOOKED:
-                continue   # queued: deferred in the hint already
+    def _suspendable(self, now: int) -> list[Lease]:
+        """With `solver-suspend: for-waiting`: the running best-effort leases the round may suspend at once — the
+        policy lets them be suspended, they have run Haizea's scheduling threshold, they are booked to run on and
+        then shut down (no suspension booked), and they have more left to run than a suspension and a resume take."""
+        sched, opts = self.sched, self.sched.opts
+        if not self.policy.suspend_for_waiting:
+            return []
+        out = []
+        for lease in sched.leases.values():
+            if lease.kind is not LeaseKind.BEST_EFFORT or lease.state is not S.ACTIVE \
+                    or not oh.can_be_suspended(lease, opts):
+                continue
             vmrr = lease.last_vmrr()
-            rrs = (*vmrr.pre, vmrr, *vmrr.post)
-            if self._fits(rrs):
-                for rr in rrs:
-                    self.sched.table.add(rr)
-                    added.append(rr)
-            else:
-                out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="the completion ran out of time")
+            if vmrr.state != "active" or any(rr.kind != SHUTDOWN or rr.state != "scheduled" for rr in vmrr.post):
+                continue
+            if now - vmrr.start < oh.scheduling_threshold(lease, opts, resuming=False):
+                continue
+            overheads = self._op_time(lease, vmrr.mapping, True) + self._op_time(lease, vmrr.mapping, False)
+            if vmrr.end - now > overheads:
+                out.append(lease)
+        out.sort(key=lambda lease: lease.id)
         return out
 
-    def _fits(self, rrs) -> bool:
-        """Whether reservations not on the slot table fit on their nodes as it stands."""
-        table = self.sched.table
-        return all(table.profiles[pnode].fits_between(rr.start, rr.end, d, table.caps[pnode])
-                   for rr in rrs for pnode, d in rr.demand.items())
-
-    def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
-        """The order the completion books leases in: those that have waited past the wait guard first, in arrival
-        order (the place in line the guard keeps); then the others by run time over their weight in the round's
-        objective, shortest first (Smith's rule for the weighted completion time the round minimizes); the run is
-        what a booking holds: what the lease has left, or its run-time estimate (scheduling.estimate)."""
-        guard, weights = self.sched.opts.solver_wait_guard, self.sched.opts.weights
-        waited, rest = [], []
-        for lease in leases:
-            (waited if 0 < guard <= now - lease.req.arrival else rest).append(lease)
-        waited.sort(key=lambda lease: (lease.req.arrival, lease.id))
-        booked_run = self.sched.vm.estimates.booked_run
-
-        def smith(lease: Lease) -> float:
-            run = booked_run(lease)
-            return run / wait_weight(now, lease.req, weights, self._expected(lease, run))
-
-        rest.sort(key=lambda lease: (smith(lease), lease.req.arrival, lease.id))
-        return waited + rest
-
-    def _asap(self, lease: Lease, now: int) -> RR:
-        """The lease's earliest whole booking from now (resumed where its image is), not added to the slot table."""
-        resuming = lease.is_suspended()
-        fixed = dict(lease.image_nodes) if resuming else None
-        earliest = {n: now for n in set(fixed.values())} if resuming else None
-        return self.sched.vm.asap(lease, now, earliest, True, resuming, fixed, strict=True)
+    def _running_snapshot(self, lease: Lease, now: int) -> LeaseSnapshot:
+        """A running lease the round may suspend, as booked: it runs to its booking's end, then shuts down."""
+        vmrr = lease.last_vmrr()
+        ov = Overheads(suspend=self._op_time(lease, vmrr.mapping, True), resume=self._op_time(lease, vmrr.mapping, False),
+                       shutdown=oh.shutdown_time(lease, self.sched.opts))
+        nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
+        return LeaseSnapshot(lease.req, Phase.RUNNING, ov, nodes=nodes, left=vmrr.end - now,
+                             ran=lease.accumulated + now - vmrr.start, since=vmrr.start,
+                             expected_run=self._expected(lease, vmrr.end - vmrr.start))
 
     def _lease_snapshot(self, lease: Lease, now: int) -> tuple[LeaseSnapshot, LeasePlan]:
         opts = self.sched.opts
@@ -417,96 +356,6 @@ class CpsatRound:
         """The whole run a lease's booking of `run` expects when that is a run-time estimate (None: what it asked
         for)."""
         return None if run == lease.remaining() else lease.accumulated + run
-
-    # -- committing the solver's plan -------------------------------------------------------------------------
-    def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan]) -> bool:
-        """Re-plan `moves` as the solver says; all or nothing (False: the greedy plan is left as it was)."""
-        withdrawn = [self._withdraw(lease) for lease in moves]
-        placed: list[Lease] = []
-        ok = True
-        for lease in sorted(moves, key=lambda l: (plan[l.id].start if plan[l.id].start is not None else 0, l.id)):
-            p = plan[lease.id]
-            if p.outcome is not Outcome.ACCEPTED or p.start is None:
-                continue   # deferred: it stays in the queue
-            vmrr = self._build(lease, p, now)
-            if vmrr is None:
-                ok = False
-                break
-            self._commit(lease, vmrr, now)
-            placed.append(lease)
-        if ok:
-            return True
-        for lease in placed:
-            self._withdraw(lease)
-        for w in withdrawn:
-            self._restore(w)
-        return False
-
-    def _build(self, lease: Lease, p: LeasePlan, now: int) -> RR | None:
-        sched, opts = self.sched, self.sched.opts
-        resuming = lease.is_suspended()
-        remaining, shutdown = sched.vm.estimates.booked_run(lease), oh.shutdown_time(lease, opts)
-        resume = self._resume_time(lease) if resuming else 0
-        mapping = {v: n for v, n in zip(sorted(lease.demands), p.nodes)}
-        if resuming and mapping != lease.image_nodes:
-            return None
-        try:
-            vmrr = sched.vm.build(lease, p.start, p.start + resume + remaining + shutdown, mapping, resuming,
-                                  remaining, shutdown)
-        except NotSchedulable:
-            return None
-        if not vmrr.post or vmrr.post[0].kind != SHUTDOWN or vmrr.start < now:
-            return None
-        return vmrr if self._fits((*vmrr.pre, vmrr, *vmrr.post)) else None
-
-    def _resume_time(self, lease: Lease) -> int:
-        """How long resuming a suspended lease on its image's nodes takes: the span of the resume blocks the VM
-        scheduler builds there (the round resumes leases where their images are)."""
-        blocks = oh.susprem_blocks(lease, lease.image_nodes, 0, oh.FORWARD, self.sched.opts, suspend=False)
-        return max(end for _, end, _ in blocks)
-
-    def _commit(self, lease: Lease, vmrr: RR, now: int) -> None:
-        sched = self.sched
-        if lease in sched.queue:
-            sched.queue.remove(lease)
-        # as the greedy pass counts them: a best-effort reservation for later than now
-        vmrr.backfill = (vmrr.pre[0].start if vmrr.pre else vmrr.start) > now
-        vmrr.promised_from = self._promise_from(lease)
-        if vmrr.backfill:
-            sched.vm.future_count += 1
-        for rr in (*vmrr.pre, vmrr, *vmrr.post):
-            sched.table.add(rr)
-        lease.vmrrs.append(vmrr)
-        lease.set_state(S.SUSPENDED_SCHEDULED if lease.state is S.SUSPENDED_QUEUED else S.SCHEDULED)
-
-    def _withdraw(self, lease: Lease) -> _Withdrawn:
-        """Take a lease's booked (not started) reservation out and put it back in the queue."""
-        sched = self.sched
-        w = _Withdrawn(lease, lease.state, None, lease in sched.queue)
-        if lease.state in BOOKED:
-            vmrr = lease.vmrrs.pop()
-            w.vmrr = vmrr
-            if vmrr.backfill:
-                sched.vm.future_count -= 1
-            for rr in (*vmrr.pre, vmrr, *vmrr.post):
-                sched.table.remove(rr)
-            lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_SCHEDULED else S.QUEUED)
-            sched.enqueue(lease)
-        return w
-
-    def _restore(self, w: _Withdrawn) -> None:
-        sched, lease = self.sched, w.lease
-        if w.vmrr is None:
-            return
-        if lease in sched.queue:
-            sched.queue.remove(lease)
-        vmrr = w.vmrr
-        if vmrr.backfill:
-            sched.vm.future_count += 1
-        for rr in (*vmrr.pre, vmrr, *vmrr.post):
-            sched.table.add(rr)
-        lease.vmrrs.append(vmrr)
-        lease.set_state(w.state)
 
 
 def _differs(a: LeasePlan, b: LeasePlan) -> bool:

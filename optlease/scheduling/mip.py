@@ -138,11 +138,11 @@ def _build(data: RoundData):
         if not (j.optional or j.deferrable):
             add(m.placed[j.id] == 1)
         if j.role is Role.SUSPENDABLE:
-            # at most one suspension, ending as an accepted AR starts; its resume comes after it
+            # at most one suspension, ending as an accepted AR starts (or at its free end); its resume comes after it
             add(sum(sel[j.id].values()) <= 1)
             for a in j.suspend_ends:
                 add(sum(y for _, y in y_of[j.id, a]) <= sel[j.id][a])
-                if not any(not ar.optional for ar in ars_at[a]):
+                if a != j.free_end and not any(not ar.optional for ar in ars_at[a]):
                     add(sel[j.id][a] <= sum(m.placed[ar.id] for ar in ars_at[a]))
         # every VM of a placed tail is on exactly one node
         for md in modes[j.id]:

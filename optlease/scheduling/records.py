@@ -72,6 +72,8 @@ class Held:
 
 
 NOT_PROMISED = 2 ** 62   # RR.promised_from of a round's booking that is a plan for as long as it is not moved up
+WAITING = (LeaseState.QUEUED, LeaseState.SUSPENDED_QUEUED)          # best-effort, in the queue
+BOOKED = (LeaseState.SCHEDULED, LeaseState.SUSPENDED_SCHEDULED)     # best-effort, booked and not begun
 
 
 @dataclass(eq=False)

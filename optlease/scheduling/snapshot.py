@@ -56,12 +56,16 @@ class Policy:
     admission: Admission = Admission.ACCEPT_ALL
     preemption: Preemption = Preemption.NO_PREEMPTION
     non_schedulable_interval: int = 10
+    suspend_for_waiting: bool = False   # a running preemptible best-effort lease may also be suspended at once so
+                                        # that waiting leases run first (not only for an AR)
 
     def may_suspend(self, numvms: int) -> bool:
-        """Whether a preemptible lease of `numvms` VMs may be suspended at all under these options."""
-        if self.preemption is Preemption.NO_PREEMPTION or self.suspension is Suspension.NONE:
-            return False
-        return self.suspension is Suspension.ALL or numvms == 1
+        """Whether a preemptible lease of `numvms` VMs may be suspended for an AR under these options."""
+        return self.preemption is not Preemption.NO_PREEMPTION and self.suspendable(numvms)
+
+    def suspendable(self, numvms: int) -> bool:
+        """Whether `suspension` lets a lease of `numvms` VMs be suspended at all."""
+        return self.suspension is Suspension.ALL or (self.suspension is Suspension.SERIAL_ONLY and numvms == 1)
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ def add_placement(rm: RoundModel) -> Terms:
 
 
 def add_suspensions(rm: RoundModel) -> Terms:
-    """A running preemptible lease is suspended at most once, so that its suspension ends as an accepted AR starts;
-    it resumes only after the suspension (and the image's transfer) is over."""
+    """A running preemptible lease is suspended at most once, so that its suspension ends as an accepted AR starts
+    (or at its free end: begun at once, for waiting leases); it resumes only after the suspension (and the image's
+    transfer) is over."""
     m, data = rm.model, rm.data
     ars_at: dict[int, list] = defaultdict(list)
     for job in data.jobs:
@@ -44,6 +45,8 @@ def add_suspensions(rm: RoundModel) -> Terms:
             susp = rm.suspended[job.id]
             m.add(present <= susp)
             for a in job.suspend_ends:
+                if a == job.free_end:
+                    continue
                 if not ars_at[a]:
                     m.add(rm.suspend_end[job.id, a] == 0)
                 elif not any(always(p) for p in ars_at[a]):

@@ -12,7 +12,7 @@ from optlease.scheduling.snapshot import Admission, Exclusion, LeaseSnapshot, Mi
 
 class Role(str, Enum):
     FIXED = "fixed"              # running and not interruptible: constant occupancy until it ends
-    SUSPENDABLE = "suspendable"  # running, may be suspended so that the suspension ends at an AR start, then resumed
+    SUSPENDABLE = "suspendable"  # running, may be suspended (for an AR, or at once for waiting leases), then resumed
     START = "start"              # needs a start or a resume somewhere in the look-ahead
     REJECTED = "rejected"        # refused before modelling (admission policy, too late, too large)
 
@@ -39,7 +39,8 @@ class Job:
     shutdown: int = 0
     origin: tuple[int, ...] = ()      # node of each VM's image (SUSPENDABLE, suspended); () for a first start
     candidates: tuple[tuple[int, ...], ...] = ()   # per VM, the nodes it may (re)start on
-    suspend_ends: tuple[int, ...] = ()             # SUSPENDABLE: the AR starts a suspension may end at
+    suspend_ends: tuple[int, ...] = ()             # SUSPENDABLE: the times a suspension may end at
+    free_end: int | None = None       # SUSPENDABLE: the one of them that needs no AR (a suspension begun at once)
     weight: int = 0                   # best-effort aging weight
     value: int = 0                    # node-seconds at stake (optional jobs)
     planned_start: int | None = None
@@ -137,18 +138,24 @@ def _common(lease: LeaseSnapshot) -> dict:
 
 
 def _running_job(snap: RoundSnapshot, lease: LeaseSnapshot, ar_starts: list[int], weights: Weights) -> Job:
-    """FIXED, or SUSPENDABLE where policy, preemptibility and the scheduling threshold leave a suspension end."""
+    """FIXED, or SUSPENDABLE where policy, preemptibility and the scheduling threshold leave a suspension end: an
+    AR's start, or (`suspend_for_waiting`) the end of a suspension begun as soon as the round may act."""
     now, policy, req, ov = snap.now, snap.policy, lease.request, lease.overheads
     ends: tuple[int, ...] = ()
-    if req.preemptible and lease.kind is LeaseKind.BEST_EFFORT and policy.may_suspend(req.numnodes):
+    free = None
+    if req.preemptible and lease.kind is LeaseKind.BEST_EFFORT and policy.suspendable(req.numnodes):
         since = lease.since if lease.since is not None else now - lease.ran
-        minimum = policy.threshold_factor * (ov.suspend + ov.resume)
-        ends = tuple(a for a in ar_starts
-                     if a - ov.suspend >= max(now + policy.non_schedulable_interval, since + minimum)
-                     and a - ov.suspend < now + lease.remaining)
+        soonest = max(now + policy.non_schedulable_interval, since + policy.threshold_factor * (ov.suspend + ov.resume))
+        candidates = [*ar_starts] if policy.may_suspend(req.numnodes) else []
+        if policy.suspend_for_waiting and soonest == now + policy.non_schedulable_interval:
+            free = soonest + ov.suspend
+            candidates.append(free)
+        ends = tuple(sorted({a for a in candidates if soonest <= a - ov.suspend < now + lease.remaining}))
+        free = free if free in ends else None
     if not ends:
         return Job(role=Role.FIXED, origin=lease.nodes, **_common(lease))
-    return Job(role=Role.SUSPENDABLE, origin=lease.nodes, suspend_ends=ends, deferrable=True, earliest=min(ends),
+    return Job(role=Role.SUSPENDABLE, origin=lease.nodes, suspend_ends=ends, free_end=free, deferrable=True,
+               earliest=min(ends),
                resume=ov.resume, migrate=_migrate(policy.migration, ov.migrate),
                weight=wait_weight(now, req, weights, lease.expected_run), **_common(lease))
 

@@ -1,0 +1,163 @@
+"""Committing a CP-SAT round's plan to the slot table: suspensions begun now, bookings built by the VM scheduler at
+the solver's starts and nodes, each checked against the node profiles; all or nothing."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optlease.domain.lease import LeaseState
+from optlease.scheduling import overheads as oh
+from optlease.scheduling.records import BOOKED, SHUTDOWN, RR, Lease, NotSchedulable
+from optlease.scheduling.snapshot import LeasePlan, Outcome
+
+S = LeaseState
+
+
+@dataclass
+class _Withdrawn:
+    lease: Lease
+    state: S
+    vmrr: RR | None
+    queued: bool
+
+
+class PlanCommit:
+    """The commit half of CpsatRound (a mixin: it needs `self.sched` and `self._promise_from`)."""
+
+    def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan], stops: list[Lease] = ()) -> bool:
+        """Suspend `stops` now and re-plan `moves` as the solver says; all or nothing (False: the greedy plan is
+        left as it was). A suspended lease goes back to the queue when its suspension is over, and its resume is
+        booked then."""
+        stopped = []
+        for lease in stops:
+            undo = self._suspend(lease, now)
+            if undo is None:
+                for lease_undo in reversed(stopped):
+                    self._unsuspend(*lease_undo)
+                return False
+            stopped.append((lease, undo))
+        withdrawn = [self._withdraw(lease) for lease in moves]
+        placed: list[Lease] = []
+        ok = True
+        for lease in sorted(moves, key=lambda l: (plan[l.id].start if plan[l.id].start is not None else 0, l.id)):
+            p = plan[lease.id]
+            if p.outcome is not Outcome.ACCEPTED or p.start is None:
+                continue   # deferred: it stays in the queue
+            vmrr = self._build(lease, p, now)
+            if vmrr is None:
+                ok = False
+                break
+            self._commit(lease, vmrr, now)
+            placed.append(lease)
+        if ok:
+            for lease, _ in stopped:
+                self.sched.log.info("LSCHED", "Lease #%i is suspended so that waiting leases run." % lease.id)
+                lease.preemptions += 1
+                self.sched.end_rr(lease.last_vmrr(), now)   # its run ends now: the suspension begins
+            return True
+        for lease in placed:
+            self._withdraw(lease)
+        for w in withdrawn:
+            self._restore(w)
+        for lease_undo in reversed(stopped):
+            self._unsuspend(*lease_undo)
+        return False
+
+    def _suspend(self, lease: Lease, now: int) -> tuple | None:
+        """Book the lease's suspension from now on (its VM reservation ends now); what `_unsuspend` needs to take
+        it back, or None when it cannot be booked."""
+        vmrr = lease.last_vmrr()
+        old = (vmrr.end, vmrr.post, vmrr.checkpoint)
+        try:
+            self.sched.suspend_at(vmrr, now + self._op_time(lease, vmrr.mapping, True), now)
+        except NotSchedulable:
+            return None
+        if vmrr.end != now:
+            self._unsuspend(lease, old)
+            return None
+        return old
+
+    def _unsuspend(self, lease: Lease, old: tuple) -> None:
+        table, vmrr = self.sched.table, lease.last_vmrr()
+        for rr in (vmrr, *vmrr.post):
+            table.remove(rr)
+        vmrr.end, vmrr.post, vmrr.checkpoint = old
+        for rr in (vmrr, *vmrr.post):
+            table.add(rr)
+
+    def _build(self, lease: Lease, p: LeasePlan, now: int) -> RR | None:
+        sched, opts = self.sched, self.sched.opts
+        resuming = lease.is_suspended()
+        remaining, shutdown = sched.vm.estimates.booked_run(lease), oh.shutdown_time(lease, opts)
+        resume = self._resume_time(lease) if resuming else 0
+        mapping = {v: n for v, n in zip(sorted(lease.demands), p.nodes)}
+        if resuming and mapping != lease.image_nodes:
+            return None
+        try:
+            vmrr = sched.vm.build(lease, p.start, p.start + resume + remaining + shutdown, mapping, resuming,
+                                  remaining, shutdown)
+        except NotSchedulable:
+            return None
+        if not vmrr.post or vmrr.post[0].kind != SHUTDOWN or vmrr.start < now:
+            return None
+        return vmrr if self._fits((*vmrr.pre, vmrr, *vmrr.post)) else None
+
+    def _resume_time(self, lease: Lease) -> int:
+        """How long resuming a suspended lease on its image's nodes takes (the round resumes leases where their
+        images are)."""
+        return self._op_time(lease, lease.image_nodes, False)
+
+    def _op_time(self, lease: Lease, mapping: dict[int, int], suspend: bool) -> int:
+        """How long suspending or resuming a lease placed by `mapping` takes: the span of the blocks the VM scheduler
+        builds for it."""
+        blocks = oh.susprem_blocks(lease, mapping, 0, oh.FORWARD, self.sched.opts, suspend=suspend)
+        return max(end for _, end, _ in blocks)
+
+    def _commit(self, lease: Lease, vmrr: RR, now: int) -> None:
+        sched = self.sched
+        if lease in sched.queue:
+            sched.queue.remove(lease)
+        # as the greedy pass counts them: a best-effort reservation for later than now
+        vmrr.backfill = (vmrr.pre[0].start if vmrr.pre else vmrr.start) > now
+        vmrr.promised_from = self._promise_from(lease)
+        if vmrr.backfill:
+            sched.vm.future_count += 1
+        for rr in (*vmrr.pre, vmrr, *vmrr.post):
+            sched.table.add(rr)
+        lease.vmrrs.append(vmrr)
+        lease.set_state(S.SUSPENDED_SCHEDULED if lease.state is S.SUSPENDED_QUEUED else S.SCHEDULED)
+
+    def _withdraw(self, lease: Lease) -> _Withdrawn:
+        """Take a lease's booked (not started) reservation out and put it back in the queue."""
+        sched = self.sched
+        w = _Withdrawn(lease, lease.state, None, lease in sched.queue)
+        if lease.state in BOOKED:
+            vmrr = lease.vmrrs.pop()
+            w.vmrr = vmrr
+            if vmrr.backfill:
+                sched.vm.future_count -= 1
+            for rr in (*vmrr.pre, vmrr, *vmrr.post):
+                sched.table.remove(rr)
+            lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_SCHEDULED else S.QUEUED)
+            sched.enqueue(lease)
+        return w
+
+    def _restore(self, w: _Withdrawn) -> None:
+        sched, lease = self.sched, w.lease
+        if w.vmrr is None:
+            return
+        if lease in sched.queue:
+            sched.queue.remove(lease)
+        vmrr = w.vmrr
+        if vmrr.backfill:
+            sched.vm.future_count += 1
+        for rr in (*vmrr.pre, vmrr, *vmrr.post):
+            sched.table.add(rr)
+        lease.vmrrs.append(vmrr)
+        lease.set_state(w.state)
+
+    def _fits(self, rrs) -> bool:
+        """Whether reservations not on the slot table fit on their nodes as it stands."""
+        table = self.sched.table
+        return all(table.profiles[pnode].fits_between(rr.start, rr.end, d, table.caps[pnode])
+                   for rr in rrs for pnode, d in rr.demand.items())
+

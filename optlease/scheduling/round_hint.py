@@ -1,0 +1,111 @@
+"""The hint of a CP-SAT round: the greedy plan completed by booking every movable lease in the line's order at its
+earliest fit (conservative backfilling, tried on the slot table and taken out again), and the wait guard."""
+from __future__ import annotations
+
+import time
+
+from optlease.scheduling.cpsat.prepare import wait_weight
+from optlease.scheduling.records import BOOKED, RR, WAITING, Lease, NotSchedulable
+from optlease.scheduling.snapshot import LeasePlan, Outcome
+
+
+class HintCompletion:
+    """The hint half of CpsatRound (a mixin: it needs `self.sched`, `_deadline`, `_promised`, `_expected` and
+    `_fits`)."""
+
+    def _latest_start(self, lease: Lease, hint: LeasePlan, now: int) -> int | None:
+        """The wait guard: the solver may push a lease back past its hinted start only while its start stays within
+        `solver-wait-guard` of its arrival, so that reordering for shorter leases never makes a long wait longer."""
+        guard, lookahead = self.sched.opts.solver_wait_guard, self.sched.opts.lookahead
+        if guard <= 0 or hint.outcome is not Outcome.ACCEPTED or hint.start is None:
+            return None
+        if lookahead is not None and hint.start > now + lookahead:
+            return None
+        return max(hint.start, lease.req.arrival + guard)
+
+    def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
+        """The hint's bookings: from the oldest lease the greedy pass left queued on, every movable lease but the
+        promises booked in the line's order (`_line`) at its earliest fit (conservative backfilling; tried on the slot
+        table and taken out again). Bookings made earlier give way, so a lease an AR sent back to the queue gets its
+        place in line back."""
+        queued = [(lease.req.arrival, lease.id) for lease in movable if lease.state in WAITING]
+        if not queued:
+            return {}
+        oldest = min(queued)
+        rebook = self._line(now, [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest
+                                  and not self._promised(lease, now)])   # a promise keeps its place
+        sched, out, added = self.sched, {}, []
+        withdrawn = [rr for lease in rebook if lease.state in BOOKED
+                     for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
+        log, quiet = sched.log, sched.log.info_on
+        log.info_on = False
+        for rr in withdrawn:
+            sched.table.remove(rr)
+        deadline = self._deadline()
+        try:
+            for i, lease in enumerate(rebook):
+                if time.perf_counter() > deadline:
+                    # out of budget: the leases not reached keep their bookings where these still fit
+                    out.update(self._keep(rebook[i:], added))
+                    break
+                try:
+                    vmrr = self._asap(lease, now)
+                except NotSchedulable:
+                    continue
+                for rr in (*vmrr.pre, vmrr, *vmrr.post):
+                    sched.table.add(rr)
+                    added.append(rr)
+                start = vmrr.pre[0].start if vmrr.pre else vmrr.start
+                nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
+                out[lease.id] = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes, end=vmrr.end)
+        finally:
+            for rr in added:
+                sched.table.remove(rr)
+            for rr in withdrawn:
+                sched.table.add(rr)
+            log.info_on = quiet
+        return out
+
+    def _keep(self, leases: list[Lease], added: list[RR]) -> dict[int, LeasePlan]:
+        """For a completion the budget cut short: each booked lease it did not reach gets its withdrawn booking back
+        on the slot table (recorded in `added`) where that still fits around what the completion booked, and is
+        deferred in the hint where it does not (its greedy booking then overlaps the completion's)."""
+        out = {}
+        for lease in leases:
+            if lease.state not in BOOKED:
+                continue   # queued: deferred in the hint already
+            vmrr = lease.last_vmrr()
+            rrs = (*vmrr.pre, vmrr, *vmrr.post)
+            if self._fits(rrs):
+                for rr in rrs:
+                    self.sched.table.add(rr)
+                    added.append(rr)
+            else:
+                out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="the completion ran out of time")
+        return out
+
+    def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
+        """The order the completion books leases in: those that have waited past the wait guard first, in arrival
+        order (the place in line the guard keeps); then the others by run time over their weight in the round's
+        objective, shortest first (Smith's rule for the weighted completion time the round minimizes); the run is
+        what a booking holds: what the lease has left, or its run-time estimate (scheduling.estimate)."""
+        guard, weights = self.sched.opts.solver_wait_guard, self.sched.opts.weights
+        waited, rest = [], []
+        for lease in leases:
+            (waited if 0 < guard <= now - lease.req.arrival else rest).append(lease)
+        waited.sort(key=lambda lease: (lease.req.arrival, lease.id))
+        booked_run = self.sched.vm.estimates.booked_run
+
+        def smith(lease: Lease) -> float:
+            run = booked_run(lease)
+            return run / wait_weight(now, lease.req, weights, self._expected(lease, run))
+
+        rest.sort(key=lambda lease: (smith(lease), lease.req.arrival, lease.id))
+        return waited + rest
+
+    def _asap(self, lease: Lease, now: int) -> RR:
+        """The lease's earliest whole booking from now (resumed where its image is), not added to the slot table."""
+        resuming = lease.is_suspended()
+        fixed = dict(lease.image_nodes) if resuming else None
+        earliest = {n: now for n in set(fixed.values())} if resuming else None
+        return self.sched.vm.asap(lease, now, earliest, True, resuming, fixed, strict=True)
