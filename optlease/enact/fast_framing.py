@@ -1,0 +1,203 @@
+"""The FAST migfra wire protocol's framing: the YAML encoding of messages (with a bound on what is parsed), task ids,
+MQTT topics, and the field readers that tasks and results share. Nothing here touches the network or libvirt."""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Mapping
+
+import yaml
+
+from optlease.errors import InputError
+
+# A task payload is a few KiB of YAML; a bound keeps a hostile sender from making us parse megabytes.
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+MIGRATION_TYPES = ("live", "warm", "offline")
+SUCCESS, ERROR = "success", "error"
+ALL_RESULTS = "fast/migfra/+/result"
+ALL_STATUS = "fast/agent/+/status"
+EMPTY_CONTAINER = "Empty task container executed."
+VM_MIGRATED, VMS_LISTED = "vm migrated", "vms listed"   # the result kinds read differently
+U32, U64 = 2**32 - 1, 2**64 - 1
+
+
+class FastProtocolError(InputError):
+    """A FAST message that cannot be read; `task_id` is set only when the id itself was readable and worth echoing."""
+
+    def __init__(self, message: str, task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+# ---------------------------------------------------------------------------------------------------------- topics
+
+def check_host(host: str) -> str:
+    """The host name, if it can stand as one MQTT topic level."""
+    if not isinstance(host, str) or not host or any(c in host for c in "/+#\0"):
+        raise FastProtocolError(f"bad host name {host!r}: must be non-empty, without '/', '+', '#'")
+    return host
+
+
+def task_topic(host: str) -> str:
+    return f"fast/migfra/{check_host(host)}/task"
+
+
+def result_topic(host: str) -> str:
+    return f"fast/migfra/{check_host(host)}/result"
+
+
+def status_topic(host: str) -> str:
+    return f"fast/agent/{check_host(host)}/status"
+
+
+def host_of_topic(topic: str) -> str:
+    """The <host> level of a fast/migfra/<host>/... or fast/agent/<host>/... topic."""
+    parts = topic.split("/")
+    if len(parts) < 4 or parts[0] != "fast" or parts[1] not in ("migfra", "agent"):
+        raise FastProtocolError(f"not a FAST host topic: {topic!r}")
+    return parts[2]
+
+
+def new_task_id() -> str:
+    """A fresh id. The `t-` prefix keeps it a string for every YAML loader: migfra echoes ids unquoted, and a bare
+    `42` or `yes` would come back as an int or a boolean."""
+    return f"t-{uuid.uuid4().hex}"
+
+
+# ------------------------------------------------------------------------------------------------------- framing
+
+class _Dumper(yaml.SafeDumper):
+    """Safe dumper that writes multi-line strings (domain XML) as literal blocks, readable in a broker log."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def encode(doc: Mapping[str, Any]) -> bytes:
+    """One message, framed exactly as migfra frames it: `---\\n<yaml>\\n---`."""
+    body = yaml.dump(dict(doc), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return ("---\n" + body + "---").encode("utf-8")
+
+
+def decode(payload: bytes | str, max_bytes: int = MAX_PAYLOAD_BYTES) -> dict[str, Any]:
+    """The one mapping a payload holds. Only safe_load_all: the trailing `---` of migfra's framing opens an empty
+    second document, which is dropped."""
+    if isinstance(payload, (bytes, bytearray)):
+        if len(payload) > max_bytes:
+            raise FastProtocolError(f"payload too large ({len(payload)} bytes, at most {max_bytes})")
+        try:
+            payload = bytes(payload).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FastProtocolError(f"payload is not UTF-8 text (byte {exc.start})") from None
+    if len(payload) > max_bytes:
+        raise FastProtocolError(f"payload too large ({len(payload)} characters, at most {max_bytes})")
+    if not payload.strip():
+        raise FastProtocolError("empty payload")
+    try:
+        docs = [d for d in yaml.safe_load_all(payload) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise FastProtocolError(f"bad YAML{where}: {problem}") from None
+    except RecursionError:
+        raise FastProtocolError("bad YAML: nested too deeply") from None
+    if not docs:
+        raise FastProtocolError("empty payload: no YAML document")
+    if len(docs) > 1:
+        raise FastProtocolError(f"expected one YAML document, got {len(docs)}")
+    if not isinstance(docs[0], dict):
+        raise FastProtocolError(f"expected a YAML mapping, got {type(docs[0]).__name__}")
+    return docs[0]
+
+
+# ----------------------------------------------------------------------------------------------- field readers
+# Each reader names the key in its message; yaml-cpp reads scalars by the type asked for, so digits are accepted
+# for names and digit strings for counts, but a boolean is never a name and `lots` is never a size.
+
+def read_id(doc: Mapping[str, Any]) -> str | None:
+    value = doc.get("id")
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise FastProtocolError(f"id: expected a scalar, got {type(value).__name__}")
+
+
+def read_name(doc: Mapping[str, Any], key: str, required: bool = True) -> str | None:
+    value = doc.get(key)
+    if value is None:
+        if required:
+            raise FastProtocolError(f"missing {key}")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise FastProtocolError(f"{key}: expected a name, got {value!r:.60}")
+    text = str(value)
+    if not text:
+        raise FastProtocolError(f"{key}: empty name")
+    return text
+
+
+def read_uint(doc: Mapping[str, Any], key: str, limit: int, unit: str = "") -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FastProtocolError(f"{key}: expected a whole number{unit}, got {value!r:.60}")
+    if not 0 <= value <= limit:
+        raise FastProtocolError(f"{key}: {value} is out of range 0..{limit}")
+    return value
+
+
+def read_flag(doc: Mapping[str, Any], key: str) -> bool:
+    value = doc.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise FastProtocolError(f"{key}: expected true or false, got {value!r:.60}")
+    return value
+
+
+def read_entries(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = doc.get(key)
+    if value is None:
+        raise FastProtocolError(f"missing {key}")
+    if not isinstance(value, list):
+        raise FastProtocolError(f"{key}: expected a list, got {type(value).__name__}")
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            raise FastProtocolError(f"{key}[{i}]: expected a mapping, got {type(entry).__name__}")
+    return value
+
+
+def read_vcpu_map(doc: Mapping[str, Any], key: str = "vcpu-map") -> tuple[tuple[int, ...], ...] | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(cpus, list) for cpus in value):
+        raise FastProtocolError(f"{key}: expected a list of CPU lists, e.g. [[4], [5]]")
+    out = []
+    for cpus in value:
+        if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 65536 for c in cpus):
+            raise FastProtocolError(f"{key}: CPU numbers must be whole numbers in 0..65535, got {cpus!r:.60}")
+        out.append(tuple(cpus))
+    return tuple(out)
+
+
+def read_indexed(read, entries: list, key: str) -> list:
+    """Read every entry, naming the one that fails by its index."""
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            out.append(read(entry))
+        except FastProtocolError as exc:
+            raise FastProtocolError(f"{key}[{i}]: {exc.message}") from None
+    return out
