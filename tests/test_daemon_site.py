@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from optlease.engine.daemon import site_from_config
+from optlease.engine.daemon_site import site_from_config
 from optlease.errors import InputError
 from optlease.formats.config import parse_config
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
-from optlease.engine.daemon import Manager, SimulatedEnactor
+from optlease.engine.daemon import Manager
+from optlease.engine.daemon_site import SimulatedEnactor
 from optlease.eventlog import EventLog
 from optlease.engine.loop import Stepper, fail, leases_on, node_down, node_up, requeue
 from optlease.engine.persist import Store

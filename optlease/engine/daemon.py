@@ -12,10 +12,10 @@ from datetime import datetime
 from typing import TextIO
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
-from optlease.domain.site import Site
-from optlease.enact.base import HostInfo, TaskOutcome, VmTask, parse_vm_name
+from optlease.enact.base import TaskOutcome, parse_vm_name
 from optlease.enact import base as task
 from optlease.engine.clock import RealClock
+from optlease.engine.daemon_site import FROM_AGENTS, make_enactor, site_from_agents, site_from_config
 from optlease.eventlog import LEVELS, EventLog
 from optlease.engine.loop import Stepper, cancel, fail, leases_on, node_down, node_up, requeue
 from optlease.reconcile import _REPORTED as REPORTED_STATES, desired_state, reconcile, rows_of_leases
@@ -30,114 +30,6 @@ from optlease.scheduling.records import Lease
 S = LeaseState
 ENACT_POLL = 0.1          # seconds between enactment passes while the scheduler sleeps
 MAX_REQUEUES = 3          # a best-effort lease whose host died is requeued this often, then it fails
-
-
-class SimulatedEnactor:
-    """Enactment of `mode: simulated`: every task succeeds at once. Keeps when each VM started (for benchmarks)."""
-
-    simulated = True      # nothing can be lost: the daemon only logs what the reconcile step could not plan
-
-    def __init__(self, site: Site) -> None:
-        self._hosts = {f"simul-{i}": HostInfo(f"simul-{i}", dict(site.capacity(i)), True, time.time())
-                       for i in site.node_ids}
-        self._running: dict[str, tuple[str, str]] = {}
-        self._outcomes: list[TaskOutcome] = []
-        self.started_at: dict[str, float] = {}
-        self.submitted = 0
-
-    def submit(self, tasks: list[VmTask]) -> None:
-        now = time.time()
-        for t in tasks:
-            self.submitted += 1
-            if t.kind in (task.START, task.RESUME):
-                self._running[t.vm] = (t.host, "running")
-                self.started_at.setdefault(t.vm, now)
-            elif t.kind == task.STOP:
-                self._running.pop(t.vm, None)
-            elif t.kind == task.SUSPEND:
-                self._running[t.vm] = (t.host, "saved")
-            elif t.kind == task.MIGRATE:
-                self._running[t.vm] = (t.destination or t.host, self._running.get(t.vm, ("", "saved"))[1])
-            self._outcomes.append(TaskOutcome(t, True))
-
-    def outcomes(self) -> list[TaskOutcome]:
-        out, self._outcomes = self._outcomes, []
-        return out
-
-    def hosts(self) -> dict[str, HostInfo]:
-        return dict(self._hosts)
-
-    def running(self) -> dict[str, tuple[str, str]]:
-        return dict(self._running)
-
-    def close(self) -> None:
-        pass
-
-
-def make_enactor(cfg: Config, site: Site):
-    """The Enactor the configuration asks for: simulated (answers at once) or FAST over MQTT."""
-    mode = cfg.get("general", "mode")
-    if mode == "simulated":
-        return SimulatedEnactor(site)
-    try:
-        from optlease.enact.mqtt import MqttEnactor  # written separately; loaded only for mode: fast
-    except ImportError:
-        raise InputError("[general] mode: fast needs the MQTT enactment (optlease.enact.mqtt), which this "
-                         "installation does not have", cfg.path) from None
-    from optlease.enact.mqtt import minimal_domain_xml
-
-    return MqttEnactor.from_config(cfg, domain_xml=minimal_domain_xml)
-
-
-FROM_AGENTS = "from-agents"
-
-
-def site_from_agents(cfg: Config, enactor) -> Site:
-    """`[simulation] resources: from-agents` (mode fast): node i is the i-th of `[mqtt] hosts`, sized by what its
-    agent announces (CPU: 100 per vcpu, Memory: its MB); waits up to `[mqtt] hosts-wait` seconds for them all."""
-    names = (cfg.get("mqtt", "hosts") or "").split()
-    if cfg.get("general", "mode") != "fast" or not names:
-        raise InputError("[simulation] resources: from-agents needs [general] mode: fast and [mqtt] hosts",
-                         cfg.path)
-    wait = float(cfg.get("mqtt", "hosts-wait"))
-    deadline = time.monotonic() + wait
-    while True:
-        known = enactor.hosts()
-        missing = [n for n in names if n not in known or not known[n].alive
-                   or not {"vcpus", "memory_mb"} <= set(known[n].capacity)]
-        if not missing or time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
-    if missing:
-        raise InputError(f"[simulation] resources: from-agents: no announcement from {' '.join(missing)} within "
-                         f"{wait:g} s ([mqtt] hosts-wait); are their agents running on this broker?", cfg.path)
-    nodes = tuple({"CPU": 100 * known[n].capacity["vcpus"], "Memory": known[n].capacity["memory_mb"]}
-                  for n in names)
-    return Site(("CPU", "Memory"), nodes)
-
-
-def site_from_config(cfg: Config) -> Site:
-    resources = cfg.get("simulation", "resources")
-    if resources == FROM_AGENTS:
-        raise InputError("[simulation] resources: from-agents is for the daemon in mode fast", cfg.path)
-    if resources == "in-tracefile":
-        # The site of an LWF file (its <site>), as in a simulation; the daemon takes no requests from it.
-        from optlease.formats.traces import load_trace
-
-        name = cfg.get("tracefile", "tracefile")
-        if not name:
-            raise InputError("[simulation] resources: in-tracefile needs [tracefile] tracefile (an LWF with a "
-                             "<site>)", cfg.path)
-        site = load_trace(cfg.resolve(name), origin=cfg.get("simulation", "starttime")).site
-        if site is None:
-            raise InputError(f"[simulation] resources is in-tracefile, but {name} has no <site>", cfg.path)
-        return site
-    if not resources:
-        raise InputError("the daemon needs [simulation] resources as `<numnodes> CPU:<n> Memory:<n>`", cfg.path)
-    try:
-        return Site.parse_resources(resources)
-    except InputError as exc:
-        raise InputError(f"[simulation] resources: {exc.message}", cfg.path) from None
 
 
 class Manager:
