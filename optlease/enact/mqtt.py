@@ -36,6 +36,7 @@ import paho.mqtt.client as mqtt
 from optlease.enact import fast
 from optlease.enact.agent.broker import Broker, make_client
 from optlease.enact.base import MIGRATE, RESUME, START, STOP, SUSPEND, HostInfo, TaskOutcome, VmTask, parse_vm_name
+from optlease.enact.mqtt_events import BrokerEvents
 
 log = logging.getLogger("optlease.enact.mqtt")
 TICK = 0.05     # seconds between timer checks
@@ -78,7 +79,7 @@ class _Batch:
     index: int = 0
 
 
-class MqttEnactor:
+class MqttEnactor(BrokerEvents):
     """The Enactor that speaks FAST over MQTT to one migfra(-compatible) agent per host."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 1883, username: str | None = None,
@@ -404,126 +405,6 @@ class MqttEnactor:
                 other = self._running.get(task.swap_with, (task.destination, "running"))[1]
                 self._running[task.swap_with] = (task.host, other)
             self._running[vm] = (task.destination, state)
-
-    # ------------------------------------------------------------------------------------------- MQTT events
-    def _guard(self, handler):
-        def callback(*args) -> None:
-            try:
-                handler(*args)
-            except Exception:      # noqa: BLE001 - paho's network thread must survive anything
-                log.exception("enactor: failed to handle an MQTT event")
-        return callback
-
-    def _on_connect(self, client: mqtt.Client, _userdata, _flags, reason_code, _properties) -> None:
-        if reason_code.is_failure:
-            log.warning("MQTT broker %s refused the connection: %s", self.broker, reason_code)
-            return
-        _rc, self._sub_mid = client.subscribe([(fast.ALL_RESULTS, 1), (fast.ALL_STATUS, 1)])
-        log.info("connected to MQTT broker %s", self.broker)
-
-    def _on_subscribe(self, _client, _userdata, mid, reason_codes, _properties) -> None:
-        if mid != self._sub_mid:
-            return
-        if any(rc.is_failure for rc in reason_codes):
-            log.warning("MQTT broker %s refused our subscriptions: %s", self.broker, reason_codes)
-            return
-        self._ready.set()
-        with self._lock:
-            sends, self._unsent = self._unsent, []
-        self._publish(sends)
-        self.request_inventory()
-
-    def _on_disconnect(self, _client, _userdata, _flags, reason_code, _properties) -> None:
-        self._ready.clear()
-        if not self._closing:
-            log.warning("lost MQTT broker %s (%s); reconnecting", self.broker, reason_code)
-
-    def _seen(self, host: str) -> HostInfo:
-        info = self._hosts.get(host)
-        if info is None:
-            info = self._hosts[host] = HostInfo(host)
-        if not info.alive:
-            log.info("host %s is %s", host, "back" if info.last_seen else "there")
-        info.last_seen = self.clock()
-        info.alive = True
-        return info
-
-    def _on_status(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
-        try:
-            host = fast.host_of_topic(msg.topic)
-            status = fast.parse_status(msg.payload)
-        except fast.FastProtocolError as exc:
-            log.warning("dropped a status message on %s: %s", msg.topic, exc)
-            return
-        with self._lock:
-            was_alive = host in self._hosts and self._hosts[host].alive
-            info = self._seen(host)
-            if status.task in ("init", "heartbeat"):
-                capacity = {}
-                if status.vcpus is not None:
-                    capacity["vcpus"] = status.vcpus
-                if status.memory_kib is not None:
-                    capacity["memory_mb"] = status.memory_kib // 1024
-                if status.task == "init" or capacity:
-                    info.capacity = capacity
-                if status.task == "init":
-                    log.info("host %s announced itself (%s)", host, capacity)
-        # an announcement, or a heartbeat from a host we had given up on: ask what it runs now
-        if status.task == "init" or (status.task == "heartbeat" and not was_alive):
-            self.request_inventory([host])
-
-    def _on_result(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
-        try:
-            host = fast.host_of_topic(msg.topic)
-            result = fast.parse_result(msg.payload)
-        except fast.FastProtocolError as exc:
-            log.warning("dropped a result on %s: %s", msg.topic, exc)
-            return
-        sends: list[_Part] = []
-        if result.kind == fast.ListVms.result_kind:
-            self._on_inventory(host, result)
-            return
-        with self._lock:
-            self._seen(host)
-            part = self._pending.get(result.id) if result.id is not None else None
-            if part is None:
-                log.info("result %s on %s matches no task under way (late, retried or not ours): dropped",
-                         result.id, msg.topic)
-                return
-            if part.host != host:
-                log.warning("result %s came from %s, but its task went to %s: dropped", result.id, host, part.host)
-                return
-            del self._pending[result.id]
-            part.result = result
-            if not result.ok:
-                log.warning("%s %s on %s failed: %s", part.job.task.kind, part.job.task.vm, host,
-                            result.details or result.kind)
-            self._settled(part, sends)
-        self._publish(sends)
-        if not result.ok:
-            self.request_inventory([host])      # after a failure, what the host runs is worth asking again
-
-    def _on_inventory(self, host: str, result: fast.Result) -> None:
-        """A host's answer to `list vms`: it replaces what we knew of that host, except for the VMs of tasks still
-        under way there (their results, which may come later, say more)."""
-        with self._lock:
-            if self._inventory.pop(str(result.id), None) != host:
-                log.debug("a `vms listed` on %s answers nothing we asked: dropped", host)
-                return
-            self._seen(host)
-            busy = set()
-            for part in self._pending.values():
-                t = part.job.task
-                if host in (part.host, t.destination):
-                    busy.update(v for v in (t.vm, t.swap_with) if v)
-            for vm, (where, _state) in list(self._running.items()):
-                if where == host and vm not in busy:
-                    del self._running[vm]
-            for entry in result.vms:
-                if entry.vm_name and entry.vm_name not in busy and entry.state is not None:
-                    self._running[entry.vm_name] = (host, entry.state)
-            self.listed[host] = self.clock()
-        log.info("host %s runs %d domains", host, len(result.vms))
 
 
 __all__ = ["MqttEnactor", "minimal_domain_xml", "parse_vm_name"]
