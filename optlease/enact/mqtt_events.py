@@ -60,11 +60,8 @@ class BrokerEvents:
         return info
 
     def _on_status(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
-        try:
-            host = fast.host_of_topic(msg.topic)
-            status = fast.parse_status(msg.payload)
-        except fast.FastProtocolError as exc:
-            log.warning("dropped a status message on %s: %s", msg.topic, exc)
+        host, status = _read(msg, fast.parse_status, "a status message")
+        if status is None:
             return
         with self._lock:
             was_alive = host in self._hosts and self._hosts[host].alive
@@ -84,11 +81,8 @@ class BrokerEvents:
             self.request_inventory([host])
 
     def _on_result(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
-        try:
-            host = fast.host_of_topic(msg.topic)
-            result = fast.parse_result(msg.payload)
-        except fast.FastProtocolError as exc:
-            log.warning("dropped a result on %s: %s", msg.topic, exc)
+        host, result = _read(msg, fast.parse_result, "a result")
+        if result is None:
             return
         sends: list = []   # the parts of later waves that this result lets go out
         if result.kind == fast.ListVms.result_kind:
@@ -135,3 +129,12 @@ class BrokerEvents:
                     self._running[entry.vm_name] = (host, entry.state)
             self.listed[host] = self.clock()
         log.info("host %s runs %d domains", host, len(result.vms))
+
+
+def _read(msg: mqtt.MQTTMessage, parse, what: str) -> tuple:
+    """The host a message came from and what it says, or (None, None) when it cannot be read (logged, dropped)."""
+    try:
+        return fast.host_of_topic(msg.topic), parse(msg.payload)
+    except fast.FastProtocolError as exc:
+        log.warning("dropped %s on %s: %s", what, msg.topic, exc)
+        return None, None
