@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                     "seed and their mean (a month of rounds amplifies small differences)")
     ap.add_argument("--promises", type=int, default=None, help="cpsat: at most this many round bookings are "
                     "promises, the earliest-arrived leases' (0: every one)")
+    ap.add_argument("--promise-resumes", choices=["yes", "no"], default=None, help="cpsat: whether a round's "
+                    "booking to resume a suspended lease becomes a promise too (default yes; no: ARs may displace it)")
     ap.add_argument("--runtime-estimate", default=None, help="every online mode: how long best-effort bookings "
                     "hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md); default: "
                     "greedy modes book what leases ask for, as Haizea, and cpsat its estimates")
@@ -215,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
               **({"solver-interval": args.interval} if args.interval is not None else {}),
               **({"solver-wait-guard": args.wait_guard} if args.wait_guard is not None else {}),
               **({"solver-commit": args.commit} if args.commit is not None else {}),
-              **({"solver-promises": args.promises} if args.promises is not None else {})}
+              **({"solver-promises": args.promises} if args.promises is not None else {}),
+              **({"solver-promise-resumes": args.promise_resumes} if args.promise_resumes else {})}
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:

@@ -61,6 +61,7 @@ options = st.builds(
     policy_host_selection=st.sampled_from(["greedy", "no-policy"]),
     runtime_estimate=st.sampled_from(["requested", "user-history"]),
     solver_suspend=st.sampled_from(["no", "for-waiting"]),   # mapper cpsat only
+    solver_promise_resumes=st.booleans(),                     # mapper cpsat only
 )
 
 

@@ -120,6 +120,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # mapper cpsat: at most this many of them are promises at a time, those of the leases that arrived first
         # (0: every one)
         "solver-promises": O("int", 0),
+        # mapper cpsat: whether a round's booking to resume a suspended lease becomes a promise too (no: it stays a
+        # plan that ARs may displace)
+        "solver-promise-resumes": O("choice", "yes", "yes", "no"),
         # mapper cpsat: whether a round may suspend running preemptible leases at once so that waiting leases run
         # first (no: only the greedy pass suspends, for ARs)
         "solver-suspend": O("choice", "no", "no", "for-waiting"),

@@ -110,7 +110,15 @@ class CpsatRound(HintCompletion, PlanCommit):
                          if lease.state in BOOKED and lease.round_plan() is not None),
                         key=lambda lease: (lease.req.arrival, lease.id))
         for rank, lease in enumerate(booked):
-            lease.last_vmrr().promised_from = self._promise_from(lease) if rank < opts.solver_promises else NOT_PROMISED
+            lease.last_vmrr().promised_from = self._booking_promise(lease) if rank < opts.solver_promises \
+                else NOT_PROMISED
+
+    def _booking_promise(self, lease: Lease) -> int:
+        """When a round's booking of the lease becomes a promise (`RR.promised_from`): `_promise_from`, except that
+        under `solver-promise-resumes: no` a booking to resume a suspended lease stays a plan (NOT_PROMISED)."""
+        if lease.is_suspended() and not self.sched.opts.solver_promise_resumes:
+            return NOT_PROMISED
+        return self._promise_from(lease)
 
     def _promise_from(self, lease: Lease) -> int:
         """When a round's booking of the lease becomes a promise: once it has waited `solver-promise-after`."""

@@ -45,6 +45,7 @@ class SchedulingOptions:
     solver_promise_after: int = 3 * 86400   # mapper cpsat: a round's booking of a lease that waited this long is a
                                             # promise
     solver_promises: int = 0                # mapper cpsat: at most this many at a time, the oldest leases' (0: all)
+    solver_promise_resumes: bool = True     # mapper cpsat: a round's resume booking becomes a promise too
     solver_suspend: str = "no"              # mapper cpsat: no | for-waiting (a round may suspend running leases)
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
 
@@ -75,7 +76,8 @@ class SchedulingOptions:
             solver_stall=g("solver-stall"), solver_wait_guard=g("solver-wait-guard"),
             solver_interval=g("solver-interval"), solver_commit=g("solver-commit"),
             solver_work_limit=g("solver-work-limit"), solver_promise_after=g("solver-promise-after"),
-            solver_promises=g("solver-promises"), solver_suspend=g("solver-suspend"),
+            solver_promises=g("solver-promises"), solver_promise_resumes=g("solver-promise-resumes") == "yes",
+            solver_suspend=g("solver-suspend"),
             weights=_weights(cfg),
         )
 

@@ -21,7 +21,7 @@ class _Withdrawn:
 
 
 class PlanCommit:
-    """The commit half of CpsatRound (a mixin: it needs `self.sched` and `self._promise_from`)."""
+    """The commit half of CpsatRound (a mixin: it needs `self.sched` and `self._booking_promise`)."""
 
     def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan], stops: list[Lease] = ()) -> bool:
         """Suspend `stops` now and re-plan `moves` as the solver says; all or nothing (False: the greedy plan is
@@ -118,7 +118,7 @@ class PlanCommit:
             sched.queue.remove(lease)
         # as the greedy pass counts them: a best-effort reservation for later than now
         vmrr.backfill = (vmrr.pre[0].start if vmrr.pre else vmrr.start) > now
-        vmrr.promised_from = self._promise_from(lease)
+        vmrr.promised_from = self._booking_promise(lease)
         if vmrr.backfill:
             sched.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
