@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
 from optlease.scheduling.cpsat.prepare import Role, prepare
+from optlease.scheduling.cpsat_round import CpsatRound
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.records import RESUME, SUSPEND
 from optlease.scheduling.snapshot import LeaseSnapshot, Overheads, Phase, Policy, RoundSnapshot, Suspension
@@ -53,10 +54,20 @@ def test_a_lease_that_is_not_preemptible_or_has_not_run_its_threshold_is_not_sus
     assert runs(leases[4]) == [(7200, 7800)] and ops(leases[3]) == []
 
 
-def test_a_suspension_that_would_cost_more_than_the_wait_it_saves_is_not_made():
+def test_a_suspension_that_would_cost_more_than_the_wait_it_saves_is_not_made(monkeypatch):
     """Lease 1 has 100 s left when lease 2 (as long) arrives: suspending it saves lease 2 100 s of waiting and costs
-    lease 1 at least 164 s (suspension, resume and lease 2's run), a preemption and overhead: not made."""
+    lease 1 at least 164 s (suspension, resume and lease 2's run), a preemption and overhead. The round at 3600 is
+    solved with lease 1 offered for suspension, and does not suspend it."""
+    solved = []
+    solve = CpsatRound._solve
+
+    def solve_spy(self, now, movable):
+        solved.append((now, [lease.id for lease in self._suspendable(now)]))
+        return solve(self, now, movable)
+
+    monkeypatch.setattr(CpsatRound, "_solve", solve_spy)
     leases, _ = simulate([be(1, 0, 3700), be(2, 3600, 3600)], ROUNDS)
+    assert (3600, [1]) in solved
     assert runs(leases[1]) == [(0, 3700)] and runs(leases[2]) == [(3700, 7300)]
 
 
