@@ -62,7 +62,4 @@ class RunEstimates:
 
     def margin(self, lease: Lease) -> int:
         """The longest its suspension can take, wherever its VMs are: one VM after another."""
-        opts = self.opts
-        per_vm = [opts.override_suspend if opts.override_suspend is not None
-                  else oh.op_time(lease.req.memory_of(v), opts.suspend_rate) for v in lease.demands]
-        return sum(per_vm) + len(per_vm) * opts.enactment_overhead
+        return oh.serial_time(lease, self.opts, suspend=True)

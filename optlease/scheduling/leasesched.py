@@ -224,21 +224,29 @@ class LeaseScheduler:
             lease.set_state(S.QUEUED)
         self.enqueue(lease)
 
-    def suspend_at(self, vmrr: RR, t: int, now: int) -> None:
-        for rr in vmrr.post:
+    def suspend_at(self, vmrr: RR, t: int, now: int) -> tuple:
+        """Book the VM reservation's suspension so that it is over by `t`; what `unsuspend` needs to take it back."""
+        saved = (vmrr.end, vmrr.post, vmrr.checkpoint)
+        for rr in (vmrr, *vmrr.post):
             self.table.remove(rr)
-        old_post = vmrr.post
-        old = (vmrr.start, vmrr.end)
-        self.table.remove(vmrr)
         try:
             self.vm.suspend(vmrr, t, now)
         except NotSchedulable:
-            vmrr.start, vmrr.end = old
-            vmrr.post = old_post
-            for rr in (vmrr, *old_post):
-                self.table.add(rr)
+            self._put_back(vmrr, saved)
             raise
         vmrr.checkpoint = None   # it ends in a suspension now, not where an estimate runs out
+        for rr in (vmrr, *vmrr.post):
+            self.table.add(rr)
+        return saved
+
+    def unsuspend(self, vmrr: RR, saved: tuple) -> None:
+        """Take back a suspension `suspend_at` booked (it has not begun)."""
+        for rr in (vmrr, *vmrr.post):
+            self.table.remove(rr)
+        self._put_back(vmrr, saved)
+
+    def _put_back(self, vmrr: RR, saved: tuple) -> None:
+        vmrr.end, vmrr.post, vmrr.checkpoint = saved
         for rr in (vmrr, *vmrr.post):
             self.table.add(rr)
 

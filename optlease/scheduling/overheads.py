@@ -94,6 +94,14 @@ def _estimate(lease: Lease, opts: SchedulingOptions, suspend: bool) -> int:
     return lease.numnodes * (op_time(memory, rate) + opts.enactment_overhead)
 
 
+def serial_time(lease: Lease, opts: SchedulingOptions, suspend: bool) -> int:
+    """The longest a suspension or resumption can take wherever the VMs are: one VM after another."""
+    override = opts.override_suspend if suspend else opts.override_resume
+    rate = opts.suspend_rate if suspend else opts.resume_rate
+    per_vm = [override if override is not None else op_time(lease.req.memory_of(v), rate) for v in lease.demands]
+    return sum(per_vm) + len(per_vm) * opts.enactment_overhead
+
+
 def suspend_estimate(lease: Lease, opts: SchedulingOptions) -> int:
     if "suspend" not in lease.cache:
         lease.cache["suspend"] = _estimate(lease, opts, suspend=True)

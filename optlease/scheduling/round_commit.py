@@ -66,23 +66,17 @@ class PlanCommit:
         """Book the lease's suspension from now on (its VM reservation ends now); what `_unsuspend` needs to take
         it back, or None when it cannot be booked."""
         vmrr = lease.last_vmrr()
-        old = (vmrr.end, vmrr.post, vmrr.checkpoint)
         try:
-            self.sched.suspend_at(vmrr, now + self._op_time(lease, vmrr.mapping, True), now)
+            saved = self.sched.suspend_at(vmrr, now + self._op_time(lease, vmrr.mapping, True), now)
         except NotSchedulable:
             return None
         if vmrr.end != now:
-            self._unsuspend(lease, old)
+            self.sched.unsuspend(vmrr, saved)
             return None
-        return old
+        return saved
 
-    def _unsuspend(self, lease: Lease, old: tuple) -> None:
-        table, vmrr = self.sched.table, lease.last_vmrr()
-        for rr in (vmrr, *vmrr.post):
-            table.remove(rr)
-        vmrr.end, vmrr.post, vmrr.checkpoint = old
-        for rr in (vmrr, *vmrr.post):
-            table.add(rr)
+    def _unsuspend(self, lease: Lease, saved: tuple) -> None:
+        self.sched.unsuspend(lease.last_vmrr(), saved)
 
     def _build(self, lease: Lease, p: LeasePlan, now: int) -> RR | None:
         sched, opts = self.sched, self.sched.opts

@@ -127,9 +127,7 @@ class VMScheduler:
         worst case of resuming the VMs one after another."""
         if "resume-plan" in lease.cache:
             return lease.cache["resume-plan"]
-        worst = sum(oh.op_time(lease.req.memory_of(v), self.opts.resume_rate) if self.opts.override_resume is None
-                    else self.opts.override_resume for v in lease.demands)
-        worst += lease.numnodes * self.opts.enactment_overhead
+        worst = oh.serial_time(lease, self.opts, suspend=False)
         lease.cache["resume-plan"] = max(oh.resume_estimate(lease, self.opts), worst)
         return lease.cache["resume-plan"]
 
