@@ -49,7 +49,12 @@ def test_an_estimate_is_the_users_last_two_runs_plus_the_time_to_suspend():
     assert estimates.booked_run(short) == 600            # the estimate and margin would be longer than its request
     started = lease(be(12, "u", 0, 3600, 3600))
     started.accumulated = 60
-    assert estimates.booked_run(started) == 3540         # it has run before (suspended): the rest of its request
+    assert estimates.booked_run(started) == 700 - 60 + 32   # suspended before its estimate ran out: the rest of it
+    started.overruns = 1
+    assert estimates.booked_run(started) == 3540         # it has run past an estimate: the rest of its request
+    past = lease(be(14, "u", 0, 3600, 3600))
+    past.accumulated = 800
+    assert estimates.booked_run(past) == 2800            # it has run longer than the estimate: the rest of its request
     fixed = lease(LeaseRequest(13, LeaseKind.BEST_EFFORT, 0, 3600, (VMSPEC,), extra={"user": "u"}))
     assert estimates.booked_run(fixed) == 3600           # not preemptible: it could not make way for an AR
     assert RunEstimates(SchedulingOptions(suspend_rate=32.0)).booked_run(new) == 3600   # runtime-estimate requested
@@ -113,6 +118,24 @@ def test_an_ar_booked_behind_an_estimate_starts_on_time_and_the_lease_is_suspend
     assert leases[2].suspensions == 1 and runs(leases[2]) == [(1000, 1600), (2164, 3564)]
     assert sum(end - start for start, end in runs(leases[2])) == 2000
     assert leases[2].end == 3564 and leases[2].state is LeaseState.DONE
+
+
+@pytest.mark.parametrize("estimate", ["user-history", "requested"])
+def test_a_lease_suspended_in_a_hole_resumes_for_the_rest_of_its_estimate_and_an_ar_fits_after_it(estimate):
+    """One node, no preemption. An AR holds [1400, 1900). Lease 2 (u's, estimated 632 s, really 550 s) is booked
+    into the hole before it: it runs [1000, 1368), is suspended for the AR and resumes after it, [1900, 1932). It is
+    booked for the rest of its estimate, 232 s and 32 s to suspend, with a checkpoint, and really ends at 2114. An
+    AR asked for at 2000 for [2300, 2500) fits after that booking. Booked for the rest of its request (3,232 s, as
+    with requested times) the resumed lease is in the AR's way and, with no preemption, the AR is refused."""
+    opts = dataclasses.replace(ESTIMATES, runtime_estimate=estimate, policy_preemption="no-preemption")
+    reqs = [be(1, "u", 0, 3600, 600), LeaseRequest(3, LeaseKind.AR, 900, 500, (VMSPEC,), start=1400),
+            be(2, "u", 1000, 3600, 550), LeaseRequest(4, LeaseKind.AR, 2000, 200, (VMSPEC,), start=2300)]
+    leases, _ = simulate(reqs, opts)
+    assert runs(leases[2]) == [(1000, 1368), (1932, 2114)] and leases[2].suspensions == 1
+    if estimate == "user-history":
+        assert leases[2].overruns == 0 and leases[4].state is LeaseState.DONE and runs(leases[4]) == [(2300, 2500)]
+    else:
+        assert leases[4].state is LeaseState.REJECTED
 
 
 @st.composite

@@ -8,8 +8,11 @@ bookings of the requested time leave holes no waiting lease fits and put short l
 A booking made from an estimate carries a checkpoint: the estimate's end. A lease still running there has its
 booking grown to the whole requested time (LeaseScheduler.overrun). The suspension margin after the checkpoint is
 what makes that safe: an AR booked right after the estimate still finds the lease suspended before it starts.
-Only leases that may be suspended, have not run yet, and whose user is known get estimates; the others book what
-they asked for.
+A lease suspended before its estimate ran out (booked into a hole, or for an AR) books the rest of its estimate
+when it resumes, with a checkpoint of its own: resumed where its memory image is, on nodes it cannot leave, it
+needs a hole as long as what it is likely to run, not as long as what it asked for. A lease that has run past an
+estimate books the rest of its requested time from then on. Only leases that may be suspended and whose user is
+known get estimates; the others book what they asked for.
 """
 from __future__ import annotations
 
@@ -51,13 +54,16 @@ class RunEstimates:
         """How long the lease's next booking runs its VMs: what it has left, or its estimate plus the margin to
         suspend it when that is shorter."""
         remaining = lease.remaining()
-        if not self.enabled or lease.accumulated or lease.kind is not LeaseKind.BEST_EFFORT \
+        if not self.enabled or lease.overruns or lease.kind is not LeaseKind.BEST_EFFORT \
                 or not oh.can_be_suspended(lease, self.opts):
             return remaining
         runs = self.history.get(user_of(lease))
         if not runs:
             return remaining
-        held = max(1, math.ceil(sum(runs) / len(runs))) + self.margin(lease)
+        left = max(1, math.ceil(sum(runs) / len(runs))) - lease.accumulated   # suspended: what the estimate has left
+        if left <= 0:
+            return remaining
+        held = left + self.margin(lease)
         return held if held < remaining else remaining
 
     def margin(self, lease: Lease) -> int:
