@@ -51,8 +51,8 @@ class RunEstimates:
         del runs[:-HISTORY]
 
     def booked_run(self, lease: Lease) -> int:
-        """How long the lease's next booking runs its VMs: what it has left, or its estimate plus the margin to
-        suspend it when that is shorter."""
+        """How long the lease's next booking runs its VMs: what it has left, or what its estimate has left (all of
+        it before a first start) plus the margin to suspend it when that is shorter."""
         remaining = lease.remaining()
         if not self.enabled or lease.overruns or lease.kind is not LeaseKind.BEST_EFFORT \
                 or not oh.can_be_suspended(lease, self.opts):

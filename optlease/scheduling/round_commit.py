@@ -31,10 +31,10 @@ class PlanCommit:
         for lease in stops:
             undo = self._suspend(lease, now)
             if undo is None:
-                for lease_undo in reversed(stopped):
-                    self._unsuspend(*lease_undo)
+                for vmrr, saved in reversed(stopped):
+                    self.sched.unsuspend(vmrr, saved)
                 return False
-            stopped.append((lease, undo))
+            stopped.append((lease.last_vmrr(), undo))
         withdrawn = [self._withdraw(lease) for lease in moves]
         placed: list[Lease] = []
         ok = True
@@ -49,21 +49,21 @@ class PlanCommit:
             self._commit(lease, vmrr, now)
             placed.append(lease)
         if ok:
-            for lease, _ in stopped:
-                self.sched.log.info("LSCHED", "Lease #%i is suspended so that waiting leases run." % lease.id)
-                lease.preemptions += 1
-                self.sched.end_rr(lease.last_vmrr(), now)   # its run ends now: the suspension begins
+            for vmrr, _ in stopped:
+                self.sched.log.info("LSCHED", "Lease #%i is suspended so that waiting leases run." % vmrr.lease.id)
+                vmrr.lease.preemptions += 1
+                self.sched.end_rr(vmrr, now)   # its run ends now: the suspension begins
             return True
         for lease in placed:
             self._withdraw(lease)
         for w in withdrawn:
             self._restore(w)
-        for lease_undo in reversed(stopped):
-            self._unsuspend(*lease_undo)
+        for vmrr, saved in reversed(stopped):
+            self.sched.unsuspend(vmrr, saved)
         return False
 
     def _suspend(self, lease: Lease, now: int) -> tuple | None:
-        """Book the lease's suspension from now on (its VM reservation ends now); what `_unsuspend` needs to take
+        """Book the lease's suspension from now on (its VM reservation ends now); what `LeaseScheduler.unsuspend` needs to take
         it back, or None when it cannot be booked."""
         vmrr = lease.last_vmrr()
         try:
@@ -74,9 +74,6 @@ class PlanCommit:
             self.sched.unsuspend(vmrr, saved)
             return None
         return saved
-
-    def _unsuspend(self, lease: Lease, saved: tuple) -> None:
-        self.sched.unsuspend(lease.last_vmrr(), saved)
 
     def _build(self, lease: Lease, p: LeasePlan, now: int) -> RR | None:
         sched, opts = self.sched, self.sched.opts
