@@ -63,8 +63,8 @@ class PlanCommit:
         return False
 
     def _suspend(self, lease: Lease, now: int) -> tuple | None:
-        """Book the lease's suspension from now on (its VM reservation ends now); what `LeaseScheduler.unsuspend` needs to take
-        it back, or None when it cannot be booked."""
+        """Book the lease's suspension from now on (its VM reservation ends now); what `LeaseScheduler.unsuspend`
+        needs to take it back, or None when it cannot be booked."""
         vmrr = lease.last_vmrr()
         try:
             saved = self.sched.suspend_at(vmrr, now + self._op_time(lease, vmrr.mapping, True), now)
