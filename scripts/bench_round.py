@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = [one_round(nodes, queued, seed, opts) for seed in range(args.seeds)]
         gaps = [r["gap"] for r in runs if r["gap"] is not None]
         out[f"{nodes}-nodes-{queued}-queued"] = {
-            "round_p50_s": pct([r["round_s"] for r in runs], 0.5), "round_p95_s": pct([r["round_s"] for r in runs], 0.95),
+            "round_p50_s": pct([r["round_s"] for r in runs], 0.5),
+            "round_p95_s": pct([r["round_s"] for r in runs], 0.95),
             "solver_p50_s": pct([r["solver_s"] for r in runs], 0.5),
             "solver_p95_s": pct([r["solver_s"] for r in runs], 0.95),
             "gap_mean": statistics.mean(gaps) if gaps else None,

@@ -129,14 +129,14 @@ def solve_checked(snap: RoundSnapshot, options: SolveOptions = OPTIONS, hint: Pl
 # ---------------------------------------------------------------- rounds with a known best answer
 
 RUNNING_PRE = lease(1, BE, Phase.RUNNING, 100, pre=True, left=50, since=-50, nodes=(1,), ov=Overheads(5, 5, 2, 0))
+RUNNING_NONPRE = replace(RUNNING_PRE, request=replace(RUNNING_PRE.request, preemptible=False))
 NEW_AR = lease(2, AR, Phase.NEW, 10, start=20)
 
 CASES = [
     pytest.param(RoundSnapshot(0, site(), (RUNNING_PRE, NEW_AR), POLICY),
                  {1: (Outcome.ACCEPTED, dict(suspend_at=15, start=30, end=70)), 2: (Outcome.ACCEPTED, dict(start=20))},
                  id="ar-fits-only-if-preemptible-is-suspended"),
-    pytest.param(RoundSnapshot(0, site(), (replace(RUNNING_PRE, request=replace(RUNNING_PRE.request, preemptible=False)),
-                                           NEW_AR), POLICY),
+    pytest.param(RoundSnapshot(0, site(), (RUNNING_NONPRE, NEW_AR), POLICY),
                  {1: (Outcome.ACCEPTED, dict(suspend_at=None)), 2: (Outcome.REJECTED, {})},
                  id="non-preemptible-is-never-interrupted"),
     pytest.param(RoundSnapshot(0, site(), (RUNNING_PRE, NEW_AR), replace(POLICY, preemption=Preemption.NO_PREEMPTION)),

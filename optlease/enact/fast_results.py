@@ -129,4 +129,5 @@ def parse_status(payload: bytes | str) -> AgentStatus:
     task = doc.get("task")
     if not isinstance(task, str):
         raise FastProtocolError('Cannot find key "task" in agent status')
-    return AgentStatus(read_name(doc, "source"), task, read_uint(doc, "vcpus", U32), read_uint(doc, "memory", U64, " of KiB"))
+    return AgentStatus(read_name(doc, "source"), task, read_uint(doc, "vcpus", U32),
+                       read_uint(doc, "memory", U64, " of KiB"))

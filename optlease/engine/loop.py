@@ -133,7 +133,8 @@ def fail(sched: LeaseScheduler, lease: Lease, now: int, reason: str) -> None:
     reservations leave the slot table and the next round uses the room, but it ends as failed, with the reason."""
     state = lease.state
     cancel(sched, lease, now)
-    lease.state = S.PENDING if state is S.NEW else state    # cancel() ended it as cancelled; a failure is said as such when allowed
+    # cancel() ended it as cancelled; a failure is said as such when allowed
+    lease.state = S.PENDING if state is S.NEW else state
     lease.set_state(S.FAILED if S.FAILED in TRANSITIONS[state] else S.CANCELLED)
     lease.reason = reason[:200]
 

@@ -113,7 +113,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-stall": O("float", 0.1, positive=True),   # mapper cpsat: stop this long after the last better plan
         "solver-interval": O("duration", 1800),   # mapper cpsat: least time between two solved rounds
         "solver-commit": O("duration", 0),   # mapper cpsat: bookings starting later stay queued (0: book all)
-        "solver-wait-guard": O("duration", 21600),   # mapper cpsat: past this wait a lease is never pushed back (0: off)
+        "solver-wait-guard": O("duration", 21600),   # mapper cpsat: past this wait never pushed back (0: off)
         "solver-work-limit": O("float", 0.0),   # mapper cpsat: deterministic seconds per search: reproducible (0: off)
         # mapper cpsat: a round's booking of a lease that has waited this long is a promise (models/cpsat-round.md)
         "solver-promise-after": O("duration", 3 * 86400),

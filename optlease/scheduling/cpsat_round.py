@@ -332,7 +332,8 @@ class CpsatRound(HintCompletion, PlanCommit):
     def _running_snapshot(self, lease: Lease, now: int) -> LeaseSnapshot:
         """A running lease the round may suspend, as booked: it runs to its booking's end, then shuts down."""
         vmrr = lease.last_vmrr()
-        ov = Overheads(suspend=self._op_time(lease, vmrr.mapping, True), resume=self._op_time(lease, vmrr.mapping, False),
+        ov = Overheads(suspend=self._op_time(lease, vmrr.mapping, True),
+                       resume=self._op_time(lease, vmrr.mapping, False),
                        shutdown=oh.shutdown_time(lease, self.sched.opts))
         nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
         return LeaseSnapshot(lease.req, Phase.RUNNING, ov, nodes=nodes, left=vmrr.end - now,

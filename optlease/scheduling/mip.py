@@ -265,6 +265,7 @@ def _decode(data: RoundData, m, modes) -> Plan:
     return Plan(tuple(leases))
 
 
-if __name__ == "__main__":   # the worker: pickled (snapshot, weights, lookahead, relax, time limit) jobs in, results out
+# the worker: pickled (snapshot, weights, lookahead, relax, time limit) jobs in, results out
+if __name__ == "__main__":
     from optlease.scheduling import mip   # results pickle by the module's name, not as __main__'s
     sys.stdout.buffer.write(pickle.dumps([mip._solve_one(*job) for job in pickle.loads(sys.stdin.buffer.read())]))

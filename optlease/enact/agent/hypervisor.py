@@ -213,8 +213,9 @@ class Hypervisor:
     def migrate_p2p(self, name: str, dest_uri: str, migration_type: str, rdma: bool, destination: str) -> None:
         """migfra's migration on hosts whose libvirtds reach each other: peer to peer, persistent on the
         destination, undefined here; live keeps running, warm pauses during the copy, offline moves the definition."""
-        flags = (libvirt.VIR_MIGRATE_PEER2PEER | libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
-                 | {"live": libvirt.VIR_MIGRATE_LIVE, "offline": libvirt.VIR_MIGRATE_OFFLINE, "warm": 0}[migration_type])
+        kind = {"live": libvirt.VIR_MIGRATE_LIVE, "offline": libvirt.VIR_MIGRATE_OFFLINE, "warm": 0}[migration_type]
+        flags = libvirt.VIR_MIGRATE_PEER2PEER | libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE \
+            | kind
         params = {libvirt.VIR_MIGRATE_PARAM_URI: f"rdma://{destination}-ib"} if rdma else {}
         self._domain(name).migrateToURI3(dest_uri, params, flags)
 
