@@ -263,7 +263,9 @@ class LeaseScheduler:
                 rr.state = "cancelled"
 
     def reevaluate(self, now: int) -> None:
-        """After a premature end: leases booked for the future may now start earlier."""
+        """After a premature end: leases booked for the future may now start earlier. Greedy's bookings are booked
+        again (Haizea: back to the queue where they no longer fit); a CP-SAT round's plan moves earlier or stays
+        (`_move_up`), and its promise stays where it is."""
         future = [lease for lease in self.leases.values()
                   if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED)
                   and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
@@ -273,6 +275,9 @@ class LeaseScheduler:
                   and not lease.round_promise(now)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
         for lease in future:
+            if lease.round_plan() is not None:
+                self._move_up(lease, now)
+                continue
             self.cancel_vmrr(lease.last_vmrr(), now)
             lease.vmrrs.pop()
             lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
@@ -281,6 +286,40 @@ class LeaseScheduler:
             except NotSchedulable:
                 lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
                 self.enqueue(lease)
+
+    def _move_up(self, lease: Lease, now: int) -> None:
+        """A round's booking moves earlier where the lease now fits whole sooner, and stays where it does not: it is
+        not sent back to the queue, where leases booked after it could take its place (models/cpsat-round.md)."""
+        old = lease.last_vmrr()
+        rrs = (*old.pre, old, *old.post)
+        begin = rrs[0].start
+        for rr in rrs:
+            self.table.remove(rr)
+        self.vm.future_count -= 1
+        lease.vmrrs.pop()
+        state, images = lease.state, (lease.image_nodes, lease.migrations, len(lease.held))
+        lease.set_state(S.SUSPENDED_PENDING if state is S.SUSPENDED_SCHEDULED else S.PENDING)
+        try:
+            self.schedule_lease(lease, now)
+        except NotSchedulable:
+            pass
+        else:
+            new = lease.last_vmrr()
+            if (new.pre[0].start if new.pre else new.start) < begin:
+                new.promised_from = old.promised_from
+                for rr in rrs:
+                    rr.state = "cancelled"
+                return
+            self.cancel_vmrr(new, now)
+            lease.vmrrs.pop()
+            lease.image_nodes, lease.migrations = images[:2]   # a resume elsewhere without copying moved them
+            del lease.held[images[2]:]
+        lease.vmrrs.append(old)
+        for rr in rrs:
+            self.table.add(rr)
+        self.vm.future_count += 1
+        if lease.state is not state:
+            lease.set_state(state)
 
     # -- reservations starting and ending -------------------------------------------------------------------
     def start_rr(self, rr: RR, now: int) -> int | None:
