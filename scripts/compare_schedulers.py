@@ -203,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                     "promises, the earliest-arrived leases' (0: every one)")
     ap.add_argument("--promise-resumes", choices=["yes", "no"], default=None, help="cpsat: whether a round's "
                     "booking to resume a suspended lease becomes a promise too (default yes; no: ARs may displace it)")
+    ap.add_argument("--promise-after", type=int, default=None, help="cpsat: seconds a lease waits before its round "
+                    "booking becomes a promise")
+    ap.add_argument("--promise-slack", type=int, default=None, help="cpsat: seconds an AR may move a promise in its "
+                    "way later than its earliest promised begin (0: never later)")
     ap.add_argument("--runtime-estimate", default=None, help="every online mode: how long best-effort bookings "
                     "hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md); default: "
                     "greedy modes book what leases ask for, as Haizea, and cpsat its estimates")
@@ -218,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
               **({"solver-wait-guard": args.wait_guard} if args.wait_guard is not None else {}),
               **({"solver-commit": args.commit} if args.commit is not None else {}),
               **({"solver-promises": args.promises} if args.promises is not None else {}),
-              **({"solver-promise-resumes": args.promise_resumes} if args.promise_resumes else {})}
+              **({"solver-promise-resumes": args.promise_resumes} if args.promise_resumes else {}),
+              **({"solver-promise-after": args.promise_after} if args.promise_after is not None else {}),
+              **({"solver-promise-slack": args.promise_slack} if args.promise_slack is not None else {})}
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:

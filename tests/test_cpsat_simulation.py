@@ -428,6 +428,42 @@ def test_an_ar_may_displace_a_rounds_booking_until_it_becomes_a_promise():
     assert policy.score(late, young, now) > 0        # solver-promises older leases hold promises: a plan again
 
 
+def test_an_ar_moves_the_promises_in_its_way_only_within_the_slack():
+    """With solver-promise-slack, an AR the greedy pass refused is admitted by booking the promises in its way again
+    after it, when each still begins at most the slack after the earliest begin it was promised; otherwise the AR is
+    refused and every promise stays exactly where it was. On work_20 promised bookings refused nearly every AR."""
+    sim, cfg = blue_simulator(2, **{"solver-promise-after": "600", "solver-interval": "600",
+                                     "solver-promise-slack": "3600"})
+    sched, outcomes = sim.sched, []
+    displace = sched._displace_promises
+
+    def begin(lease):
+        vmrr = lease.last_vmrr()
+        return vmrr.pre[0].start if vmrr.pre else vmrr.start
+
+    def spy(ar, now):
+        before = {lease.id: (lease.last_vmrr(), begin(lease)) for lease in sched.leases.values()
+                  if lease.round_promise(now)}
+        admitted = displace(ar, now)
+        after = {lease.id: (lease.last_vmrr(), begin(lease)) for lease in sched.leases.values()
+                 if lease.round_promise(now)}
+        assert after.keys() == before.keys()   # nothing lost, nothing sent back to the queue
+        moved = [i for i in before if after[i][0] is not before[i][0]]
+        if admitted:
+            assert ar.state is LeaseState.SCHEDULED and ar.last_vmrr().start == ar.req.start and moved
+            assert all(after[i][1] <= before[i][1] + 3600 and after[i][1] <= sched.leases[i].promise_by
+                       for i in moved)
+        else:
+            assert ar.state is LeaseState.PENDING and not ar.vmrrs and not moved
+        outcomes.append(admitted)
+        return admitted
+
+    sched._displace_promises = spy
+    result = sim.run()
+    assert True in outcomes and False in outcomes
+    assert_safe(sim, result, cfg)
+
+
 def test_only_the_oldest_leases_bookings_are_promises():
     """With solver-promises 2, after every round the two earliest-arrived leases among those a round has booked hold
     promises (from solver-promise-after); the later ones' bookings stay plans that ARs may displace, so that a long

@@ -62,6 +62,8 @@ options = st.builds(
     runtime_estimate=st.sampled_from(["requested", "user-history"]),
     solver_suspend=st.sampled_from(["no", "for-waiting"]),   # mapper cpsat only
     solver_promise_resumes=st.booleans(),                     # mapper cpsat only
+    solver_promise_after=st.sampled_from([0, 600, 3 * 86400]),   # mapper cpsat only
+    solver_promise_slack=st.sampled_from([0, 600]),            # mapper cpsat only
 )
 
 

@@ -123,6 +123,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # mapper cpsat: whether a round's booking to resume a suspended lease becomes a promise too (no: it stays a
         # plan that ARs may displace)
         "solver-promise-resumes": O("choice", "yes", "yes", "no"),
+        # mapper cpsat: an AR that fits nowhere else may move the promises in its way, each to begin at most this
+        # much after the earliest begin it was promised (0: never later)
+        "solver-promise-slack": O("duration", 7200),
         # mapper cpsat: whether a round may suspend running preemptible leases at once so that waiting leases run
         # first (no: only the greedy pass suspends, for ARs)
         "solver-suspend": O("choice", "no", "no", "for-waiting"),

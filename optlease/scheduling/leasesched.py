@@ -12,7 +12,8 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import MIGRATE, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held, Lease, NotSchedulable
+from optlease.scheduling.records import (MIGRATE, NOT_PROMISED, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held, Lease,
+                                        NotSchedulable)
 from optlease.scheduling.slottable import SlotTable, fits
 from optlease.scheduling.vmsched import VMScheduler
 
@@ -101,6 +102,9 @@ class LeaseScheduler:
             self.schedule_lease(lease, now)
             self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
         except NotSchedulable as exc:
+            if lease.kind is LeaseKind.AR and self._displace_promises(lease, now):
+                self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
+                return
             self.log.info("LSCHED", "Lease #%i has been rejected: %s" % (lease.id, exc))
             self.reject(lease, now, str(exc))
 
@@ -155,7 +159,8 @@ class LeaseScheduler:
             i -= 1
         self.queue.insert(i, lease)
 
-    def schedule_lease(self, lease: Lease, now: int) -> None:
+    def schedule_lease(self, lease: Lease, now: int, preempting: bool = True, anytime: bool = False) -> None:
+        """Book the lease (`VMScheduler.schedule`); NotSchedulable if it fits nowhere."""
         resuming = lease.state in SUSPENDED
         fixed = None
         nodes = self.table.nodes
@@ -168,7 +173,7 @@ class LeaseScheduler:
         else:
             mtime = oh.migration_time(lease, self.opts)
             earliest = {n: now + mtime for n in nodes}
-        vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed)
+        vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting, anytime)
         if preempt:
             self.log.info("LSCHED", "Must preempt leases %s to make room for lease #%i" % (
                 [p.id for p in preempt], lease.id))
@@ -290,36 +295,89 @@ class LeaseScheduler:
     def _move_up(self, lease: Lease, now: int) -> None:
         """A round's booking moves earlier where the lease now fits whole sooner, and stays where it does not: it is
         not sent back to the queue, where leases booked after it could take its place (models/cpsat-round.md)."""
-        old = lease.last_vmrr()
-        rrs = (*old.pre, old, *old.post)
-        begin = rrs[0].start
-        for rr in rrs:
-            self.table.remove(rr)
-        self.vm.future_count -= 1
-        lease.vmrrs.pop()
-        state, images = lease.state, (lease.image_nodes, lease.migrations, len(lease.held))
-        lease.set_state(S.SUSPENDED_PENDING if state is S.SUSPENDED_SCHEDULED else S.PENDING)
+        saved = self._withdraw(lease)
         try:
             self.schedule_lease(lease, now)
         except NotSchedulable:
             pass
         else:
-            new = lease.last_vmrr()
-            if (new.pre[0].start if new.pre else new.start) < begin:
-                new.promised_from = old.promised_from
-                for rr in rrs:
-                    rr.state = "cancelled"
+            if _begin(lease.last_vmrr()) < _begin(saved[0]):
+                self._drop(saved)
                 return
-            self.cancel_vmrr(new, now)
+        self._restore(lease, saved, now)
+
+    def _withdraw(self, lease: Lease) -> tuple:
+        """Take a booked lease's future reservation out of the table, the lease back to pending, so that it can be
+        booked again; what `_restore` or `_drop` need."""
+        old = lease.last_vmrr()
+        for rr in (*old.pre, old, *old.post):
+            self.table.remove(rr)
+        self.vm.future_count -= 1
+        lease.vmrrs.pop()
+        saved = (old, lease.state, lease.image_nodes, lease.migrations, len(lease.held))
+        lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
+        return saved
+
+    def _restore(self, lease: Lease, saved: tuple, now: int) -> None:
+        """Cancel the booking made since `_withdraw` (if any) and put the withdrawn one back."""
+        old, state, images, migrations, held = saved
+        if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
+            self.cancel_vmrr(lease.last_vmrr(), now)
             lease.vmrrs.pop()
-            lease.image_nodes, lease.migrations = images[:2]   # a resume elsewhere without copying moved them
-            del lease.held[images[2]:]
+        lease.image_nodes, lease.migrations = images, migrations   # a resume elsewhere without copying moved them
+        del lease.held[held:]
         lease.vmrrs.append(old)
-        for rr in rrs:
+        for rr in (*old.pre, old, *old.post):
             self.table.add(rr)
         self.vm.future_count += 1
         if lease.state is not state:
             lease.set_state(state)
+
+    @staticmethod
+    def _drop(saved: tuple) -> None:
+        """Keep the booking made since `_withdraw`, in place of the withdrawn one (its promise carries over)."""
+        old = saved[0]
+        old.lease.last_vmrr().promised_from = old.promised_from
+        for rr in (*old.pre, old, *old.post):
+            rr.state = "cancelled"
+
+    def _displace_promises(self, ar: Lease, now: int) -> bool:
+        """Admit an AR the greedy pass refused by moving the promises in its way: every promised booking that
+        overlaps the AR's window is booked again, after the AR, and the AR is admitted only if each still begins no
+        later than `solver-promise-slack` after the earliest begin it was promised (models/cpsat-round.md);
+        otherwise everything stays as it was."""
+        slack = self.opts.solver_promise_slack
+        start = ar.req.start
+        end = start + ar.req.duration + oh.shutdown_time(ar, self.opts)
+        way = [lease for lease in self.leases.values()
+               if lease.round_promise(now) and lease.last_vmrr().backfill
+               and _begin(lease.last_vmrr()) < end and _finish(lease.last_vmrr()) > start]
+        if not way:
+            return False
+        way.sort(key=lambda lease: (_begin(lease.last_vmrr()), lease.id))
+        saved = [self._withdraw(lease) for lease in way]
+        limits = [min(lease.promise_by, _begin(s[0]) + slack) for lease, s in zip(way, saved)]
+        admitted = False
+        try:
+            self.schedule_lease(ar, now, preempting=False)
+            admitted = True
+            for lease, limit in zip(way, limits):
+                self.schedule_lease(lease, now, anytime=True)
+                if _begin(lease.last_vmrr()) > limit:
+                    raise NotSchedulable("a promise would begin too late")
+        except NotSchedulable:
+            if admitted:
+                self.cancel_vmrr(ar.last_vmrr(), now)
+                ar.vmrrs.pop()
+                ar.set_state(S.PENDING)
+            for lease, s in zip(way, saved):
+                self._restore(lease, s, now)
+            return False
+        for lease, s, limit in zip(way, saved, limits):
+            self._drop(s)
+            lease.promise_by = limit
+        self.log.info("LSCHED", "Lease #%i moved the promises of leases %s" % (ar.id, [lease.id for lease in way]))
+        return True
 
     # -- reservations starting and ending -------------------------------------------------------------------
     def start_rr(self, rr: RR, now: int) -> int | None:
@@ -333,6 +391,7 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("VMSCHED", "Started VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.set_state(S.ACTIVE)
+            lease.promise_by = NOT_PROMISED   # its promise is kept: a later one is bounded afresh
             if lease.first_start is None:
                 lease.first_start = now
             real_end = now + lease.real_remaining()
@@ -457,3 +516,13 @@ class LeaseScheduler:
 
     def _hold(self, rr: RR, start: int, end: int, outcome: str | None = None) -> None:
         rr.lease.held.append(Held(rr.kind, start, end, dict(rr.mapping), rr.origin, outcome))
+
+
+def _begin(vmrr: RR) -> int:
+    """When a VM reservation begins to hold anything: its first migration or resume, or its run."""
+    return vmrr.pre[0].start if vmrr.pre else vmrr.start
+
+
+def _finish(vmrr: RR) -> int:
+    """When a VM reservation holds nothing any more: after its suspension or shutdown."""
+    return vmrr.post[-1].end if vmrr.post else vmrr.end

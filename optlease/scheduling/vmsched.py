@@ -36,22 +36,26 @@ class VMScheduler:
         return RR(lease, kind, start, end, dict(mapping), demand, self.table.next_seq())
 
     def schedule(self, lease: Lease, now: int, earliest: dict[int, int] | None, resuming: bool,
-                 fixed: dict[int, int] | None = None) -> tuple[RR, list[Lease]]:
+                 fixed: dict[int, int] | None = None, preempting: bool = True,
+                 anytime: bool = False) -> tuple[RR, list[Lease]]:
+        """Book the lease: an AR at its start (preempting others where the policy allows and `preempting`), an
+        immediate lease now, a best-effort lease as soon as it fits (in the future within the backfilling limit,
+        or whatever the limit with `anytime`)."""
         if lease.kind is LeaseKind.AR:
-            return self.exact(lease, now)
+            return self.exact(lease, now, preempting)
         if lease.kind is LeaseKind.IMMEDIATE:
             return self.asap(lease, now, earliest, False, resuming, fixed, strict=True), []
-        return self.asap(lease, now, earliest, self.can_schedule_in_future(), resuming, fixed), []
+        return self.asap(lease, now, earliest, anytime or self.can_schedule_in_future(), resuming, fixed), []
 
     # -- advance reservations -------------------------------------------------------------------------------
-    def exact(self, lease: Lease, now: int) -> tuple[RR, list[Lease]]:
+    def exact(self, lease: Lease, now: int, preempting: bool = True) -> tuple[RR, list[Lease]]:
         start = lease.req.start
         if start < now:
             raise NotSchedulable("its requested start time has already passed")
         run_end = start + lease.req.duration
         shutdown = oh.shutdown_time(lease, self.opts)
         mapping, _, preempt = self.mapper.map(lease, start, run_end + shutdown, strictend=True,
-                                              allow_preemption=self.policies.preemption_enabled)
+                                              allow_preemption=preempting and self.policies.preemption_enabled)
         if mapping is None:
             raise NotSchedulable("not enough resources in the requested interval")
         vmrr = self.rr(lease, VM, start, run_end, mapping)
