@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--promises", type=int, default=None, help="cpsat: at most this many round bookings are "
                     "promises, the earliest-arrived leases' (0: every one)")
     ap.add_argument("--promise-resumes", choices=["yes", "no"], default=None, help="cpsat: whether a round's "
-                    "booking to resume a suspended lease becomes a promise too (default yes; no: ARs may displace it)")
+                    "booking to resume a suspended lease becomes a promise too (default no: ARs may displace it)")
     ap.add_argument("--promise-after", type=int, default=None, help="cpsat: seconds a lease waits before its round "
                     "booking becomes a promise")
     ap.add_argument("--promise-slack", type=int, default=None, help="cpsat: seconds an AR may move a promise in its "

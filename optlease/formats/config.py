@@ -122,7 +122,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-promises": O("int", 0),
         # mapper cpsat: whether a round's booking to resume a suspended lease becomes a promise too (no: it stays a
         # plan that ARs may displace)
-        "solver-promise-resumes": O("choice", "yes", "yes", "no"),
+        "solver-promise-resumes": O("choice", "no", "yes", "no"),
         # mapper cpsat: an AR that fits nowhere else may move the promises in its way, each to begin at most this
         # much after the earliest begin it was promised (0: never later)
         "solver-promise-slack": O("duration", 7200),

@@ -101,13 +101,15 @@ class CpsatRound(HintCompletion, PlanCommit):
 
     def _rank_promises(self) -> None:
         """At most `solver-promises` of the rounds' bookings are promises against ARs and premature ends (from
-        `solver-promise-after`): those of the leases that arrived first. The others are plans an AR may displace
-        until older leases start and they move up (models/cpsat-round.md, step 5)."""
+        `solver-promise-after`): those of the leases that arrived first, among the bookings that may be promises
+        (not resumes, under `solver-promise-resumes: no`). The others are plans an AR may displace until older
+        leases start and they move up (models/cpsat-round.md, step 5)."""
         opts = self.sched.opts
         if opts.solver_promises <= 0:
             return
         booked = sorted((lease for lease in self.sched.leases.values()
-                         if lease.state in BOOKED and lease.round_plan() is not None),
+                         if lease.state in BOOKED and lease.round_plan() is not None
+                         and (opts.solver_promise_resumes or not lease.is_suspended())),
                         key=lambda lease: (lease.req.arrival, lease.id))
         for rank, lease in enumerate(booked):
             lease.last_vmrr().promised_from = self._booking_promise(lease) if rank < opts.solver_promises \

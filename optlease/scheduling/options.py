@@ -45,7 +45,7 @@ class SchedulingOptions:
     solver_promise_after: int = 3 * 86400   # mapper cpsat: a round's booking of a lease that waited this long is a
                                             # promise
     solver_promises: int = 0                # mapper cpsat: at most this many at a time, the oldest leases' (0: all)
-    solver_promise_resumes: bool = True     # mapper cpsat: a round's resume booking becomes a promise too
+    solver_promise_resumes: bool = False    # mapper cpsat: a round's resume booking becomes a promise too
     solver_promise_slack: int = 7200        # mapper cpsat: how much later an AR may move a promise in its way
     solver_suspend: str = "no"              # mapper cpsat: no | for-waiting (a round may suspend running leases)
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
