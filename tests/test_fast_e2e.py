@@ -218,18 +218,24 @@ class StateLog:
 
     def _poll(self) -> None:
         while not self.stop_flag.wait(0.03):
-            try:
-                leases = self.cluster.leases()
-            except (OSError, xmlrpc.client.Error):
-                continue            # the daemon is down (kill -9) or busy
-            for i, attrs in leases.items():
-                seq = self.states.setdefault(i, [])
-                if not seq or seq[-1] != attrs["state"]:
-                    seq.append(attrs["state"])
+            self._record()
+
+    def _record(self) -> None:
+        try:
+            leases = self.cluster.leases()
+        except (OSError, xmlrpc.client.Error):
+            return                  # the daemon is down (kill -9) or busy
+        for i, attrs in leases.items():
+            seq = self.states.setdefault(i, [])
+            if not seq or seq[-1] != attrs["state"]:
+                seq.append(attrs["state"])
 
     def close(self) -> None:
+        """Stop polling, and record the states as they are now (the last poll may have failed on a busy daemon)."""
         self.stop_flag.set()
         self.thread.join(2)
+        if not self.thread.is_alive():
+            self._record()
 
 
 @pytest.fixture
