@@ -321,7 +321,7 @@ def test_solver_commit_books_only_the_near_part_of_a_plan():
     commit = hook._commit
 
     def spy(lease, vmrr, now):
-        booked.append((now, vmrr.pre[0].start if vmrr.pre else vmrr.start))
+        booked.append((now, vmrr.begin()))
         commit(lease, vmrr, now)
 
     hook._commit = spy
@@ -376,16 +376,13 @@ def test_a_rounds_plan_moves_up_or_stays_when_a_lease_ends_early():
     reevaluate = sched.reevaluate
 
     def spy(now):
-        def start(vmrr):
-            return vmrr.pre[0].start if vmrr.pre else vmrr.start
-
-        plans = {lease.id: start(lease.last_vmrr()) for lease in sched.leases.values()
+        plans = {lease.id: lease.last_vmrr().begin() for lease in sched.leases.values()
                  if lease.round_plan() is not None and not lease.round_promise(now)}
         reevaluate(now)
         for lease_id, before in plans.items():
             lease = sched.leases[lease_id]
-            assert lease.state in BOOKED and start(lease.last_vmrr()) <= before
-            (moved if start(lease.last_vmrr()) < before else kept).append(lease_id)
+            assert lease.state in BOOKED and lease.last_vmrr().begin() <= before
+            (moved if lease.last_vmrr().begin() < before else kept).append(lease_id)
 
     sched.reevaluate = spy
     result = sim.run()
@@ -437,15 +434,11 @@ def test_an_ar_moves_the_promises_in_its_way_only_within_the_slack():
     sched, outcomes = sim.sched, []
     displace = sched._displace_promises
 
-    def begin(lease):
-        vmrr = lease.last_vmrr()
-        return vmrr.pre[0].start if vmrr.pre else vmrr.start
-
     def spy(ar, now):
-        before = {lease.id: (lease.last_vmrr(), begin(lease)) for lease in sched.leases.values()
+        before = {lease.id: (lease.last_vmrr(), lease.last_vmrr().begin()) for lease in sched.leases.values()
                   if lease.round_promise(now)}
         admitted = displace(ar, now)
-        after = {lease.id: (lease.last_vmrr(), begin(lease)) for lease in sched.leases.values()
+        after = {lease.id: (lease.last_vmrr(), lease.last_vmrr().begin()) for lease in sched.leases.values()
                  if lease.round_promise(now)}
         assert after.keys() == before.keys()   # nothing lost, nothing sent back to the queue
         moved = [i for i in before if after[i][0] is not before[i][0]]

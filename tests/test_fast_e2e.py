@@ -231,7 +231,8 @@ class StateLog:
                 seq.append(attrs["state"])
 
     def close(self) -> None:
-        """Stop polling, and record the states as they are now (the last poll may have failed on a busy daemon)."""
+        """Stop polling, and record the states as they are now: the caller may have seen the last one while the
+        poll waited."""
         self.stop_flag.set()
         self.thread.join(2)
         if not self.thread.is_alive():

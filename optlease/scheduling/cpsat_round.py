@@ -109,7 +109,7 @@ class CpsatRound(HintCompletion, PlanCommit):
             return
         booked = sorted((lease for lease in self.sched.leases.values()
                          if lease.state in BOOKED and lease.round_plan() is not None
-                         and (opts.solver_promise_resumes or not lease.is_suspended())),
+                         and self._booking_promise(lease) != NOT_PROMISED),
                         key=lambda lease: (lease.req.arrival, lease.id))
         for rank, lease in enumerate(booked):
             lease.last_vmrr().promised_from = self._booking_promise(lease) if rank < opts.solver_promises \
@@ -145,7 +145,7 @@ class CpsatRound(HintCompletion, PlanCommit):
             sched.table.remove(rr)
         try:
             best = self._asap(lease, now)
-            first = best.pre[0].start if best.pre else best.start
+            first = best.begin()
         except NotSchedulable:
             first = None
         finally:
@@ -244,8 +244,7 @@ class CpsatRound(HintCompletion, PlanCommit):
     def _greedy_start(lease: Lease) -> int | None:
         if lease.state not in BOOKED:
             return None
-        vmrr = lease.last_vmrr()
-        return vmrr.pre[0].start if vmrr.pre else vmrr.start
+        return lease.last_vmrr().begin()
 
     def snapshot(self, now: int, movable: list[Lease], running: list[Lease] = ()) -> tuple[RoundSnapshot, Plan, Plan]:
         """The round as the solver sees it, the greedy plan of it, and the hint: the greedy plan with every lease

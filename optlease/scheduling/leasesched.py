@@ -3,6 +3,7 @@ happens when a reservation starts or ends. Pure: `now` is always passed in; the 
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.domain.site import Site
@@ -301,12 +302,12 @@ class LeaseScheduler:
         except NotSchedulable:
             pass
         else:
-            if _begin(lease.last_vmrr()) < _begin(saved[0]):
+            if lease.last_vmrr().begin() < saved.vmrr.begin():
                 self._drop(saved)
                 return
         self._restore(lease, saved, now)
 
-    def _withdraw(self, lease: Lease) -> tuple:
+    def _withdraw(self, lease: Lease) -> Withdrawn:
         """Take a booked lease's future reservation out of the table, the lease back to pending, so that it can be
         booked again; what `_restore` or `_drop` need."""
         old = lease.last_vmrr()
@@ -314,11 +315,11 @@ class LeaseScheduler:
             self.table.remove(rr)
         self.vm.future_count -= 1
         lease.vmrrs.pop()
-        saved = (old, lease.state, lease.image_nodes, lease.migrations, len(lease.held))
+        saved = Withdrawn(old, lease.state, lease.image_nodes, lease.migrations, len(lease.held))
         lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
         return saved
 
-    def _restore(self, lease: Lease, saved: tuple, now: int) -> None:
+    def _restore(self, lease: Lease, saved: Withdrawn, now: int) -> None:
         """Cancel the booking made since `_withdraw` (if any) and put the withdrawn one back."""
         old, state, images, migrations, held = saved
         if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
@@ -334,9 +335,9 @@ class LeaseScheduler:
             lease.set_state(state)
 
     @staticmethod
-    def _drop(saved: tuple) -> None:
+    def _drop(saved: Withdrawn) -> None:
         """Keep the booking made since `_withdraw`, in place of the withdrawn one (its promise carries over)."""
-        old = saved[0]
+        old = saved.vmrr
         old.lease.last_vmrr().promised_from = old.promised_from
         for rr in (*old.pre, old, *old.post):
             rr.state = "cancelled"
@@ -351,19 +352,19 @@ class LeaseScheduler:
         end = start + ar.req.duration + oh.shutdown_time(ar, self.opts)
         way = [lease for lease in self.leases.values()
                if lease.round_promise(now) and lease.last_vmrr().backfill
-               and _begin(lease.last_vmrr()) < end and _finish(lease.last_vmrr()) > start]
+               and lease.last_vmrr().begin() < end and lease.last_vmrr().finish() > start]
         if not way:
             return False
-        way.sort(key=lambda lease: (_begin(lease.last_vmrr()), lease.id))
+        way.sort(key=lambda lease: (lease.last_vmrr().begin(), lease.id))
         saved = [self._withdraw(lease) for lease in way]
-        limits = [min(lease.promise_by, _begin(s[0]) + slack) for lease, s in zip(way, saved)]
+        limits = [min(lease.promise_by, s.vmrr.begin() + slack) for lease, s in zip(way, saved)]
         admitted = False
         try:
             self.schedule_lease(ar, now, preempting=False)
             admitted = True
             for lease, limit in zip(way, limits):
                 self.schedule_lease(lease, now, anytime=True)
-                if _begin(lease.last_vmrr()) > limit:
+                if lease.last_vmrr().begin() > limit:
                     raise NotSchedulable("a promise would begin too late")
         except NotSchedulable:
             if admitted:
@@ -518,11 +519,10 @@ class LeaseScheduler:
         rr.lease.held.append(Held(rr.kind, start, end, dict(rr.mapping), rr.origin, outcome))
 
 
-def _begin(vmrr: RR) -> int:
-    """When a VM reservation begins to hold anything: its first migration or resume, or its run."""
-    return vmrr.pre[0].start if vmrr.pre else vmrr.start
-
-
-def _finish(vmrr: RR) -> int:
-    """When a VM reservation holds nothing any more: after its suspension or shutdown."""
-    return vmrr.post[-1].end if vmrr.post else vmrr.end
+class Withdrawn(NamedTuple):
+    """A booked lease's reservation taken out of the slot table (`LeaseScheduler._withdraw`), and what it changes."""
+    vmrr: RR
+    state: S
+    image_nodes: dict[int, int] | None
+    migrations: int
+    held: int           # how many held reservations the lease had

@@ -41,6 +41,14 @@ class RR:
         # its whole requested time (scheduling.estimate)
         self.checkpoint: int | None = None
 
+    def begin(self) -> int:
+        """VM RRs: when the reservation begins to hold anything: its first migration or resume, or its run."""
+        return self.pre[0].start if self.pre else self.start
+
+    def finish(self) -> int:
+        """VM RRs: when the reservation holds nothing any more: after its suspension or shutdown."""
+        return self.post[-1].end if self.post else self.end
+
     def total(self) -> tuple:
         """Usage summed over nodes: the lease's whole footprint (every reservation that holds any holds all)."""
         if len(self.demand) == 1:

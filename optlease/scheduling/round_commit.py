@@ -108,7 +108,7 @@ class PlanCommit:
         if lease in sched.queue:
             sched.queue.remove(lease)
         # as the greedy pass counts them: a best-effort reservation for later than now
-        vmrr.backfill = (vmrr.pre[0].start if vmrr.pre else vmrr.start) > now
+        vmrr.backfill = vmrr.begin() > now
         vmrr.promised_from = self._booking_promise(lease)
         if vmrr.backfill:
             sched.vm.future_count += 1

@@ -55,7 +55,7 @@ class HintCompletion:
                 for rr in (*vmrr.pre, vmrr, *vmrr.post):
                     sched.table.add(rr)
                     added.append(rr)
-                start = vmrr.pre[0].start if vmrr.pre else vmrr.start
+                start = vmrr.begin()
                 nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
                 out[lease.id] = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes, end=vmrr.end)
         finally:
