@@ -64,6 +64,7 @@ options = st.builds(
     solver_promise_resumes=st.booleans(),                     # mapper cpsat only
     solver_promise_after=st.sampled_from([0, 600, 3 * 86400]),   # mapper cpsat only
     solver_promise_slack=st.sampled_from([0, 600]),            # mapper cpsat only
+    solver_promise_share=st.sampled_from([0.0, 0.5]),          # mapper cpsat only
 )
 
 

@@ -126,6 +126,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # mapper cpsat: an AR that fits nowhere else may move the promises in its way, each to begin at most this
         # much after the earliest begin it was promised (0: never later)
         "solver-promise-slack": O("duration", 7200),
+        # mapper cpsat: or, where more, this share of the wait and run the promised lease has at its promised begin
+        # (its slowdown grows by at most this share; 0: the slack alone)
+        "solver-promise-share": O("float", 0.05),
         # mapper cpsat: whether a round may suspend running preemptible leases at once so that waiting leases run
         # first (no: only the greedy pass suspends, for ARs)
         "solver-suspend": O("choice", "no", "no", "for-waiting"),

@@ -345,9 +345,10 @@ class LeaseScheduler:
     def _displace_promises(self, ar: Lease, now: int) -> bool:
         """Admit an AR the greedy pass refused by moving the promises in its way: every promised booking that
         overlaps the AR's window is booked again, after the AR, and the AR is admitted only if each still begins no
-        later than `solver-promise-slack` after the earliest begin it was promised (models/cpsat-round.md);
-        otherwise everything stays as it was."""
-        slack = self.opts.solver_promise_slack
+        later than its limit (`promise_limit`) after the earliest begin it was promised (models/cpsat-round.md).
+        Where that fails, the same again with every booking not begun that begins after the first of them (the line
+        behind, which the moved promises would otherwise have to wait behind) booked again too, in the order they
+        begin. Otherwise everything stays as it was."""
         start = ar.req.start
         end = start + ar.req.duration + oh.shutdown_time(ar, self.opts)
         way = [lease for lease in self.leases.values()
@@ -355,30 +356,52 @@ class LeaseScheduler:
                and lease.last_vmrr().begin() < end and lease.last_vmrr().finish() > start]
         if not way:
             return False
-        way.sort(key=lambda lease: (lease.last_vmrr().begin(), lease.id))
-        saved = [self._withdraw(lease) for lease in way]
-        limits = [min(lease.promise_by, s.vmrr.begin() + slack) for lease, s in zip(way, saved)]
+        if self._rebook_after(ar, way, now):
+            return True
+        first = min(lease.last_vmrr().begin() for lease in way)
+        line = [lease for lease in self.leases.values()
+                if lease not in way and self._not_begun(lease) and lease.last_vmrr().backfill
+                and lease.last_vmrr().begin() >= first]
+        return bool(line) and self._rebook_after(ar, way + line, now)
+
+    def _rebook_after(self, ar: Lease, moved: list[Lease], now: int) -> bool:
+        """Book the AR with the bookings of `moved` out of the way, then book those again in the order they begin,
+        each as soon as it fits; all or nothing: every promise among them within its slack and its first limit."""
+        moved = sorted(moved, key=lambda lease: (lease.last_vmrr().begin(), lease.id))
+        limits = [self.promise_limit(lease) if lease.round_promise(now) else None for lease in moved]
+        saved = [self._withdraw(lease) for lease in moved]
         admitted = False
         try:
             self.schedule_lease(ar, now, preempting=False)
             admitted = True
-            for lease, limit in zip(way, limits):
+            for lease, limit in zip(moved, limits):
                 self.schedule_lease(lease, now, anytime=True)
-                if lease.last_vmrr().begin() > limit:
+                if limit is not None and lease.last_vmrr().begin() > limit:
                     raise NotSchedulable("a promise would begin too late")
         except NotSchedulable:
             if admitted:
                 self.cancel_vmrr(ar.last_vmrr(), now)
                 ar.vmrrs.pop()
                 ar.set_state(S.PENDING)
-            for lease, s in zip(way, saved):
+            for lease, s in zip(moved, saved):
                 self._restore(lease, s, now)
             return False
-        for lease, s, limit in zip(way, saved, limits):
+        for lease, s, limit in zip(moved, saved, limits):
             self._drop(s)
-            lease.promise_by = limit
-        self.log.info("LSCHED", "Lease #%i moved the promises of leases %s" % (ar.id, [lease.id for lease in way]))
+            if limit is not None:
+                lease.promise_by = limit
+        self.log.info("LSCHED", "Lease #%i moved the bookings of leases %s" % (ar.id, [lease.id for lease in moved]))
         return True
+
+    def promise_limit(self, lease: Lease) -> int:
+        """The latest begin an AR may move a lease's promise to: `solver-promise-slack` after its booking begins, or
+        where more `solver-promise-share` of the wait and run the lease has at that begin, so that its slowdown grows
+        by at most that share (a lease that has waited days may give way to an AR for hours, one that waited minutes
+        not); and never past the limit set when it was first moved (`Lease.promise_by`)."""
+        vmrr = lease.last_vmrr()
+        begin = vmrr.begin()
+        share = self.opts.solver_promise_share * (begin - lease.req.arrival + vmrr.end - vmrr.start)
+        return min(lease.promise_by, begin + max(self.opts.solver_promise_slack, int(share)))
 
     # -- reservations starting and ending -------------------------------------------------------------------
     def start_rr(self, rr: RR, now: int) -> int | None:

@@ -47,6 +47,7 @@ class SchedulingOptions:
     solver_promises: int = 0                # mapper cpsat: at most this many at a time, the oldest leases' (0: all)
     solver_promise_resumes: bool = False    # mapper cpsat: a round's resume booking becomes a promise too
     solver_promise_slack: int = 7200        # mapper cpsat: how much later an AR may move a promise in its way
+    solver_promise_share: float = 0.05      # mapper cpsat: or this share of the promised lease's wait and run
     solver_suspend: str = "no"              # mapper cpsat: no | for-waiting (a round may suspend running leases)
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
 
@@ -78,7 +79,7 @@ class SchedulingOptions:
             solver_interval=g("solver-interval"), solver_commit=g("solver-commit"),
             solver_work_limit=g("solver-work-limit"), solver_promise_after=g("solver-promise-after"),
             solver_promises=g("solver-promises"), solver_promise_resumes=g("solver-promise-resumes") == "yes",
-            solver_promise_slack=g("solver-promise-slack"),
+            solver_promise_slack=g("solver-promise-slack"), solver_promise_share=g("solver-promise-share"),
             solver_suspend=g("solver-suspend"),
             weights=_weights(cfg),
         )
