@@ -10,6 +10,7 @@ greedy reservations and get new ones built by the VM scheduler at the solver's s
 against the slot table before anything is committed, and the whole change is undone if one does not fit (the
 greedy plan then stands). Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the
 round may also suspend running preemptible leases at once for waiting ones. Every round records its RoundStats.
+An AR or immediate lease the greedy pass refused is offered to the model before it is rejected (`admit`).
 The hint's completion is in `round_hint`, committing a plan in `round_commit`.
 """
 from __future__ import annotations
@@ -41,6 +42,17 @@ class RoundRecord:
     greedy_objective: int | None = None   # the greedy pass's plan in the same model
 
 
+@dataclass(frozen=True)
+class Admission:
+    """An AR or immediate lease the greedy pass refused, offered to the round model (CpsatRound.admit)."""
+
+    now: int
+    lease_id: int
+    admitted: bool
+    moved: int            # bookings the model moved to admit it
+    stats: RoundStats
+
+
 class CpsatRound(HintCompletion, PlanCommit):
     """The round hook of a LeaseScheduler whose options say `mapper: cpsat`."""
 
@@ -52,15 +64,17 @@ class CpsatRound(HintCompletion, PlanCommit):
         self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=opts.solver_workers,
                                     seed=opts.solver_seed, lookahead=opts.lookahead, stall=opts.solver_stall,
                                     presolve=False, work_limit=opts.solver_work_limit, weights=opts.weights)
-        # The greedy pass already took every decision about ARs, immediate leases and suspensions for ARs: the
-        # round places best-effort starts and resumes (where the images are), from now on, and with
-        # `solver-suspend: for-waiting` it may suspend running preemptible leases at once for waiting ones.
+        # The greedy pass already took every decision about suspensions for ARs, and admitted the ARs and immediate
+        # leases it could (`admit` offers the model those it refused): the round places best-effort starts and
+        # resumes (where the images are), from now on, and with `solver-suspend: for-waiting` it may suspend
+        # running preemptible leases at once for waiting ones.
         for_waiting = opts.solver_suspend == "for-waiting"
         self.policy = Policy(suspension=Suspension(opts.suspension) if for_waiting else Suspension.NONE,
                              migration=Migration.NO, exclusion=Exclusion(opts.exclusion),
                              threshold_factor=opts.threshold_factor, preemption=Preemption.NO_PREEMPTION,
                              non_schedulable_interval=0, suspend_for_waiting=for_waiting)
         self.records: list[RoundRecord] = []
+        self.admissions: list[Admission] = []
         self._announced: dict[int, int] = {}   # lease id -> seq of the VM reservation the last round ended with
         self._seen: tuple[dict, dict] | None = None   # movable bookings and fixed ends the last round ended with
         self._next_solve = 0   # no round is solved before this time (solver-interval)
@@ -216,6 +230,46 @@ class CpsatRound(HintCompletion, PlanCommit):
             return replace(stats, status=f"{stats.status} (did not fit the slot table)", source="greedy"), 0, \
                 greedy_cost
         return stats, len(moves) + len(stops), greedy_cost
+
+    # -- admission ------------------------------------------------------------------------------------------
+    def admit(self, lease: Lease, now: int) -> bool:
+        """Let the round model decide an AR or immediate lease the greedy pass refused (and the promise slack could
+        not place): the round as it stands, every best-effort booking not begun movable (a promise only within its
+        slack, `LeaseScheduler.promise_limit`, and never left unplaced), the lease as new. Booked, with the bookings
+        the model moves, where the model accepts it; all or nothing (models/cpsat-round.md, step 6)."""
+        from optlease.scheduling.cpsat.prepare import prepare
+        from optlease.scheduling.cpsat.solve import solve_round
+
+        sched = self.sched
+        if not sched.opts.solver_admit:
+            return False
+        movable = self._movable(now)
+        if not movable:
+            return False   # nothing the model may move: the greedy pass's refusal stands
+        wall = time.perf_counter()
+        snap, greedy, hint = self.snapshot(now, movable)
+        limits = {other.id: sched.promise_limit(other) for other in movable if other.round_promise(now)}
+        leases = [replace(ls, latest_start=min(limits[ls.id], ls.latest_start or limits[ls.id]), must_place=True)
+                  if ls.id in limits else ls for ls in snap.leases]
+        leases.append(LeaseSnapshot(lease.req, Phase.NEW, Overheads(shutdown=oh.shutdown_time(lease, sched.opts))))
+        snap = RoundSnapshot(now, snap.site, tuple(leases), self.policy)
+        refused = LeasePlan(lease.id, Outcome.REJECTED, reason="refused by the greedy pass")
+        greedy, hint = Plan((*greedy.leases, refused)), Plan((*hint.leases, refused))
+        data = prepare(snap, self.options.weights, self.options.lookahead)
+        budget = replace(self.options, deadline=wall + (1 - COMMIT_SHARE) * self.options.time_limit)
+        plan = solve_round(snap, budget, hint, data)
+        got, before = plan.by_id, greedy.by_id
+        new = got[lease.id]
+        accepted = new.outcome is Outcome.ACCEPTED and new.start is not None \
+            and all(got[i].outcome is Outcome.ACCEPTED and got[i].start is not None and got[i].start <= limit
+                    for i, limit in limits.items())
+        moves = [other for other in movable if _differs(got[other.id], before[other.id])]
+        admitted = accepted and self._apply(now, moves, got, new=(lease, new))
+        self.admissions.append(Admission(now, lease.id, admitted, len(moves) if admitted else 0, plan.stats))
+        if admitted:
+            sched.log.info("LSCHED", "Lease #%i admitted by the round model, moving leases %s" % (
+                lease.id, [other.id for other in moves]))
+        return admitted
 
     def _deadline(self) -> float:
         """solver-time-limit is the whole round's budget: the completion and the search get what the greedy pass,

@@ -39,10 +39,13 @@ class LeaseScheduler:
         self._room: dict = {}
         # mapper cpsat: called after each round's greedy pass, it may re-plan what has not started (greedy: None)
         self.round_hook = None
+        # mapper cpsat: called for an AR or immediate lease the greedy pass refused, it may admit it (greedy: None)
+        self.admission_hook = None
         self.round_began = 0.0   # time.perf_counter() when the current round began (the wall clock, not `now`)
         if opts.mapper == "cpsat":
             from optlease.scheduling.cpsat_round import CpsatRound
             self.round_hook = CpsatRound(self)
+            self.admission_hook = self.round_hook.admit
 
     # -- requests -------------------------------------------------------------------------------------------
     def request(self, lease: Lease, now: int) -> None:
@@ -103,7 +106,8 @@ class LeaseScheduler:
             self.schedule_lease(lease, now)
             self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
         except NotSchedulable as exc:
-            if lease.kind is LeaseKind.AR and self._displace_promises(lease, now):
+            if (lease.kind is LeaseKind.AR and self._displace_promises(lease, now)) or \
+                    (self.admission_hook is not None and self.admission_hook(lease, now)):
                 self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
                 return
             self.log.info("LSCHED", "Lease #%i has been rejected: %s" % (lease.id, exc))

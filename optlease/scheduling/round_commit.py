@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from optlease.domain.lease import LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import BOOKED, SHUTDOWN, RR, Lease, NotSchedulable
+from optlease.scheduling.records import BOOKED, SHUTDOWN, VM, RR, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Outcome
 
 S = LeaseState
@@ -23,10 +23,11 @@ class _Withdrawn:
 class PlanCommit:
     """The commit half of CpsatRound (a mixin: it needs `self.sched` and `self._booking_promise`)."""
 
-    def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan], stops: list[Lease] = ()) -> bool:
-        """Suspend `stops` now and re-plan `moves` as the solver says; all or nothing (False: the greedy plan is
-        left as it was). A suspended lease goes back to the queue when its suspension is over, and its resume is
-        booked then."""
+    def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan], stops: list[Lease] = (),
+               new: tuple[Lease, LeasePlan] | None = None) -> bool:
+        """Suspend `stops` now, book `new` (an AR or immediate lease the model admitted, with its plan) and re-plan
+        `moves` as the solver says; all or nothing (False: the greedy plan is left as it was). A suspended lease goes
+        back to the queue when its suspension is over, and its resume is booked then."""
         stopped = []
         for lease in stops:
             undo = self._suspend(lease, now)
@@ -37,8 +38,9 @@ class PlanCommit:
             stopped.append((lease.last_vmrr(), undo))
         withdrawn = [self._withdraw(lease) for lease in moves]
         placed: list[Lease] = []
-        ok = True
-        for lease in sorted(moves, key=lambda l: (plan[l.id].start if plan[l.id].start is not None else 0, l.id)):
+        ok = new is None or self._book_new(*new)
+        order = sorted(moves, key=lambda l: (plan[l.id].start if plan[l.id].start is not None else 0, l.id))
+        for lease in order if ok else []:
             p = plan[lease.id]
             if p.outcome is not Outcome.ACCEPTED or p.start is None:
                 continue   # deferred: it stays in the queue
@@ -56,11 +58,28 @@ class PlanCommit:
             return True
         for lease in placed:
             self._withdraw(lease)
+        if new is not None and new[0].state is S.SCHEDULED:
+            self.sched.cancel_vmrr(new[0].vmrrs.pop(), now)
+            new[0].set_state(S.PENDING)
         for w in withdrawn:
             self._restore(w)
         for vmrr, saved in reversed(stopped):
             self.sched.unsuspend(vmrr, saved)
         return False
+
+    def _book_new(self, lease: Lease, p: LeasePlan) -> bool:
+        """Book an admitted AR or immediate lease where the plan says, if it fits the slot table as it stands."""
+        vm = self.sched.vm
+        vmrr = vm.rr(lease, VM, p.start, p.start + lease.req.duration,
+                     {v: n for v, n in zip(sorted(lease.demands), p.nodes)})
+        vm.add_shutdown(vmrr, oh.shutdown_time(lease, self.sched.opts))
+        if not self._fits((vmrr, *vmrr.post)):
+            return False
+        for rr in (vmrr, *vmrr.post):
+            self.sched.table.add(rr)
+        lease.vmrrs.append(vmrr)
+        lease.set_state(S.SCHEDULED)
+        return True
 
     def _suspend(self, lease: Lease, now: int) -> tuple | None:
         """Book the lease's suspension from now on (its VM reservation ends now); what `LeaseScheduler.unsuspend`
