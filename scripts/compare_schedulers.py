@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from optlease.accounting.metrics import run_summary  # noqa: E402
+from optlease.accounting.rounds import admission_summary  # noqa: E402
 from optlease.checker import check_schedule  # noqa: E402
 from optlease.errors import InputError  # noqa: E402
 from optlease.eventlog import EventLog  # noqa: E402
@@ -131,7 +132,8 @@ def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | Non
         out.update(round_time_p50_s=percentile(times, 0.5), round_time_p95_s=percentile(times, 0.95),
                    gap_mean=statistics.mean(gaps) if gaps else None, solved_rounds=len(solved),
                    replanned_rounds=sum(1 for r in hook.records if r.changed),
-                   replanned_leases=sum(r.changed for r in hook.records), solver_status=statuses)
+                   replanned_leases=sum(r.changed for r in hook.records), solver_status=statuses,
+                   admissions=admission_summary(hook.admissions))
     return out
 
 

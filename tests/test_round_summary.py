@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from conftest import INSTANCES
-from optlease.accounting.rounds import percentile, round_summary
-from optlease.scheduling.cpsat_round import RoundRecord
+from optlease.accounting.rounds import admission_summary, percentile, round_summary
+from optlease.scheduling.cpsat_round import Admission, RoundRecord
 from optlease.scheduling.snapshot import RoundStats
 
 WAIT = INSTANCES / "haizea" / "expected" / "wait.conf"
@@ -48,6 +48,15 @@ def test_round_summary_counts_and_spreads():
     assert empty["count"] == 0 and empty["beat_hint_share"] is None and percentile([], 0.5) is None
 
 
+def test_admission_summary_counts_what_the_round_model_admitted():
+    stats = [RoundStats(status, None, None, None, wall, 10, 20) for status, wall in
+             (("OPTIMAL", 0.3), ("FEASIBLE", 0.1), ("OPTIMAL", 0.2))]
+    block = admission_summary([Admission(10, 4, True, 3, stats[0]), Admission(20, 7, False, 0, stats[1]),
+                               Admission(30, 9, True, 1, stats[2])])
+    assert block == {"offered": 3, "admitted": 2, "bookings_moved": 4,
+                     "wall_time_s": {"p50": 0.2, "p95": 0.3, "max": 0.3}}
+
+
 def test_simulate_summary_has_the_rounds_block_under_cpsat(tmp_path, cli):
     conf = tmp_path / "wait-cpsat.conf"
     conf.write_text(WAIT.read_text().replace("mapper: greedy", "mapper: cpsat"))
@@ -58,6 +67,8 @@ def test_simulate_summary_has_the_rounds_block_under_cpsat(tmp_path, cli):
     consistent(block)
     assert block["count"] > 0 and block["solved"] >= 1
     assert block["wall_time_s"]["max"] is not None
+    assert block["admissions"] == {"offered": 0, "admitted": 0, "bookings_moved": 0,
+                                   "wall_time_s": {"p50": None, "p95": None, "max": None}}
 
     proc = cli("simulate", "-c", WAIT, "-q", "--summary-out", tmp_path / "greedy.json")
     assert proc.returncode == 0, proc.stderr

@@ -58,3 +58,15 @@ def round_summary(records: Iterable[Any]) -> dict[str, Any]:
         "beat_hint_share": beat_hint / len(solved) if solved else None,
         "beat_greedy": beat_greedy,
     }
+
+
+def admission_summary(admissions: Iterable[Any]) -> dict[str, Any]:
+    """The ARs and immediate leases the greedy pass refused that were offered to the round model
+    (`CpsatRound.admissions`): how many, how many it admitted, the bookings it moved for them, and the solve times."""
+    admissions = list(admissions)
+    return {
+        "offered": len(admissions),
+        "admitted": sum(1 for a in admissions if a.admitted),
+        "bookings_moved": sum(a.moved for a in admissions),
+        "wall_time_s": _spread([a.stats.wall_time for a in admissions], 4),
+    }

@@ -24,7 +24,7 @@ def simulate(
 ) -> None:
     """Simulate a workload with Haizea's semantics; print Haizea's log and status summary."""
     from optlease.accounting.metrics import lease_records, run_summary
-    from optlease.accounting.rounds import round_summary
+    from optlease.accounting.rounds import admission_summary, round_summary
     from optlease.engine.run import simulate as run
     from optlease.formats.config import load_config
     from optlease.formats.schedule_json import write_schedule
@@ -39,6 +39,8 @@ def simulate(
     # the scheduling rounds; under `mapper: cpsat`, the distribution of the solver's rounds too
     records = result.round_records
     summary["rounds"] = {"count": result.rounds} if records is None else round_summary(records)
+    if result.admissions is not None:
+        summary["rounds"]["admissions"] = admission_summary(result.admissions)
     if summary_out:
         text = json.dumps(summary, indent=1)
         if str(summary_out) == "-":

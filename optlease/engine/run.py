@@ -130,6 +130,7 @@ def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = Non
     result = sim.run()
     if sim.sched.round_hook is not None:
         result.round_records = list(sim.sched.round_hook.records)
+        result.admissions = list(sim.sched.round_hook.admissions)
     log.status("RM", "Stopping resource manager gracefully...")
     sim.print_status()
     result.notes.extend(f"lease {lease.id} rejected: {lease.reason}" for lease in result.leases if lease.reason)

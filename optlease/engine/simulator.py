@@ -26,6 +26,7 @@ class SimulationResult:
     options: SchedulingOptions
     rounds: int = 0
     round_records: list | None = None   # CpsatRound.records under `mapper: cpsat`
+    admissions: list | None = None      # CpsatRound.admissions under `mapper: cpsat`
     notes: list[str] = field(default_factory=list)
 
 
