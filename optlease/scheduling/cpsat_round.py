@@ -233,9 +233,9 @@ class CpsatRound(HintCompletion, PlanCommit):
 
     # -- admission ------------------------------------------------------------------------------------------
     def admit(self, lease: Lease, now: int) -> bool:
-        """Let the round model decide an AR or immediate lease the greedy pass refused (and the promise slack could
-        not place): the round as it stands, every best-effort booking not begun movable (a promise only within its
-        slack, `LeaseScheduler.promise_limit`, and never left unplaced), the lease as new. Booked, with the bookings
+        """Let the round model decide an AR or immediate lease the greedy pass refused (and the promises' limits
+        could not place): the round as it stands, every best-effort booking not begun movable (a promise only within
+        its limit, `LeaseScheduler.promise_limit`, and never left unplaced), the lease as new. Booked, with the bookings
         the model moves, where the model accepts it; all or nothing (models/cpsat-round.md, step 6)."""
         from optlease.scheduling.cpsat.prepare import prepare
         from optlease.scheduling.cpsat.solve import solve_round
@@ -249,8 +249,8 @@ class CpsatRound(HintCompletion, PlanCommit):
         wall = time.perf_counter()
         snap, greedy, hint = self.snapshot(now, movable)
         limits = {other.id: sched.promise_limit(other) for other in movable if other.round_promise(now)}
-        leases = [replace(ls, latest_start=min(limits[ls.id], ls.latest_start or limits[ls.id]), must_place=True)
-                  if ls.id in limits else ls for ls in snap.leases]
+        leases = [replace(ls, must_place=True, latest_start=limits[ls.id] if ls.latest_start is None
+                          else min(limits[ls.id], ls.latest_start)) if ls.id in limits else ls for ls in snap.leases]
         leases.append(LeaseSnapshot(lease.req, Phase.NEW, Overheads(shutdown=oh.shutdown_time(lease, sched.opts))))
         snap = RoundSnapshot(now, snap.site, tuple(leases), self.policy)
         refused = LeasePlan(lease.id, Outcome.REJECTED, reason="refused by the greedy pass")

@@ -370,7 +370,7 @@ class LeaseScheduler:
 
     def _rebook_after(self, ar: Lease, moved: list[Lease], now: int) -> bool:
         """Book the AR with the bookings of `moved` out of the way, then book those again in the order they begin,
-        each as soon as it fits; all or nothing: every promise among them within its slack and its first limit."""
+        each as soon as it fits; all or nothing: every promise among them within its limit (`promise_limit`)."""
         moved = sorted(moved, key=lambda lease: (lease.last_vmrr().begin(), lease.id))
         limits = [self.promise_limit(lease) if lease.round_promise(now) else None for lease in moved]
         saved = [self._withdraw(lease) for lease in moved]
