@@ -464,6 +464,38 @@ def test_an_ar_moves_the_promises_in_its_way_only_within_the_slack():
     assert_safe(sim, result, cfg)
 
 
+@pytest.mark.parametrize("slack,admitted", [(900, True), (500, False)])
+def test_an_ar_moves_the_line_behind_a_promise_where_moving_the_promise_alone_is_too_late(slack, admitted):
+    """Two nodes: lease 1 runs until 1,000 s, promises 2 and 3 (both nodes, 1,000 s each) are booked one after the
+    other from 1,000 s. An AR asks for one node from 1,500 s to 1,600 s. Moving promise 2 alone puts it behind
+    promise 3, 2,000 s late; moving the line behind it too puts each only 600 s later. With a slack of 900 s (share
+    0) the AR is admitted that way and each promise's first limit is recorded; with 500 s it is refused and both
+    promises stay where they were."""
+    from test_node_down import lease, scheduler
+
+    sched = scheduler(2, backfilling="conservative", policy_preemption="ar-preempts-everything",
+                      solver_promise_slack=slack, solver_promise_share=0.0)
+    leases = [lease(sched, i, duration=1000, vms=2) for i in (1, 2, 3)]
+    for x in leases:
+        sched.request(x, 0)
+    sched.schedule(0)
+    assert [x.last_vmrr().begin() for x in leases] == [0, 1000, 2000]
+    for x in leases[1:]:
+        x.last_vmrr().promised_from = 0   # as a round's booking that has become a promise
+    ar = lease(sched, 4, arrival=10, duration=100, kind=LeaseKind.AR, start=1500)
+    sched.request(ar, 10)
+    sched.schedule(10)
+    if admitted:
+        assert ar.state is LeaseState.SCHEDULED and ar.last_vmrr().start == 1500
+        assert [x.last_vmrr().begin() for x in leases[1:]] == [1600, 2600]
+        assert [x.promise_by for x in leases[1:]] == [1000 + slack, 2000 + slack]
+        assert all(x.round_promise(10) for x in leases[1:])   # still promises
+    else:
+        assert ar.state is LeaseState.REJECTED
+        assert [x.last_vmrr().begin() for x in leases[1:]] == [1000, 2000]
+        assert all(x.round_promise(10) and x.promise_by == NOT_PROMISED for x in leases[1:])
+
+
 def test_only_the_oldest_leases_bookings_are_promises():
     """With solver-promises 2, after every round the two earliest-arrived leases among those a round has booked to
     start (resume bookings stay plans by default) hold promises (from solver-promise-after); the later ones'
