@@ -352,7 +352,7 @@ class LeaseScheduler:
         later than its limit (`promise_limit`) after the earliest begin it was promised (models/cpsat-round.md).
         Where that fails, the same again with every booking not begun that begins after the first of them (the line
         behind, which the moved promises would otherwise have to wait behind) booked again too, in the order they
-        begin. Otherwise everything stays as it was."""
+        begin, each within its limit as well. Otherwise everything stays as it was."""
         start = ar.req.start
         end = start + ar.req.duration + oh.shutdown_time(ar, self.opts)
         way = [lease for lease in self.leases.values()
@@ -370,9 +370,9 @@ class LeaseScheduler:
 
     def _rebook_after(self, ar: Lease, moved: list[Lease], now: int) -> bool:
         """Book the AR with the bookings of `moved` out of the way, then book those again in the order they begin,
-        each as soon as it fits; all or nothing: every promise among them within its limit (`promise_limit`)."""
+        each as soon as it fits; all or nothing: every one of them within its limit (`promise_limit`)."""
         moved = sorted(moved, key=lambda lease: (lease.last_vmrr().begin(), lease.id))
-        limits = [self.promise_limit(lease) if lease.round_promise(now) else None for lease in moved]
+        limits = [self.promise_limit(lease) for lease in moved]
         saved = [self._withdraw(lease) for lease in moved]
         admitted = False
         try:
@@ -380,8 +380,8 @@ class LeaseScheduler:
             admitted = True
             for lease, limit in zip(moved, limits):
                 self.schedule_lease(lease, now, anytime=True)
-                if limit is not None and lease.last_vmrr().begin() > limit:
-                    raise NotSchedulable("a promise would begin too late")
+                if lease.last_vmrr().begin() > limit:
+                    raise NotSchedulable("a booking would begin too late")
         except NotSchedulable:
             if admitted:
                 self.cancel_vmrr(ar.last_vmrr(), now)
@@ -392,13 +392,12 @@ class LeaseScheduler:
             return False
         for lease, s, limit in zip(moved, saved, limits):
             self._drop(s)
-            if limit is not None:
-                lease.promise_by = limit
+            lease.promise_by = limit
         self.log.info("LSCHED", "Lease #%i moved the bookings of leases %s" % (ar.id, [lease.id for lease in moved]))
         return True
 
     def promise_limit(self, lease: Lease) -> int:
-        """The latest begin an AR may move a lease's promise to: `solver-promise-slack` after its booking begins, or
+        """The latest begin an AR may move a lease's booking to (a promise, or a booking in the line behind one): `solver-promise-slack` after its booking begins, or
         where more `solver-promise-share` of the wait and run the lease has at that begin, so that its slowdown grows
         by at most that share (a lease that has waited days may give way to an AR for hours, one that waited minutes
         not); and never past the limit set when it was first moved (`Lease.promise_by`)."""
