@@ -103,7 +103,7 @@ class Lease:
     migrations: int = 0
     requeues: int = 0
     overruns: int = 0                         # times it ran past the run-time estimate it was booked for
-    promise_by: int = NOT_PROMISED            # the latest begin an AR may move its waiting round promise to
+    promise_by: int = NOT_PROMISED            # the latest begin an AR may move its waiting booking to
     cache: dict = field(default_factory=dict)  # derived figures that never change (total demand, estimates)
 
     @property
