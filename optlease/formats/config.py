@@ -130,7 +130,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # (its slowdown grows by at most this share; 0: the slack alone)
         "solver-promise-share": O("float", 0.05),
         # mapper cpsat: whether an AR or immediate lease the greedy pass refused is offered to the round model, which
-        # may admit it by moving best-effort bookings that have not begun (promises within their slack)
+        # may admit it by moving best-effort bookings that have not begun (promises within their limits)
         "solver-admit": O("choice", "yes", "yes", "no"),
         # mapper cpsat: whether a round may suspend running preemptible leases at once so that waiting leases run
         # first (no: only the greedy pass suspends, for ARs)

@@ -397,10 +397,11 @@ class LeaseScheduler:
         return True
 
     def promise_limit(self, lease: Lease) -> int:
-        """The latest begin an AR may move a lease's booking to (a promise, or a booking in the line behind one): `solver-promise-slack` after its booking begins, or
-        where more `solver-promise-share` of the wait and run the lease has at that begin, so that its slowdown grows
-        by at most that share (a lease that has waited days may give way to an AR for hours, one that waited minutes
-        not); and never past the limit set when it was first moved (`Lease.promise_by`)."""
+        """The latest begin an AR may move a lease's booking to (a promise, or a booking in the line behind one):
+        `solver-promise-slack` after its booking begins, or where more `solver-promise-share` of the wait and run the
+        lease has at that begin, so that its slowdown grows by at most that share (a lease that has waited days may
+        give way to an AR for hours, one that waited minutes not); and never past the limit set when it was first
+        moved (`Lease.promise_by`)."""
         vmrr = lease.last_vmrr()
         begin = vmrr.begin()
         share = self.opts.solver_promise_share * (begin - lease.req.arrival + vmrr.end - vmrr.start)

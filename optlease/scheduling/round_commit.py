@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from optlease.domain.lease import LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import BOOKED, SHUTDOWN, VM, RR, Lease, NotSchedulable
+from optlease.scheduling.records import BOOKED, SHUTDOWN, RR, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Outcome
 
 S = LeaseState
@@ -69,10 +69,7 @@ class PlanCommit:
 
     def _book_new(self, lease: Lease, p: LeasePlan) -> bool:
         """Book an admitted AR or immediate lease where the plan says, if it fits the slot table as it stands."""
-        vm = self.sched.vm
-        vmrr = vm.rr(lease, VM, p.start, p.start + lease.req.duration,
-                     {v: n for v, n in zip(sorted(lease.demands), p.nodes)})
-        vm.add_shutdown(vmrr, oh.shutdown_time(lease, self.sched.opts))
+        vmrr = self.sched.vm.whole_run(lease, p.start, {v: n for v, n in zip(sorted(lease.demands), p.nodes)})
         if not self._fits((vmrr, *vmrr.post)):
             return False
         for rr in (vmrr, *vmrr.post):

@@ -52,15 +52,19 @@ class VMScheduler:
         start = lease.req.start
         if start < now:
             raise NotSchedulable("its requested start time has already passed")
-        run_end = start + lease.req.duration
-        shutdown = oh.shutdown_time(lease, self.opts)
-        mapping, _, preempt = self.mapper.map(lease, start, run_end + shutdown, strictend=True,
+        end = start + lease.req.duration + oh.shutdown_time(lease, self.opts)
+        mapping, _, preempt = self.mapper.map(lease, start, end, strictend=True,
                                               allow_preemption=preempting and self.policies.preemption_enabled)
         if mapping is None:
             raise NotSchedulable("not enough resources in the requested interval")
-        vmrr = self.rr(lease, VM, start, run_end, mapping)
-        self.add_shutdown(vmrr, shutdown)
-        return vmrr, preempt
+        return self.whole_run(lease, start, mapping), preempt
+
+    def whole_run(self, lease: Lease, start: int, mapping: dict[int, int]) -> RR:
+        """The VM reservation of a lease that runs its whole requested time from `start` on `mapping`, and its
+        shutdown (an AR, or an immediate lease)."""
+        vmrr = self.rr(lease, VM, start, start + lease.req.duration, mapping)
+        self.add_shutdown(vmrr, oh.shutdown_time(lease, self.opts))
+        return vmrr
 
     # -- best-effort and immediate leases -------------------------------------------------------------------
     def asap(self, lease: Lease, now: int, earliest: dict[int, int] | None, allow_in_future: bool, resuming: bool,
