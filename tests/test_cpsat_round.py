@@ -102,8 +102,8 @@ def check_plan(snap: RoundSnapshot, plan: Plan) -> None:
                 assert pol.migration is not Migration.NO, "migration=no resumes a VM where its image is"
                 assert (i + 1, resume_from[i], n) in p.migrations
             mig = (0 if pol.migration is Migration.YES_NOTRANSFER else ov.migrate) if moved else 0
-            assert p.start - mig >= ready
-            holds.append((n, p.start - mig, p.end + ov.shutdown, vms[i]))
+            assert p.start - mig >= ready   # the image is copied first; the copy holds no node (as booked)
+            holds.append((n, p.start, p.end + ov.shutdown, vms[i]))
         if resume:
             ops.append((set(p.nodes), p.start, p.start + resume))
     for n in snap.site.node_ids:

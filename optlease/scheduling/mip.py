@@ -167,7 +167,7 @@ def _build(data: RoundData):
                     use[n, tau].append((j.demand[vm], on))
     for (l, vm, n, md, t) in z_idx:
         j = data.job(l)
-        for tau in range(t - j.migration_time(vm, n), t + j.resume + rem(j, md) + j.shutdown):
+        for tau in range(t, t + j.resume + rem(j, md) + j.shutdown):   # an image's copy holds no node
             use[n, tau].append((j.demand[vm], m.vm_at[l, vm, n, md, t]))
     for (n, tau) in set(use) | set(fixed):
         for r in data.resource_types:

@@ -169,7 +169,7 @@ class Outcome(str, Enum):
 @dataclass(frozen=True)
 class LeasePlan:
     """What the round decided for one lease. `start` is when its start (or resume) begins on `nodes`: a migrated VM's
-    transfer holds the target node for the migrate time just before; the run ends at `end` and a shutdown follows."""
+    image is copied in the migrate time just before (holding no node); the run ends at `end` and a shutdown follows."""
 
     lease_id: int
     outcome: Outcome

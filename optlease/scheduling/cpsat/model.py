@@ -136,16 +136,16 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
     if job.pooled:
         _add_pooled(rm, job, finish)
         return
+    # a VM resumed off its image's node has its image copied before the start (add_suspensions); the copy holds no
+    # node's capacity, as the slot table books it
+    size = m.new_int_var(0, job.resume + job.remaining + job.shutdown, f"tail_size[{name}]") \
+        if job.role is Role.SUSPENDABLE else job.resume + job.remaining + job.shutdown
     for vm, nodes in enumerate(job.candidates):
         for node in nodes:
             x = m.new_bool_var(f"vm_to_node[{name},vm={vm + 1},node={node}]")
             rm.vm_to_node[job.id, vm, node] = x
-            mig = job.migration_time(vm, node)
-            begin = rm.start[job.id] - mig
-            size = m.new_int_var(0, mig + job.resume + job.remaining + job.shutdown,
-                                 f"tail_size[{name},vm={vm + 1},node={node}]") \
-                if job.role is Role.SUSPENDABLE else mig + job.resume + job.remaining + job.shutdown
-            iv = m.new_optional_interval_var(begin, size, finish, x, f"tail[{name},vm={vm + 1},node={node}]")
+            iv = m.new_optional_interval_var(rm.start[job.id], size, finish, x,
+                                             f"tail[{name},vm={vm + 1},node={node}]")
             rm.holds.append(Demand(iv, node, job.demand[vm]))
 
 
