@@ -496,6 +496,52 @@ def test_an_ar_moves_the_line_behind_a_promise_where_moving_the_promise_alone_is
         assert all(x.round_promise(10) and x.promise_by == NOT_PROMISED for x in leases[1:])
 
 
+
+@pytest.mark.parametrize("admit", [True, False])
+def test_the_round_model_admits_an_ar_by_suspending_a_running_lease_and_moving_a_promise(admit):
+    """Two nodes: preemptible lease 1 runs on one from 0 s (5,000 s), lease 2 on the other to 1,001 s, and promise 3
+    follows it there to 2,001 s. An AR asks at 10 s for both nodes from 1,500 s to 1,600 s. Greedy could suspend
+    lease 1 but not move the promise, and moving the promise (the limits' step) does not preempt: both refuse it. The
+    round model admits it by doing both: lease 1 is suspended to end at 1,500 s (written in 32 s) and resumes on its
+    node after the AR, promise 3 starts at 1,600 s, 599 s later and within its limit. With solver-admit: no the AR is
+    refused and nothing moves."""
+    from test_node_down import lease, scheduler
+    from optlease.domain.lease import LeaseRequest
+    from optlease.engine.loop import Stepper
+    from optlease.scheduling.records import Lease
+
+    sched = scheduler(2, mapper="cpsat", policy_preemption="ar-preempts-everything", solver_admit=admit,
+                      solver_workers=1, solver_work_limit=0.05)
+    req = LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 5000, (VM1,), preemptible=True)
+    l1 = Lease(req, {1: sched.table.vector(VM1)})
+    l2, l3 = lease(sched, 2, arrival=1, duration=1000), lease(sched, 3, arrival=2, duration=1000)
+    step = Stepper(sched)
+    for t, x in enumerate((l1, l2, l3)):
+        step.step(t, [x])
+    assert [(x.state, x.last_vmrr().begin()) for x in (l1, l2, l3)] == \
+        [(LeaseState.ACTIVE, 0), (LeaseState.ACTIVE, 1), (LeaseState.SCHEDULED, 1001)]
+    l3.last_vmrr().promised_from = 0   # as a round's booking that has become a promise
+    ar = lease(sched, 4, arrival=10, duration=100, vms=2, kind=LeaseKind.AR, start=1500)
+    step.step(10, [ar])
+    if not admit:
+        assert ar.state is LeaseState.REJECTED
+        assert (l1.last_vmrr().end, l3.last_vmrr().begin()) == (5000, 1001)
+        return
+    assert ar.state is LeaseState.SCHEDULED and ar.last_vmrr().start == 1500
+    assert [(rr.kind, rr.start, rr.end) for rr in l1.last_vmrr().post] == [("suspend", 1468, 1500)]
+    assert (l3.last_vmrr().begin(), l3.promise_by) == (1600, 1001 + 7200)   # its first move's limit is kept
+    assert [(a.now, a.lease_id, a.admitted, a.moved, a.suspended) for a in sched.round_hook.admissions] == \
+        [(10, 4, True, 1, 1)]
+    now = 10
+    while (t := step.next_event(now)) is not None:
+        now = t
+        step.step(now)
+    doc = schedule_document(sched.site, list(sched.leases.values()), ORIGIN)
+    assert [str(v) for v in check_schedule(doc)] == []
+    assert all(x.state is LeaseState.DONE for x in sched.leases.values())
+    assert [(h.kind, h.start, h.end) for h in l1.held][:4] == \
+        [("vm", 0, 1468), ("suspend", 1468, 1500), ("resume", 1600, 1632), ("vm", 1632, 5164)]
+
 def test_only_the_oldest_leases_bookings_are_promises():
     """With solver-promises 2, after every round the two earliest-arrived leases among those a round has booked to
     start (resume bookings stay plans by default) hold promises (from solver-promise-after); the later ones'
@@ -638,6 +684,35 @@ def test_resume_bookings_are_promises_unless_solver_promise_resumes_says_no(prom
     assert_safe(sim, result, cfg)
 
 
+VM1 = {"CPU": 100, "Memory": 1024}   # one VM fills a node of the sites below
+
+
+def run_requests(resources: str, reqs, **opts):
+    """A workload simulated with these options (aggressive backfilling); its schedule passes the checker. The
+    simulator, the leases by id, the schedule document and the run summary."""
+    from optlease.domain.site import Site
+
+    opts = SchedulingOptions(backfilling="aggressive", **opts)
+    sim = Simulator(Site.parse_resources(resources), reqs, opts,
+                    Policies(opts.policy_admission, opts.policy_preemption, opts.policy_host_selection),
+                    EventLog(ORIGIN, "INFO", io.StringIO()))
+    result = sim.run()
+    doc = schedule_document(result.site, result.leases, ORIGIN)
+    assert [str(v) for v in check_schedule(doc)] == []
+    return sim, {lease.id: lease for lease in result.leases}, doc, run_summary(result.site, result.leases,
+                                                                               result.end_time)
+
+
+def reservations(doc, lease_id: int) -> list[tuple]:
+    """A lease's reservations in a schedule document: (kind, start, end, nodes), times as seconds since 13:00."""
+    def sec(stamp: str) -> int:
+        h, m, s = map(int, stamp[11:19].split(":"))
+        return (h - 13) * 3600 + m * 60 + s
+
+    lease = next(item for item in doc["leases"] if item["id"] == lease_id)
+    return [(r["kind"], sec(r["start"]), sec(r["end"]), sorted(r["mapping"].values())) for r in lease["reservations"]]
+
+
 @pytest.mark.parametrize("mapper", ["greedy", "cpsat"])
 def test_the_round_model_admits_an_immediate_lease_greedy_refuses_by_moving_a_plan(mapper):
     """Two nodes. Lease 1 runs on one node until 1,000 s, lease 2 on the other until 500 s; lease 3 (both nodes) is
@@ -646,29 +721,75 @@ def test_the_round_model_admits_an_immediate_lease_greedy_refuses_by_moving_a_pl
     it admits lease 4 and books lease 3 from 1,200 s instead — an accepted lease against 200 s more of waiting for a
     plan that was no promise. With solver-admit: no greedy's refusal stands."""
     from optlease.domain.lease import LeaseRequest
-    from optlease.domain.site import Site
 
-    vm = {"CPU": 100, "Memory": 1024}
-    reqs = [LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 1000, (vm,)),
-            LeaseRequest(2, LeaseKind.BEST_EFFORT, 0, 500, (vm,)),
-            LeaseRequest(3, LeaseKind.BEST_EFFORT, 10, 500, (vm, vm)),
-            LeaseRequest(4, LeaseKind.IMMEDIATE, 600, 600, (vm,))]
-    site = Site.parse_resources("2 CPU:100 Memory:1024")
-
-    def run(**opts):
-        opts = SchedulingOptions(mapper=mapper, backfilling="aggressive", **opts)
-        sim = Simulator(site, reqs, opts, Policies(), EventLog(ORIGIN, "INFO", io.StringIO()))
-        result = sim.run()
-        doc = schedule_document(result.site, result.leases, ORIGIN)
-        assert [str(v) for v in check_schedule(doc)] == []
-        return sim, {lease.id: lease for lease in result.leases}
-
-    sim, leases = run()
+    reqs = [LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 1000, (VM1,)),
+            LeaseRequest(2, LeaseKind.BEST_EFFORT, 0, 500, (VM1,)),
+            LeaseRequest(3, LeaseKind.BEST_EFFORT, 10, 500, (VM1, VM1)),
+            LeaseRequest(4, LeaseKind.IMMEDIATE, 600, 600, (VM1,))]
+    sim, leases, _, _ = run_requests("2 CPU:100 Memory:1024", reqs, mapper=mapper)
     if mapper == "greedy":
         assert leases[4].state is LeaseState.REJECTED and leases[3].first_start == 1000
         return
     assert leases[4].state is LeaseState.DONE and leases[4].first_start == 600
     assert leases[3].first_start == 1200
     assert [(a.now, a.lease_id, a.admitted, a.moved) for a in sim.sched.round_hook.admissions] == [(600, 4, True, 1)]
-    _, refused = run(solver_admit=False)
+    _, refused, _, _ = run_requests("2 CPU:100 Memory:1024", reqs, mapper=mapper, solver_admit=False)
     assert refused[4].state is LeaseState.REJECTED and refused[3].first_start == 1000
+
+
+# Lease 1 (preemptible) runs on a node from 0 s; AR 5 (asked at 100 s) takes that node from 300 s to 900 s and suspends
+# lease 1 there (32 s to write its 1,024 MB, 32 s to read it back)
+SUSPENDED_BY_AN_AR = [(1, LeaseKind.BEST_EFFORT, 0, 1000, {"preemptible": True}),
+                      (5, LeaseKind.AR, 100, 600, {"start": 300})]
+
+
+def test_where_cpsat_differs_it_resumes_where_the_image_is_and_lets_a_waiting_lease_run():
+    """Two nodes, `migration: yes` at 16 Mbit/s (a 1,024 MB image takes 512 s to copy). Lease 2 holds the other node,
+    booked to 1,000 s but done at 300 s, so the AR had to suspend lease 1; lease 4 (600 s) arrives at 300 s.
+    Greedy, in arrival order, books lease 1's resume on the freed node — copying its image from 300 s to 812 s —
+    and lease 4 waits for the AR's node until 900 s. The round model lets lease 4 run on the freed node at once and
+    resumes lease 1 where its image is when the AR ends: no copy, lease 4 waits 0 s instead of 600 s, and the
+    bounded slowdown falls; lease 1 finishes 88 s later (the last best-effort completion with it)."""
+    from optlease.domain.lease import LeaseRequest
+
+    reqs = [LeaseRequest(i, kind, arrival, duration, (VM1,), **kw) for i, kind, arrival, duration, kw in
+            [*SUSPENDED_BY_AN_AR, (2, LeaseKind.BEST_EFFORT, 0, 1000, {"real_duration": 300}),
+             (4, LeaseKind.BEST_EFFORT, 300, 600, {})]]
+    opts = dict(migration="yes", bandwidth=16, policy_preemption="ar-preempts-everything")
+    _, greedy, gdoc, theirs = run_requests("2 CPU:100 Memory:1024", reqs, mapper="greedy", **opts)
+    sim, ours, doc, mine = run_requests("2 CPU:100 Memory:1024", reqs, mapper="cpsat", **opts)
+    image = reservations(gdoc, 1)[1][3]   # where lease 1 was suspended
+    assert [r[:3] for r in reservations(gdoc, 1)[2:4]] == [("transfer", 300, 812), ("resume", 812, 844)]
+    assert reservations(gdoc, 4)[0][:2] == ("vm", 900)
+    assert [r[:3] for r in reservations(doc, 1)[2:3]] == [("resume", 900, 932)]
+    assert reservations(doc, 1)[2][3] == image
+    assert reservations(doc, 4)[0][:2] == ("vm", 300) and reservations(doc, 4)[0][3] != image
+    assert (greedy[1].migrations, ours[1].migrations) == (1, 0)
+    g, o = theirs["best_effort"], mine["best_effort"]
+    assert (g["wait_avg"], o["wait_avg"], g["wait_max"], o["wait_max"]) == (200, 0, 600, 0)
+    assert o["bounded_slowdown_avg"] < g["bounded_slowdown_avg"]
+    assert o["all_completed_at"] - g["all_completed_at"] == 88
+    assert [(r.now, r.changed, r.stats.source) for r in sim.sched.round_hook.records if r.changed] == [(300, 2, "cpsat")]
+
+
+def test_where_cpsat_differs_it_copies_an_image_while_the_target_node_is_still_busy():
+    """Three nodes, `migration: yes` at 128 Mbit/s (64 s per image). Lease 2 holds a node to 2,000 s and lease 3 one
+    to 400 s; lease 4 (all three nodes) waits for 2,000 s and holds aggressive backfilling's one reservation, so when
+    the AR suspends lease 1 at 300 s greedy cannot book its resume ahead: at 400 s it books the copy to lease 3's
+    node from then on (400-464 s) and the resume after it. The round at 300 s books the same move with the copy in
+    the 64 s before lease 3 ends (336-400 s, a copy holds no node), so lease 1 resumes at 400 s, 64 s sooner."""
+    from optlease.domain.lease import LeaseRequest
+
+    reqs = [LeaseRequest(i, kind, arrival, duration, vms, **kw) for i, kind, arrival, duration, vms, kw in
+            [(*head, (VM1,), kw) for *head, kw in SUSPENDED_BY_AN_AR] +
+            [(2, LeaseKind.BEST_EFFORT, 0, 2000, (VM1,), {}), (3, LeaseKind.BEST_EFFORT, 0, 400, (VM1,), {}),
+             (4, LeaseKind.BEST_EFFORT, 50, 100, (VM1, VM1, VM1), {})]]
+    opts = dict(migration="yes", bandwidth=128, policy_preemption="ar-preempts-everything")
+    _, greedy, gdoc, _ = run_requests("3 CPU:100 Memory:1024", reqs, mapper="greedy", **opts)
+    sim, ours, doc, _ = run_requests("3 CPU:100 Memory:1024", reqs, mapper="cpsat", **opts)
+    target = reservations(gdoc, 3)[0][3]   # lease 3's node
+    assert reservations(gdoc, 1)[2:4] == [("transfer", 400, 464, target), ("resume", 464, 496, target)]
+    assert reservations(doc, 1)[2:4] == [("transfer", 336, 400, target), ("resume", 400, 432, target)]
+    assert (greedy[1].migrations, ours[1].migrations) == (1, 1)
+    assert reservations(doc, 1)[4][:3] == ("vm", 432, reservations(gdoc, 1)[4][2] - 64)   # done 64 s sooner
+    assert [(r.now, r.stats.source) for r in sim.sched.round_hook.records if r.changed] == [(300, "cpsat")]

@@ -51,6 +51,7 @@ class Admission:
     admitted: bool
     moved: int            # bookings the model moved to admit it
     stats: RoundStats
+    suspended: int = 0    # running leases the model suspended for it
 
 
 class CpsatRound(HintCompletion, PlanCommit):
@@ -66,11 +67,11 @@ class CpsatRound(HintCompletion, PlanCommit):
                                     presolve=False, work_limit=opts.solver_work_limit, weights=opts.weights)
         # The greedy pass already took every decision about suspensions for ARs, and admitted the ARs and immediate
         # leases it could (`admit` offers the model those it refused): the round places best-effort starts and
-        # resumes (where the images are), from now on, and with `solver-suspend: for-waiting` it may suspend
-        # running preemptible leases at once for waiting ones.
+        # resumes (elsewhere than the images where `migration` allows), from now on, and with `solver-suspend:
+        # for-waiting` it may suspend running preemptible leases at once for waiting ones.
         for_waiting = opts.solver_suspend == "for-waiting"
         self.policy = Policy(suspension=Suspension(opts.suspension) if for_waiting else Suspension.NONE,
-                             migration=Migration.NO, exclusion=Exclusion(opts.exclusion),
+                             migration=Migration(opts.migration), exclusion=Exclusion(opts.exclusion),
                              threshold_factor=opts.threshold_factor, preemption=Preemption.NO_PREEMPTION,
                              non_schedulable_interval=0, suspend_for_waiting=for_waiting)
         self.records: list[RoundRecord] = []
@@ -235,24 +236,29 @@ class CpsatRound(HintCompletion, PlanCommit):
     def admit(self, lease: Lease, now: int) -> bool:
         """Let the round model decide an AR or immediate lease the greedy pass refused (and the promises' limits
         could not place): the round as it stands, every best-effort booking not begun movable (a promise only within
-        its limit, `LeaseScheduler.promise_limit`, and never left unplaced), the lease as new. Booked, with the bookings
-        the model moves, where the model accepts it; all or nothing (models/cpsat-round.md, step 6)."""
+        its limit, `LeaseScheduler.promise_limit`, and never left unplaced), for an AR the running leases greedy could
+        preempt for it as leases the model may suspend before its start, the lease as new. Booked, with the bookings
+        the model moves and the suspensions it makes, where the model accepts it; all or nothing
+        (models/cpsat-round.md, step 6)."""
         from optlease.scheduling.cpsat.prepare import prepare
         from optlease.scheduling.cpsat.solve import solve_round
 
         sched = self.sched
         if not sched.opts.solver_admit:
             return False
-        movable = self._movable(now)
-        if not movable:
-            return False   # nothing the model may move: the greedy pass's refusal stands
+        movable, running = self._movable(now), self._preemptible_for(lease)
+        if not movable and not running:
+            return False   # nothing the model may move or suspend: the greedy pass's refusal stands
         wall = time.perf_counter()
-        snap, greedy, hint = self.snapshot(now, movable)
+        snap, greedy, hint = self.snapshot(now, movable, running)
         limits = {other.id: sched.promise_limit(other) for other in movable if other.round_promise(now)}
         leases = [replace(ls, must_place=True, latest_start=limits[ls.id] if ls.latest_start is None
                           else min(limits[ls.id], ls.latest_start)) if ls.id in limits else ls for ls in snap.leases]
         leases.append(LeaseSnapshot(lease.req, Phase.NEW, Overheads(shutdown=oh.shutdown_time(lease, sched.opts))))
-        snap = RoundSnapshot(now, snap.site, tuple(leases), self.policy)
+        policy = self.policy if not running else replace(
+            self.policy, suspension=Suspension(sched.opts.suspension), preemption=Preemption.AR_PREEMPTS_EVERYTHING,
+            suspend_for_waiting=False)
+        snap = RoundSnapshot(now, snap.site, tuple(leases), policy)
         refused = LeasePlan(lease.id, Outcome.REJECTED, reason="refused by the greedy pass")
         greedy, hint = Plan((*greedy.leases, refused)), Plan((*hint.leases, refused))
         data = prepare(snap, self.options.weights, self.options.lookahead)
@@ -264,11 +270,16 @@ class CpsatRound(HintCompletion, PlanCommit):
             and all(got[i].outcome is Outcome.ACCEPTED and got[i].start is not None and got[i].start <= limit
                     for i, limit in limits.items())
         moves = [other for other in movable if _differs(got[other.id], before[other.id])]
-        admitted = accepted and self._apply(now, moves, got, new=(lease, new))
-        self.admissions.append(Admission(now, lease.id, admitted, len(moves) if admitted else 0, plan.stats))
+        stops = [other for other in running if got[other.id].suspend_at is not None]
+        admitted = accepted and self._apply(now, moves, got, stops, new=(lease, new))
+        self.admissions.append(Admission(now, lease.id, admitted, len(moves) if admitted else 0, plan.stats,
+                                         len(stops) if admitted else 0))
         if admitted:
-            sched.log.info("LSCHED", "Lease #%i admitted by the round model, moving leases %s" % (
-                lease.id, [other.id for other in moves]))
+            for other in moves:
+                if other.id in limits:   # a moved promise keeps the limit of its first move
+                    other.promise_by = limits[other.id]
+            sched.log.info("LSCHED", "Lease #%i admitted by the round model, moving leases %s, suspending leases %s" % (
+                lease.id, [other.id for other in moves], [other.id for other in stops]))
         return admitted
 
     def _deadline(self) -> float:
@@ -278,7 +289,7 @@ class CpsatRound(HintCompletion, PlanCommit):
 
     # -- the snapshot -----------------------------------------------------------------------------------------
     def _movable(self, now: int) -> list[Lease]:
-        out = []
+        out, moves = [], self.policy.migration is not Migration.NO
         for lease in self.sched.leases.values():
             if lease.kind is not LeaseKind.BEST_EFFORT:
                 continue
@@ -287,18 +298,22 @@ class CpsatRound(HintCompletion, PlanCommit):
             elif lease.state in BOOKED:
                 vmrr = lease.last_vmrr()
                 rrs = (*vmrr.pre, vmrr, *vmrr.post)
-                # a booking that ends in a suspension (before an AR) is not what the round model can state: kept
-                if all(rr.state == "scheduled" and rr.kind not in (MIGRATE, SUSPEND) and rr.start >= now
-                       for rr in rrs) and (lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping):
+                # a booking that ends in a suspension (before an AR) is not what the round model can state: kept;
+                # so is one that resumes elsewhere where the round may not (migration: no)
+                if all(rr.state == "scheduled" and rr.kind != SUSPEND and (moves or rr.kind != MIGRATE)
+                       and rr.start >= now for rr in rrs) \
+                        and (moves or lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping):
                     out.append(lease)
         out.sort(key=lambda lease: (lease.req.arrival, lease.id))
         return out
 
     @staticmethod
     def _greedy_start(lease: Lease) -> int | None:
+        """When a booked lease's start or resume begins (a migration's copy before it holds no node)."""
         if lease.state not in BOOKED:
             return None
-        return lease.last_vmrr().begin()
+        vmrr = lease.last_vmrr()
+        return next((rr.start for rr in vmrr.pre if rr.kind != MIGRATE), vmrr.start)
 
     def snapshot(self, now: int, movable: list[Lease], running: list[Lease] = ()) -> tuple[RoundSnapshot, Plan, Plan]:
         """The round as the solver sees it, the greedy plan of it, and the hint: the greedy plan with every lease
@@ -365,31 +380,49 @@ class CpsatRound(HintCompletion, PlanCommit):
         """With `solver-suspend: for-waiting`: the running best-effort leases the round may suspend at once — the
         policy lets them be suspended, they have run Haizea's scheduling threshold, they are booked to run on and
         then shut down (no suspension booked), and they have more left to run than a suspension and a resume take."""
-        sched, opts = self.sched, self.sched.opts
+        opts = self.sched.opts
         if not self.policy.suspend_for_waiting:
             return []
         out = []
-        for lease in sched.leases.values():
-            if lease.kind is not LeaseKind.BEST_EFFORT or lease.state is not S.ACTIVE \
-                    or not oh.can_be_suspended(lease, opts):
-                continue
+        for lease in self._running_on():
             vmrr = lease.last_vmrr()
-            if vmrr.state != "active" or any(rr.kind != SHUTDOWN or rr.state != "scheduled" for rr in vmrr.post):
-                continue
             if now - vmrr.start < oh.scheduling_threshold(lease, opts, resuming=False):
                 continue
             overheads = self._op_time(lease, vmrr.mapping, True) + self._op_time(lease, vmrr.mapping, False)
             if vmrr.end - now > overheads:
+                out.append(lease)
+        return out
+
+    def _preemptible_for(self, ar: Lease) -> list[Lease]:
+        """The running leases the round model may suspend for an AR the greedy pass refused: those the preemption
+        policy lets greedy preempt for it, still running at its start (the model keeps the scheduling threshold)."""
+        sched = self.sched
+        if ar.kind is not LeaseKind.AR or not sched.policies.preemption_enabled:
+            return []
+        start = ar.req.start
+        return [lease for lease in self._running_on() if lease.last_vmrr().end > start
+                and sched.policies.preemption.score(ar, lease, start) >= 0]
+
+    def _running_on(self) -> list[Lease]:
+        """The running best-effort leases `suspension` lets be suspended that are booked to run on and then shut down
+        (no suspension booked), by id."""
+        sched, out = self.sched, []
+        for lease in sched.leases.values():
+            if lease.kind is not LeaseKind.BEST_EFFORT or lease.state is not S.ACTIVE \
+                    or not oh.can_be_suspended(lease, sched.opts):
+                continue
+            vmrr = lease.last_vmrr()
+            if vmrr.state == "active" and all(rr.kind == SHUTDOWN and rr.state == "scheduled" for rr in vmrr.post):
                 out.append(lease)
         out.sort(key=lambda lease: lease.id)
         return out
 
     def _running_snapshot(self, lease: Lease, now: int) -> LeaseSnapshot:
         """A running lease the round may suspend, as booked: it runs to its booking's end, then shuts down."""
-        vmrr = lease.last_vmrr()
+        vmrr, opts = lease.last_vmrr(), self.sched.opts
         ov = Overheads(suspend=self._op_time(lease, vmrr.mapping, True),
                        resume=self._op_time(lease, vmrr.mapping, False),
-                       shutdown=oh.shutdown_time(lease, self.sched.opts))
+                       migrate=oh.migration_time(lease, opts, vmrr.mapping), shutdown=oh.shutdown_time(lease, opts))
         nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
         return LeaseSnapshot(lease.req, Phase.RUNNING, ov, nodes=nodes, left=vmrr.end - now,
                              ran=lease.accumulated + now - vmrr.start, since=vmrr.start,
@@ -400,7 +433,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         resuming = lease.is_suspended()
         run = self.sched.vm.estimates.booked_run(lease)   # what it has left, or its estimate (scheduling.estimate)
         ov = Overheads(resume=self._resume_time(lease) if resuming else 0,
-                       shutdown=oh.shutdown_time(lease, opts))
+                       migrate=oh.migration_time(lease, opts) if resuming else 0, shutdown=oh.shutdown_time(lease, opts))
         vnodes = sorted(lease.demands)
         kw: dict = {}
         if resuming:

@@ -118,12 +118,14 @@ def shutdown_time(lease: Lease, opts: SchedulingOptions) -> int:
     return lease.numnodes * (opts.shutdown_time + opts.enactment_overhead)
 
 
-def migration_time(lease: Lease, opts: SchedulingOptions) -> int:
-    """Copying the memory images: the node holding the most memory of the lease sets the pace."""
-    if opts.migration != "yes" or not lease.image_nodes:
+def migration_time(lease: Lease, opts: SchedulingOptions, images: dict[int, int] | None = None) -> int:
+    """Copying the memory images (on `images`, by default where the lease's are): the node holding the most memory
+    of the lease sets the pace."""
+    images = lease.image_nodes if images is None else images
+    if opts.migration != "yes" or not images:
         return 0
     per_node: dict[int, int] = {}
-    for vnode, pnode in lease.image_nodes.items():
+    for vnode, pnode in images.items():
         per_node[pnode] = per_node.get(pnode, 0) + lease.req.memory_of(vnode)
     return math.ceil(max(per_node.values()) * 8 / opts.bandwidth - 1e-9)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from optlease.domain.lease import LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import BOOKED, SHUTDOWN, RR, Lease, NotSchedulable
+from optlease.scheduling.records import BOOKED, MIGRATE, SHUTDOWN, RR, Held, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Outcome
 
 S = LeaseState
@@ -18,6 +18,9 @@ class _Withdrawn:
     state: S
     vmrr: RR | None
     queued: bool
+    image_nodes: dict[int, int] | None   # a resume elsewhere without copying moves the images when it is booked
+    migrations: int
+    held: int                            # how many held reservations the lease had
 
 
 class PlanCommit:
@@ -25,12 +28,13 @@ class PlanCommit:
 
     def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan], stops: list[Lease] = (),
                new: tuple[Lease, LeasePlan] | None = None) -> bool:
-        """Suspend `stops` now, book `new` (an AR or immediate lease the model admitted, with its plan) and re-plan
-        `moves` as the solver says; all or nothing (False: the greedy plan is left as it was). A suspended lease goes
-        back to the queue when its suspension is over, and its resume is booked then."""
+        """Suspend `stops` when the plan says (now, for waiting leases; before an AR the model admitted), book `new`
+        (an AR or immediate lease the model admitted, with its plan) and re-plan `moves` as the solver says; all or
+        nothing (False: the greedy plan is left as it was). A suspended lease goes back to the queue when its
+        suspension is over, and its resume is booked then."""
         stopped = []
         for lease in stops:
-            undo = self._suspend(lease, now)
+            undo = self._suspend(lease, plan[lease.id].suspend_at, now)
             if undo is None:
                 for vmrr, saved in reversed(stopped):
                     self.sched.unsuspend(vmrr, saved)
@@ -52,9 +56,13 @@ class PlanCommit:
             placed.append(lease)
         if ok:
             for vmrr, _ in stopped:
-                self.sched.log.info("LSCHED", "Lease #%i is suspended so that waiting leases run." % vmrr.lease.id)
                 vmrr.lease.preemptions += 1
-                self.sched.end_rr(vmrr, now)   # its run ends now: the suspension begins
+                if vmrr.end == now:
+                    self.sched.log.info("LSCHED", "Lease #%i is suspended so that waiting leases run." % vmrr.lease.id)
+                    self.sched.end_rr(vmrr, now)   # its run ends now: the suspension begins
+                else:
+                    self.sched.log.info("LSCHED", "Lease #%i will be suspended at %s for lease #%i." % (
+                        vmrr.lease.id, self.sched.log.t(vmrr.end), new[0].id))
             return True
         for lease in placed:
             self._withdraw(lease)
@@ -78,27 +86,31 @@ class PlanCommit:
         lease.set_state(S.SCHEDULED)
         return True
 
-    def _suspend(self, lease: Lease, now: int) -> tuple | None:
-        """Book the lease's suspension from now on (its VM reservation ends now); what `LeaseScheduler.unsuspend`
-        needs to take it back, or None when it cannot be booked."""
+    def _suspend(self, lease: Lease, at: int, now: int) -> tuple | None:
+        """Book the lease's suspension from `at` on (its VM reservation ends then); what `LeaseScheduler.unsuspend`
+        needs to take it back, or None when it cannot be booked so."""
         vmrr = lease.last_vmrr()
         try:
-            saved = self.sched.suspend_at(vmrr, now + self._op_time(lease, vmrr.mapping, True), now)
+            saved = self.sched.suspend_at(vmrr, at + self._op_time(lease, vmrr.mapping, True), now)
         except NotSchedulable:
             return None
-        if vmrr.end != now:
+        if vmrr.end != at:
             self.sched.unsuspend(vmrr, saved)
             return None
         return saved
 
     def _build(self, lease: Lease, p: LeasePlan, now: int) -> RR | None:
+        """The lease's booking at the plan's start and nodes; a suspended lease resumed off its images' nodes has them
+        copied in the migration time just before (`migration: yes`; the copy holds no node's capacity), or just moves
+        them (`yes-notransfer`, when it is committed). None where it does not fit the slot table."""
         sched, opts = self.sched, self.sched.opts
         resuming = lease.is_suspended()
         remaining, shutdown = sched.vm.estimates.booked_run(lease), oh.shutdown_time(lease, opts)
-        resume = self._resume_time(lease) if resuming else 0
         mapping = {v: n for v, n in zip(sorted(lease.demands), p.nodes)}
-        if resuming and mapping != lease.image_nodes:
+        moved = resuming and mapping != lease.image_nodes
+        if moved and opts.migration == "no":
             return None
+        resume = self._op_time(lease, mapping, False) if resuming else 0
         try:
             vmrr = sched.vm.build(lease, p.start, p.start + resume + remaining + shutdown, mapping, resuming,
                                   remaining, shutdown)
@@ -106,11 +118,19 @@ class PlanCommit:
             return None
         if not vmrr.post or vmrr.post[0].kind != SHUTDOWN or vmrr.start < now:
             return None
+        copy = oh.migration_time(lease, opts) if moved else 0
+        if copy:
+            if p.start - copy < now:
+                return None
+            mig = sched.vm.rr(lease, MIGRATE, p.start - copy, p.start, mapping)
+            mig.demand = {}   # copying a memory image holds no node capacity
+            mig.origin = dict(lease.image_nodes)
+            vmrr.pre.insert(0, mig)
         return vmrr if self._fits((*vmrr.pre, vmrr, *vmrr.post)) else None
 
     def _resume_time(self, lease: Lease) -> int:
-        """How long resuming a suspended lease on its image's nodes takes (the round resumes leases where their
-        images are)."""
+        """How long resuming a suspended lease on its image's nodes takes (the model's resume time wherever it
+        resumes; `_build` books the span on the nodes it resumes on)."""
         return self._op_time(lease, lease.image_nodes, False)
 
     def _op_time(self, lease: Lease, mapping: dict[int, int], suspend: bool) -> int:
@@ -128,15 +148,22 @@ class PlanCommit:
         vmrr.promised_from = self._booking_promise(lease)
         if vmrr.backfill:
             sched.vm.future_count += 1
+        resuming = lease.state is S.SUSPENDED_QUEUED
+        if resuming and vmrr.mapping != lease.image_nodes and sched.opts.migration == "yes-notransfer":
+            # images on shared storage (migration: yes-notransfer): the lease just resumes elsewhere
+            lease.held.append(Held(MIGRATE, now, now, dict(vmrr.mapping), dict(lease.image_nodes)))
+            lease.image_nodes = dict(vmrr.mapping)
+            lease.migrations += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             sched.table.add(rr)
         lease.vmrrs.append(vmrr)
-        lease.set_state(S.SUSPENDED_SCHEDULED if lease.state is S.SUSPENDED_QUEUED else S.SCHEDULED)
+        lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
 
     def _withdraw(self, lease: Lease) -> _Withdrawn:
         """Take a lease's booked (not started) reservation out and put it back in the queue."""
         sched = self.sched
-        w = _Withdrawn(lease, lease.state, None, lease in sched.queue)
+        w = _Withdrawn(lease, lease.state, None, lease in sched.queue, lease.image_nodes, lease.migrations,
+                       len(lease.held))
         if lease.state in BOOKED:
             vmrr = lease.vmrrs.pop()
             w.vmrr = vmrr
@@ -150,6 +177,8 @@ class PlanCommit:
 
     def _restore(self, w: _Withdrawn) -> None:
         sched, lease = self.sched, w.lease
+        lease.image_nodes, lease.migrations = w.image_nodes, w.migrations
+        del lease.held[w.held:]
         if w.vmrr is None:
             return
         if lease in sched.queue:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import time
 
+from optlease.scheduling import overheads as oh
 from optlease.scheduling.cpsat.prepare import wait_weight
 from optlease.scheduling.records import BOOKED, RR, WAITING, Lease, NotSchedulable
-from optlease.scheduling.snapshot import LeasePlan, Outcome
+from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
 
 class HintCompletion:
-    """The hint half of CpsatRound (a mixin: it needs `self.sched`, `_deadline`, `_promised`, `_expected` and
-    `_fits`)."""
+    """The hint half of CpsatRound (a mixin: it needs `self.sched`, `self.policy`, `_deadline`, `_promised`,
+    `_expected` and `_fits`)."""
 
     def _latest_start(self, lease: Lease, hint: LeasePlan, now: int) -> int | None:
         """The wait guard: the solver may push a lease back past its hinted start only while its start stays within
@@ -104,8 +105,27 @@ class HintCompletion:
         return waited + rest
 
     def _asap(self, lease: Lease, now: int) -> RR:
-        """The lease's earliest whole booking from now (resumed where its image is), not added to the slot table."""
-        resuming = lease.is_suspended()
-        fixed = dict(lease.image_nodes) if resuming else None
-        earliest = {n: now for n in set(fixed.values())} if resuming else None
-        return self.sched.vm.asap(lease, now, earliest, True, resuming, fixed, strict=True)
+        """The lease's earliest whole booking from now, not added to the slot table: a suspended lease resumes where
+        its image is or, where `migration` allows, anywhere once its image is copied, whichever begins first (the
+        booking holds no copy: `_build` adds it)."""
+        vm = self.sched.vm
+        if not lease.is_suspended():
+            return vm.asap(lease, now, None, True, False, None, strict=True)
+        fixed = dict(lease.image_nodes)
+        try:
+            best = vm.asap(lease, now, {n: now for n in set(fixed.values())}, True, True, fixed, strict=True)
+        except NotSchedulable:
+            if self.policy.migration is Migration.NO:
+                raise
+            best = None
+        if self.policy.migration is Migration.NO or (best is not None and best.begin() == now):
+            return best
+        copy = oh.migration_time(lease, self.sched.opts)
+        try:
+            moved = vm.asap(lease, now, {n: now + copy for n in self.sched.table.nodes}, True, True, None,
+                            strict=True)
+        except NotSchedulable:
+            if best is None:
+                raise
+            return best
+        return moved if best is None or moved.begin() < best.begin() else best
