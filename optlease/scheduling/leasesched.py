@@ -13,8 +13,8 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import (MIGRATE, NOT_PROMISED, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held, Lease,
-                                        NotSchedulable)
+from optlease.scheduling.records import (BOOKED, MIGRATE, NOT_PROMISED, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held,
+                                        Lease, NotSchedulable)
 from optlease.scheduling.slottable import SlotTable, fits
 from optlease.scheduling.vmsched import VMScheduler
 
@@ -311,32 +311,47 @@ class LeaseScheduler:
                 return
         self._restore(lease, saved, now)
 
+    def take_out(self, lease: Lease) -> Withdrawn:
+        """Take a booked lease's reservation (not begun) out of the slot table, and remember what `put_back` needs
+        to undo that and what is booked for the lease since; a lease with no booking is only remembered. Its state
+        is the caller's to set."""
+        old = lease.last_vmrr() if lease.state in BOOKED else None
+        if old is not None:
+            for rr in (*old.pre, old, *old.post):
+                self.table.remove(rr)
+            if old.backfill:
+                self.vm.future_count -= 1
+            lease.vmrrs.pop()
+        return Withdrawn(old, lease.state, lease.image_nodes, lease.migrations, len(lease.held))
+
+    def put_back(self, lease: Lease, saved: Withdrawn) -> None:
+        """Undo `take_out` once what was booked since is gone: the images and history as they were (a resume
+        elsewhere without copying moves the images when it is booked), the reservation, the state."""
+        lease.image_nodes, lease.migrations = saved.image_nodes, saved.migrations
+        del lease.held[saved.held:]
+        old = saved.vmrr
+        if old is not None:
+            lease.vmrrs.append(old)
+            for rr in (*old.pre, old, *old.post):
+                self.table.add(rr)
+            if old.backfill:
+                self.vm.future_count += 1
+        if lease.state is not saved.state:
+            lease.set_state(saved.state)
+
     def _withdraw(self, lease: Lease) -> Withdrawn:
-        """Take a booked lease's future reservation out of the table, the lease back to pending, so that it can be
-        booked again; what `_restore` or `_drop` need."""
-        old = lease.last_vmrr()
-        for rr in (*old.pre, old, *old.post):
-            self.table.remove(rr)
-        self.vm.future_count -= 1
-        lease.vmrrs.pop()
-        saved = Withdrawn(old, lease.state, lease.image_nodes, lease.migrations, len(lease.held))
+        """Take a booked lease's future reservation out, the lease back to pending, so that it can be booked again;
+        what `_restore` or `_drop` need."""
+        saved = self.take_out(lease)
         lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
         return saved
 
     def _restore(self, lease: Lease, saved: Withdrawn, now: int) -> None:
         """Cancel the booking made since `_withdraw` (if any) and put the withdrawn one back."""
-        old, state, images, migrations, held = saved
         if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
             self.cancel_vmrr(lease.last_vmrr(), now)
             lease.vmrrs.pop()
-        lease.image_nodes, lease.migrations = images, migrations   # a resume elsewhere without copying moved them
-        del lease.held[held:]
-        lease.vmrrs.append(old)
-        for rr in (*old.pre, old, *old.post):
-            self.table.add(rr)
-        self.vm.future_count += 1
-        if lease.state is not state:
-            lease.set_state(state)
+        self.put_back(lease, saved)
 
     @staticmethod
     def _drop(saved: Withdrawn) -> None:
@@ -547,8 +562,9 @@ class LeaseScheduler:
 
 
 class Withdrawn(NamedTuple):
-    """A booked lease's reservation taken out of the slot table (`LeaseScheduler._withdraw`), and what it changes."""
-    vmrr: RR
+    """A booked lease's reservation taken out of the slot table (`LeaseScheduler.take_out`; None: it had none), and
+    what booking it again may change."""
+    vmrr: RR | None
     state: S
     image_nodes: dict[int, int] | None
     migrations: int

@@ -1,26 +1,14 @@
-"""Committing a CP-SAT round's plan to the slot table: suspensions begun now, bookings built by the VM scheduler at
-the solver's starts and nodes, each checked against the node profiles; all or nothing."""
+"""Committing a CP-SAT round's plan to the slot table: suspensions, bookings built by the VM scheduler at the
+solver's starts and nodes, each checked against the node profiles; all or nothing."""
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from optlease.domain.lease import LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import BOOKED, MIGRATE, SHUTDOWN, RR, Held, Lease, NotSchedulable
+from optlease.scheduling.leasesched import Withdrawn
+from optlease.scheduling.records import MIGRATE, SHUTDOWN, RR, Held, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Outcome
 
 S = LeaseState
-
-
-@dataclass
-class _Withdrawn:
-    lease: Lease
-    state: S
-    vmrr: RR | None
-    queued: bool
-    image_nodes: dict[int, int] | None   # a resume elsewhere without copying moves the images when it is booked
-    migrations: int
-    held: int                            # how many held reservations the lease had
 
 
 class PlanCommit:
@@ -40,7 +28,7 @@ class PlanCommit:
                     self.sched.unsuspend(vmrr, saved)
                 return False
             stopped.append((lease.last_vmrr(), undo))
-        withdrawn = [self._withdraw(lease) for lease in moves]
+        withdrawn = [(lease, self._withdraw(lease)) for lease in moves]
         placed: list[Lease] = []
         ok = new is None or self._book_new(*new)
         order = sorted(moves, key=lambda l: (plan[l.id].start if plan[l.id].start is not None else 0, l.id))
@@ -69,8 +57,8 @@ class PlanCommit:
         if new is not None and new[0].state is S.SCHEDULED:
             self.sched.cancel_vmrr(new[0].vmrrs.pop(), now)
             new[0].set_state(S.PENDING)
-        for w in withdrawn:
-            self._restore(w)
+        for lease, saved in withdrawn:
+            self._restore(lease, saved)
         for vmrr, saved in reversed(stopped):
             self.sched.unsuspend(vmrr, saved)
         return False
@@ -159,37 +147,20 @@ class PlanCommit:
         lease.vmrrs.append(vmrr)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
 
-    def _withdraw(self, lease: Lease) -> _Withdrawn:
+    def _withdraw(self, lease: Lease) -> Withdrawn:
         """Take a lease's booked (not started) reservation out and put it back in the queue."""
         sched = self.sched
-        w = _Withdrawn(lease, lease.state, None, lease in sched.queue, lease.image_nodes, lease.migrations,
-                       len(lease.held))
-        if lease.state in BOOKED:
-            vmrr = lease.vmrrs.pop()
-            w.vmrr = vmrr
-            if vmrr.backfill:
-                sched.vm.future_count -= 1
-            for rr in (*vmrr.pre, vmrr, *vmrr.post):
-                sched.table.remove(rr)
+        saved = sched.take_out(lease)
+        if saved.vmrr is not None:
             lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_SCHEDULED else S.QUEUED)
             sched.enqueue(lease)
-        return w
+        return saved
 
-    def _restore(self, w: _Withdrawn) -> None:
-        sched, lease = self.sched, w.lease
-        lease.image_nodes, lease.migrations = w.image_nodes, w.migrations
-        del lease.held[w.held:]
-        if w.vmrr is None:
-            return
-        if lease in sched.queue:
-            sched.queue.remove(lease)
-        vmrr = w.vmrr
-        if vmrr.backfill:
-            sched.vm.future_count += 1
-        for rr in (*vmrr.pre, vmrr, *vmrr.post):
-            sched.table.add(rr)
-        lease.vmrrs.append(vmrr)
-        lease.set_state(w.state)
+    def _restore(self, lease: Lease, saved: Withdrawn) -> None:
+        """Undo `_withdraw` once what the round booked for the lease is gone."""
+        if saved.vmrr is not None and lease in self.sched.queue:
+            self.sched.queue.remove(lease)
+        self.sched.put_back(lease, saved)
 
     def _fits(self, rrs) -> bool:
         """Whether reservations not on the slot table fit on their nodes as it stands."""
