@@ -433,7 +433,8 @@ class CpsatRound(HintCompletion, PlanCommit):
         resuming = lease.is_suspended()
         run = self.sched.vm.estimates.booked_run(lease)   # what it has left, or its estimate (scheduling.estimate)
         ov = Overheads(resume=self._resume_time(lease) if resuming else 0,
-                       migrate=oh.migration_time(lease, opts) if resuming else 0, shutdown=oh.shutdown_time(lease, opts))
+                       migrate=oh.migration_time(lease, opts) if resuming else 0,
+                       shutdown=oh.shutdown_time(lease, opts))
         vnodes = sorted(lease.demands)
         kw: dict = {}
         if resuming:

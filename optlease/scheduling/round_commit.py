@@ -49,8 +49,8 @@ class PlanCommit:
                     self.sched.log.info("LSCHED", "Lease #%i is suspended so that waiting leases run." % vmrr.lease.id)
                     self.sched.end_rr(vmrr, now)   # its run ends now: the suspension begins
                 else:
-                    self.sched.log.info("LSCHED", "Lease #%i will be suspended at %s for lease #%i." % (
-                        vmrr.lease.id, self.sched.log.t(vmrr.end), new[0].id))
+                    self.sched.log.info("LSCHED", "Lease #%i will be suspended at %s%s." % (
+                        vmrr.lease.id, self.sched.log.t(vmrr.end), " for lease #%i" % new[0].id if new else ""))
             return True
         for lease in placed:
             self._withdraw(lease)
