@@ -145,6 +145,28 @@ def test_suspend_then_resume(probe, agents):
     assert (agent.hv.state(a), agent.hv.state(b)) == ("running", "paused")
 
 
+def test_list_vms_leaves_out_a_domain_undefined_while_it_lists(probe, agents):
+    """A stop on another worker undefines a domain between the listing and the reading of its state: the answer
+    still succeeds, without that domain (an error would read as a host whose domains are all gone)."""
+    agent = agents("node1")
+    keep, gone = unique(), unique()
+    start_vm(probe, "node1", keep)
+    start_vm(probe, "node1", gone)
+    conn, listing = agent.hv.conn, agent.hv.conn.listAllDomains
+
+    def list_then_stop(flags=0):
+        doms = listing(flags)
+        dom = conn.lookupByName(gone)
+        dom.destroy()
+        dom.undefine()
+        return doms
+
+    conn.listAllDomains = list_then_stop
+    result = run(probe, "node1", fast.ListVms())
+    assert result.kind == "vms listed" and result.ok, result.details
+    assert [(v.vm_name, v.state) for v in result.vms] == [(keep, "running")]
+
+
 def test_repin_pins_each_vcpu(probe, agents):
     agent = agents("node1", "test:///default")
     name = unique()

@@ -62,12 +62,14 @@ def cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
 
 
 class Watcher:
-    """Asks every host `list vms` every `period` s and keeps (real time, host, vm, state) for every change."""
+    """Asks every host `list vms` every `period` s and keeps (real time, host, vm, state) for every change. An answer
+    `error` lists nothing (it is no sign that the domains are gone): it is kept in `errors` instead."""
 
     def __init__(self, broker, hosts, period: float = 0.1) -> None:
         self.hosts, self.period = hosts, period
         self.now: dict[str, dict[str, str]] = {h: {} for h in hosts}
         self.changes: list[tuple[float, str, str, str]] = []
+        self.errors: list[tuple[float, str, str]] = []
         self.answers = 0
         self.lock = threading.Lock()
         self.stop_flag = threading.Event()
@@ -94,6 +96,10 @@ class Watcher:
         if result.kind != "vms listed" or not str(result.id).startswith("w-"):
             return
         host, t = fast.host_of_topic(msg.topic), time.time()
+        if not result.ok:
+            with self.lock:
+                self.errors.append((t, host, result.details))
+            return
         seen = {v.vm_name: v.state for v in result.vms if v.vm_name.startswith("lease-")}
         with self.lock:
             self.answers += 1
@@ -310,6 +316,7 @@ def test_quickstart_on_four_agents(cluster, tmp_path, kill):
     table = cli("list-leases", "-s", c.url, "--all")
     assert table.returncode == 0 and table.stdout.count("Done") == 2, table.stdout
     assert "failed" not in log and "timed out" not in log, log[-3000:]
+    assert c.watcher.errors == []       # every host could always list its domains
     if kill:
         assert "reloaded 2 leases" in log and "hosts report" in log
 

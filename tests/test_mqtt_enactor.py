@@ -133,6 +133,32 @@ def test_an_error_answer_is_a_failed_outcome_and_later_waves_are_skipped(enactor
     assert e.running() == {vm_name(7, 1): ("h1", "running")}
 
 
+def test_an_inventory_answered_error_keeps_what_the_host_runs(enactor, agents, mosquitto):  # noqa: F811
+    """A `list vms` answered `error` lists nothing: the host's domains are not taken for gone (the next pass would
+    start them again, or give up a suspended one as lost)."""
+    e = enactor()
+    hosts = agents("h1")
+    assert e.wait_hosts(hosts, 10) and e.wait_inventory(hosts, 10)
+    assert [o.ok for o in settle(e, [VmTask("start", 1, 1, "h1")])] == [True]
+    listed = e.listed["h1"]
+
+    def broken():
+        raise libvirt.libvirtError("cannot list the domains")
+
+    hosts["h1"].hv.list_vms = broken
+    probe = Probe(mosquitto, [fast.result_topic("h1")])
+    try:
+        e.request_inventory(["h1"])
+        answer = fast.parse_result(probe.expect(lambda m: fast.parse_result(m.payload).kind == "vms listed").payload)
+    finally:
+        probe.close()
+    assert not answer.ok
+    # the host's results reach the enactor in order: once the next task has settled, the error answer was read
+    assert [o.ok for o in settle(e, [VmTask("start", 2, 1, "h1")])] == [True]
+    assert e.running() == {A: ("h1", "running"), B: ("h1", "running")}
+    assert e.listed["h1"] == listed
+
+
 def test_a_host_without_agent_times_out_after_the_retries(enactor, mosquitto):  # noqa: F811
     e = enactor(task_timeout=0.5, task_retries=2)
     probe = Probe(mosquitto, ["fast/migfra/ghost/task"])

@@ -110,12 +110,16 @@ class BrokerEvents:
 
     def _on_inventory(self, host: str, result: fast.Result) -> None:
         """A host's answer to `list vms`: it replaces what we knew of that host, except for the VMs of tasks still
-        under way there (their results, which may come later, say more)."""
+        under way there (their results, which may come later, say more). An `error` answer lists nothing: what we
+        knew stands (read as an empty host, every domain there would look gone)."""
         with self._lock:
             if self._inventory.pop(str(result.id), None) != host:
                 log.debug("a `vms listed` on %s answers nothing we asked: dropped", host)
                 return
             self._seen(host)
+            if not result.ok:
+                log.warning("host %s could not list its domains: %s", host, result.details or "error")
+                return
             busy = set()
             for part in self._pending.values():
                 t = part.job.task

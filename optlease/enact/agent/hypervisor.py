@@ -54,18 +54,26 @@ class Hypervisor:
         return int(info[2]), int(info[1]) * 1024
 
     def state(self, name: str) -> str:
-        """The domain's state name, or `undefined` when this host does not know it."""
+        """The domain's state name, or `undefined` when this host does not know it (or no longer does once found)."""
         try:
-            dom = self.conn.lookupByName(name)
+            return self._state(self.conn.lookupByName(name))
         except libvirt.libvirtError as exc:
             if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                 return UNDEFINED
             raise
-        return STATE_NAMES.get(dom.state()[0], "unknown")
 
     def list_vms(self) -> list[tuple[str, str]]:
-        """(name, state name) of every domain this host knows, running or only defined."""
-        return sorted((dom.name(), self._state(dom)) for dom in self.conn.listAllDomains(0))
+        """(name, state name) of every domain this host knows, running or only defined. A domain that a task on
+        another worker undefines between the listing and the reading of its state is gone: left out, not an error
+        (which would lose the whole answer)."""
+        out = []
+        for dom in self.conn.listAllDomains(0):
+            try:
+                out.append((dom.name(), self._state(dom)))
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
+        return sorted(out)
 
     def _domain(self, name: str) -> libvirt.virDomain:
         return self.conn.lookupByName(name)
