@@ -111,21 +111,20 @@ class HintCompletion:
         vm = self.sched.vm
         if not lease.is_suspended():
             return vm.asap(lease, now, None, True, False, None, strict=True)
-        fixed = dict(lease.image_nodes)
-        try:
-            best = vm.asap(lease, now, {n: now for n in set(fixed.values())}, True, True, fixed, strict=True)
-        except NotSchedulable:
-            if self.policy.migration is Migration.NO:
-                raise
-            best = None
-        if self.policy.migration is Migration.NO or (best is not None and best.begin() == now):
-            return best
-        copy = oh.migration_time(lease, self.sched.opts)
-        try:
-            moved = vm.asap(lease, now, {n: now + copy for n in self.sched.table.nodes}, True, True, None,
-                            strict=True)
-        except NotSchedulable:
-            if best is None:
-                raise
-            return best
-        return moved if best is None or moved.begin() < best.begin() else best
+        tries = [(dict(lease.image_nodes), {n: now for n in set(lease.image_nodes.values())})]
+        if self.policy.migration is not Migration.NO:
+            copy = oh.migration_time(lease, self.sched.opts)
+            tries.append((None, {n: now + copy for n in self.sched.table.nodes}))
+        best = None
+        for fixed, earliest in tries:
+            if best is not None and best.begin() == now:
+                break   # nothing begins sooner
+            try:
+                found = vm.asap(lease, now, earliest, True, True, fixed, strict=True)
+            except NotSchedulable:
+                continue
+            if best is None or found.begin() < best.begin():
+                best = found
+        if best is None:
+            raise NotSchedulable("no room for it at this time")
+        return best
