@@ -186,21 +186,31 @@ class LeaseScheduler:
                 self.preempt(victim, vmrr.start, now)
         if resuming and vmrr.mapping != lease.image_nodes:
             if self.opts.migration == "yes-notransfer":
-                # Images on shared storage: the lease just resumes elsewhere, nothing is copied.
-                lease.held.append(Held(MIGRATE, now, now, dict(vmrr.mapping), dict(lease.image_nodes)))
-                lease.image_nodes = dict(vmrr.mapping)
-                lease.migrations += 1
+                self.move_images(lease, vmrr.mapping, now)
             else:
-                mig = self.vm.rr(lease, MIGRATE, now, now + mtime, vmrr.mapping)
-                mig.demand = {}  # copying a memory image holds no node capacity
-                mig.origin = dict(lease.image_nodes)
-                vmrr.pre.insert(0, mig)
+                self.copy_images(vmrr, now, now + mtime)
         if vmrr.backfill:
             self.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             self.table.add(rr)
         lease.vmrrs.append(vmrr)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
+
+    def move_images(self, lease: Lease, mapping: dict[int, int], now: int) -> None:
+        """Images on shared storage (`migration: yes-notransfer`): a lease booked to resume elsewhere just moves
+        them, now; nothing is copied."""
+        lease.held.append(Held(MIGRATE, now, now, dict(mapping), dict(lease.image_nodes)))
+        lease.image_nodes = dict(mapping)
+        lease.migrations += 1
+
+    def copy_images(self, vmrr: RR, start: int, end: int) -> None:
+        """Book the copy of a lease's memory images to the nodes of its resume `vmrr` (`migration: yes`) on
+        [start, end), before the resume; the copy holds no node capacity."""
+        lease = vmrr.lease
+        mig = self.vm.rr(lease, MIGRATE, start, end, vmrr.mapping)
+        mig.demand = {}
+        mig.origin = dict(lease.image_nodes)
+        vmrr.pre.insert(0, mig)
 
     # -- preemption -----------------------------------------------------------------------------------------
     def preempt(self, lease: Lease, t: int, now: int) -> None:

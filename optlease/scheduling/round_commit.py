@@ -5,7 +5,7 @@ from __future__ import annotations
 from optlease.domain.lease import LeaseState
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.leasesched import Withdrawn
-from optlease.scheduling.records import MIGRATE, SHUTDOWN, RR, Held, Lease, NotSchedulable
+from optlease.scheduling.records import SHUTDOWN, RR, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Outcome
 
 S = LeaseState
@@ -110,10 +110,7 @@ class PlanCommit:
         if copy:
             if p.start - copy < now:
                 return None
-            mig = sched.vm.rr(lease, MIGRATE, p.start - copy, p.start, mapping)
-            mig.demand = {}   # copying a memory image holds no node capacity
-            mig.origin = dict(lease.image_nodes)
-            vmrr.pre.insert(0, mig)
+            sched.copy_images(vmrr, p.start - copy, p.start)
         return vmrr if self._fits((*vmrr.pre, vmrr, *vmrr.post)) else None
 
     def _resume_time(self, lease: Lease) -> int:
@@ -138,10 +135,7 @@ class PlanCommit:
             sched.vm.future_count += 1
         resuming = lease.state is S.SUSPENDED_QUEUED
         if resuming and vmrr.mapping != lease.image_nodes and sched.opts.migration == "yes-notransfer":
-            # images on shared storage (migration: yes-notransfer): the lease just resumes elsewhere
-            lease.held.append(Held(MIGRATE, now, now, dict(vmrr.mapping), dict(lease.image_nodes)))
-            lease.image_nodes = dict(vmrr.mapping)
-            lease.migrations += 1
+            sched.move_images(lease, vmrr.mapping, now)
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             sched.table.add(rr)
         lease.vmrrs.append(vmrr)
