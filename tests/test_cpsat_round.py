@@ -13,7 +13,7 @@ from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.domain.site import Site
 from optlease.scheduling.cpsat.objective import plan_cost
 from optlease.scheduling.cpsat.prepare import prepare
-from optlease.scheduling.cpsat.solve import SolveOptions, solve_round
+from optlease.scheduling.cpsat.solve import SolveOptions, build_round, solve_round
 from optlease.scheduling.snapshot import (Admission, Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome,
                                           Overheads, Phase, Plan, Policy, Preemption, RoundSnapshot, Suspension)
 
@@ -377,3 +377,25 @@ def test_pooled_vms_are_placed_and_counted_like_single_ones():
     assert plan.of(1).start == 0 and sorted(plan.of(1).nodes) == [1, 1, 2, 2]
     assert plan.of(1).nodes == (2, 2, 1, 1)   # every VM kept its planned node
     assert plan.stats.objective == plan_cost(data, plan)
+
+
+def test_a_resource_no_interval_asks_more_of_is_left_to_the_other_and_a_binding_one_is_kept():
+    """Where every VM on a node asks the same share of CPU and memory, one cumulative per node states capacity; where
+    one VM is memory-heavy, memory keeps its own: two 768 MB VMs cannot share a 1,024 MB node even with CPU to
+    spare, and the shorter runs first."""
+    cap = {"CPU": 200, "Memory": 1024}
+    proportional = RoundSnapshot(0, site(2), (lease(1, BE, Phase.QUEUED, 10, vms=2),
+                                              lease(2, BE, Phase.QUEUED, 20)), POLICY)
+    heavy = {"CPU": 50, "Memory": 768}
+    mixed = RoundSnapshot(0, site(1, cap), (lease(1, BE, Phase.QUEUED, 30, vm=heavy),
+                                            lease(2, BE, Phase.QUEUED, 10, vm=heavy),
+                                            lease(3, BE, Phase.QUEUED, 10, vm={"CPU": 150, "Memory": 128})), POLICY)
+    cumulatives = {}
+    for name, snap in (("proportional", proportional), ("mixed", mixed)):
+        rm, _ = build_round(prepare(snap, OPTIONS.weights, 60))
+        cumulatives[name] = sum(1 for c in rm.model.proto.constraints if c.has_cumulative())
+    assert cumulatives == {"proportional": 2, "mixed": 2}   # one per node; CPU and memory on the single node
+    plan = solve_checked(mixed)
+    assert plan.stats.status == "OPTIMAL"
+    assert plan.of(2).start == 0 and plan.of(1).start == 10   # never both heavy VMs at once
+    assert plan.of(3).start == 0   # CPU has room for it beside a heavy VM

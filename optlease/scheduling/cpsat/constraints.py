@@ -73,13 +73,25 @@ def add_capacity(rm: RoundModel) -> Terms:
     for hold in rm.holds:
         by_node[hold.node].append(hold)
     for node, holds in by_node.items():
+        capacity = rm.data.capacity[node]
+        kept: list[str] = []
         for rtype in rm.data.resource_types:
-            cap = rm.data.capacity[node].get(rtype, 0)
+            cap = capacity.get(rtype, 0)
             used = [h for h in holds if h.demand.get(rtype, 0) > 0]
             if sum(h.demand[rtype] * h.most for h in used) <= cap:
                 continue
+            if any(_dominated(holds, rtype, cap, other, capacity[other]) for other in kept):
+                continue
+            kept.append(rtype)
             rm.model.add_cumulative([h.interval for h in used], [h.demand[rtype] * h.count for h in used], cap)
     return {}
+
+
+def _dominated(holds: list, rtype: str, cap: int, other: str, other_cap: int) -> bool:
+    """Whether no interval on the node asks for a larger share of `rtype`'s capacity than of `other`'s: then where
+    the holds fit `other`, they fit `rtype` too, and its cumulative only slows the search (on a site whose VMs ask
+    for CPU and memory in one proportion it halves the constraints)."""
+    return all(h.demand.get(rtype, 0) * other_cap <= h.demand.get(other, 0) * cap for h in holds)
 
 
 def add_exclusion(rm: RoundModel) -> Terms:
