@@ -32,6 +32,10 @@ class SolveOptions:
     weights: Weights = Weights()
     log_search: bool = False
     probing_level: int = 0          # CP-SAT presolve probing (2 is its default)
+    # CP-SAT's LP relaxation (1 is its default) and its disjunctive reasoning over pairs in each cumulative (on by
+    # default): on the month's rounds both cost more time per unit of work than they pay for (models/cpsat-round.md)
+    linearization_level: int = 0
+    disjunctive_in_cumulative: bool = False
     stall: float | None = None      # stop when this many seconds pass without a better solution (None: never)
     presolve: bool = True           # CP-SAT presolve: it took most of a short round's time on the simulator's rounds
     deadline: float | None = None   # time.perf_counter() by which the search must have stopped (a round's budget)
@@ -89,6 +93,8 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
     # presolve probing costs seconds on many optional intervals and gains little on these models
     params.cp_model_probing_level = options.probing_level
     params.cp_model_presolve = options.presolve
+    params.linearization_level = options.linearization_level
+    params.use_disjunctive_constraint_in_cumulative = options.disjunctive_in_cumulative
     status = _solve(solver, rm.model, stall)
     name = solver.status_name(status)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
