@@ -654,6 +654,38 @@ def test_a_completion_the_budget_cuts_short_leaves_a_hint_that_fits(monkeypatch)
     assert_safe(sim, result, cfg)
 
 
+def test_the_completion_leaves_part_of_the_budget_for_preparing_the_model(monkeypatch):
+    """The hint's completion stops at 70 % of solver-time-limit, before the search's 85 %: the model's data, which
+    costing greedy's plan and the hint needs even when no search is left, is prepared within the round's budget (at
+    1,000 nodes / 500 queued the completion alone fills any budget)."""
+    import time
+    from types import SimpleNamespace
+
+    import optlease.scheduling.round_hint as round_hint
+
+    sim, cfg = blue_simulator(1)
+    hook = sim.sched.round_hook
+    clock = {"share": 0.0}   # the completion's clock, as a share of the round's budget
+    monkeypatch.setattr(round_hint, "time", SimpleNamespace(
+        perf_counter=lambda: hook.sched.round_began + clock["share"] * hook.options.time_limit))
+    asap, complete, searched = hook._asap, hook._complete, {}
+
+    def asap_spy(lease, now):
+        searched[clock["share"]] = searched.get(clock["share"], 0) + 1
+        return asap(lease, now)
+
+    def complete_spy(now, movable):
+        for share in (0.75, 0.65):   # the last call's hint is the round's
+            clock["share"] = share
+            out = complete(now, movable)
+        return out
+
+    hook._asap, hook._complete = asap_spy, complete_spy
+    result = sim.run()
+    assert searched.get(0.75, 0) == 0 < searched[0.65]
+    assert_safe(sim, result, cfg)
+
+
 @pytest.mark.parametrize("promise_resumes", ["yes", "no"])
 def test_resume_bookings_are_promises_unless_solver_promise_resumes_says_no(promise_resumes):
     """A round's booking to resume a suspended lease becomes a promise like any other (from solver-promise-after); with

@@ -29,6 +29,9 @@ from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, M
 S = LeaseState
 # the share of a round's budget kept for committing its plan (500 bookings at 1,000 nodes took 0.06-0.1 s of 1 s)
 COMMIT_SHARE = 0.15
+# and the share the hint's completion leaves before that for preparing the model's data, which costing the plans
+# needs even when no search is left (500 leases at 1,000 nodes: 0.15 s on a slow machine)
+PREPARE_SHARE = 0.15
 
 
 @dataclass(frozen=True)
@@ -282,10 +285,14 @@ class CpsatRound(HintCompletion, PlanCommit):
                 lease.id, [other.id for other in moves], [other.id for other in stops]))
         return admitted
 
-    def _deadline(self) -> float:
+    def _deadline(self, keep: float = COMMIT_SHARE) -> float:
         """solver-time-limit is the whole round's budget: the completion and the search get what the greedy pass,
-        the snapshot and the model left of it, less the part kept for committing the plan (time.perf_counter())."""
-        return self.sched.round_began + (1 - COMMIT_SHARE) * self.options.time_limit
+        the snapshot and the model left of it, less the share `keep` (for committing the plan, and for the
+        completion also for preparing the model's data) (time.perf_counter())."""
+        return self.sched.round_began + (1 - keep) * self.options.time_limit
+
+    def _completion_deadline(self) -> float:
+        return self._deadline(COMMIT_SHARE + PREPARE_SHARE)
 
     # -- the snapshot -----------------------------------------------------------------------------------------
     def _movable(self, now: int) -> list[Lease]:

@@ -11,8 +11,8 @@ from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
 
 class HintCompletion:
-    """The hint half of CpsatRound (a mixin: it needs `self.sched`, `self.policy`, `_deadline`, `_promised`,
-    `_expected` and `_fits`)."""
+    """The hint half of CpsatRound (a mixin: it needs `self.sched`, `self.policy`, `_completion_deadline`,
+    `_promised`, `_expected` and `_fits`)."""
 
     def _latest_start(self, lease: Lease, hint: LeasePlan, now: int) -> int | None:
         """The wait guard: the solver may push a lease back past its hinted start only while its start stays within
@@ -42,7 +42,7 @@ class HintCompletion:
         log.info_on = False
         for rr in withdrawn:
             sched.table.remove(rr)
-        deadline = self._deadline()
+        deadline = self._completion_deadline()
         try:
             for i, lease in enumerate(rebook):
                 if time.perf_counter() > deadline:
