@@ -67,7 +67,8 @@ class CpsatRound(HintCompletion, PlanCommit):
         opts = sched.opts
         self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=opts.solver_workers,
                                     seed=opts.solver_seed, lookahead=opts.lookahead, stall=opts.solver_stall,
-                                    presolve=False, work_limit=opts.solver_work_limit, weights=opts.weights)
+                                    presolve=False, linearization_level=0, disjunctive_in_cumulative=False,
+                                    work_limit=opts.solver_work_limit, weights=opts.weights)
         # The greedy pass already took every decision about suspensions for ARs, and admitted the ARs and immediate
         # leases it could (`admit` offers the model those it refused): the round places best-effort starts and
         # resumes (elsewhere than the images where `migration` allows), from now on, and with `solver-suspend:

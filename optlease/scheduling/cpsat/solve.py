@@ -32,10 +32,11 @@ class SolveOptions:
     weights: Weights = Weights()
     log_search: bool = False
     probing_level: int = 0          # CP-SAT presolve probing (2 is its default)
-    # CP-SAT's LP relaxation (1 is its default) and its disjunctive reasoning over pairs in each cumulative (on by
-    # default): on the month's rounds both cost more time per unit of work than they pay for (models/cpsat-round.md)
-    linearization_level: int = 0
-    disjunctive_in_cumulative: bool = False
+    # CP-SAT's LP relaxation and its disjunctive reasoning over pairs in each cumulative, as CP-SAT has them: both
+    # prove bounds (`optimize`); the simulator's rounds turn both off, as on its rounds they cost more time per unit
+    # of work than they pay for (models/cpsat-round.md)
+    linearization_level: int = 1
+    disjunctive_in_cumulative: bool = True
     stall: float | None = None      # stop when this many seconds pass without a better solution (None: never)
     presolve: bool = True           # CP-SAT presolve: it took most of a short round's time on the simulator's rounds
     deadline: float | None = None   # time.perf_counter() by which the search must have stopped (a round's budget)
