@@ -293,6 +293,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         return self.sched.round_began + (1 - keep) * self.options.time_limit
 
     def _completion_deadline(self) -> float:
+        """When the hint's completion stops: the model's preparation and the commit get what is left."""
         return self._deadline(COMMIT_SHARE + PREPARE_SHARE)
 
     # -- the snapshot -----------------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ class SolveOptions:
     log_search: bool = False
     probing_level: int = 0          # CP-SAT presolve probing (2 is its default)
     # CP-SAT's LP relaxation and its disjunctive reasoning over pairs in each cumulative, as CP-SAT has them: both
-    # prove bounds (`optimize`); the simulator's rounds turn both off, as on its rounds they cost more time per unit
-    # of work than they pay for (models/cpsat-round.md)
+    # prove bounds (`optimize`); the rounds (CpsatRound: simulator and daemon) turn both off, as there they cost more
+    # time per unit of work than they pay for (models/cpsat-round.md)
     linearization_level: int = 1
     disjunctive_in_cumulative: bool = True
     stall: float | None = None      # stop when this many seconds pass without a better solution (None: never)
