@@ -497,21 +497,22 @@ def test_an_ar_moves_the_line_behind_a_promise_where_moving_the_promise_alone_is
 
 
 
-@pytest.mark.parametrize("admit", [True, False])
-def test_the_round_model_admits_an_ar_by_suspending_a_running_lease_and_moving_a_promise(admit):
+@pytest.mark.parametrize("admit, guard", [(True, 21600), (True, 5), (False, 21600)])
+def test_the_round_model_admits_an_ar_by_suspending_a_running_lease_and_moving_a_promise(admit, guard):
     """Two nodes: preemptible lease 1 runs on one from 0 s (5,000 s), lease 2 on the other to 1,001 s, and promise 3
     follows it there to 2,001 s. An AR asks at 10 s for both nodes from 1,500 s to 1,600 s. Greedy could suspend
     lease 1 but not move the promise, and moving the promise (the limits' step) does not preempt: both refuse it. The
     round model admits it by doing both: lease 1 is suspended to end at 1,500 s (written in 32 s) and resumes on its
-    node after the AR, promise 3 starts at 1,600 s, 599 s later and within its limit. With solver-admit: no the AR is
-    refused and nothing moves."""
+    node after the AR, promise 3 starts at 1,600 s, 599 s later and within its limit. So it does too where promise 3
+    has waited past the wait guard (5 s): its limit, not the guard, bounds it (a guard that held it at its booking
+    refused the AR). With solver-admit: no the AR is refused and nothing moves."""
     from test_node_down import lease, scheduler
     from optlease.domain.lease import LeaseRequest
     from optlease.engine.loop import Stepper
     from optlease.scheduling.records import Lease
 
     sched = scheduler(2, mapper="cpsat", policy_preemption="ar-preempts-everything", solver_admit=admit,
-                      solver_workers=1, solver_work_limit=0.05)
+                      solver_workers=1, solver_work_limit=0.05, solver_wait_guard=guard)
     req = LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 5000, (VM1,), preemptible=True)
     l1 = Lease(req, {1: sched.table.vector(VM1)})
     l2, l3 = lease(sched, 2, arrival=1, duration=1000), lease(sched, 3, arrival=2, duration=1000)

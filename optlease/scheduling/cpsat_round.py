@@ -256,8 +256,9 @@ class CpsatRound(HintCompletion, PlanCommit):
         wall = time.perf_counter()
         snap, greedy, hint = self.snapshot(now, movable, running)
         limits = {other.id: sched.promise_limit(other) for other in movable if other.round_promise(now)}
-        leases = [replace(ls, must_place=True, latest_start=limits[ls.id] if ls.latest_start is None
-                          else min(limits[ls.id], ls.latest_start)) if ls.id in limits else ls for ls in snap.leases]
+        # a promise's limit takes the place of its wait guard (which would hold it at its booking)
+        leases = [replace(ls, must_place=True, latest_start=limits[ls.id]) if ls.id in limits else ls
+                  for ls in snap.leases]
         leases.append(LeaseSnapshot(lease.req, Phase.NEW, Overheads(shutdown=oh.shutdown_time(lease, sched.opts))))
         policy = self.policy if not running else replace(
             self.policy, suspension=Suspension(sched.opts.suspension), preemption=Preemption.AR_PREEMPTS_EVERYTHING,
