@@ -211,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                     "way later than its earliest promised begin (0: never later)")
     ap.add_argument("--promise-share", type=float, default=None, help="cpsat: or, where more, this share of the "
                     "promised lease's wait and run at that begin (0: the slack alone)")
+    ap.add_argument("--promise-stretch", type=float, default=None, help="cpsat: for an AR nothing else places, this "
+                    "share instead, in all (0: never)")
     ap.add_argument("--runtime-estimate", default=None, help="every online mode: how long best-effort bookings "
                     "hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md); default: "
                     "greedy modes book what leases ask for, as Haizea, and cpsat its estimates")
@@ -229,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
               **({"solver-promise-resumes": args.promise_resumes} if args.promise_resumes else {}),
               **({"solver-promise-after": args.promise_after} if args.promise_after is not None else {}),
               **({"solver-promise-slack": args.promise_slack} if args.promise_slack is not None else {}),
-              **({"solver-promise-share": args.promise_share} if args.promise_share is not None else {})}
+              **({"solver-promise-share": args.promise_share} if args.promise_share is not None else {}),
+              **({"solver-promise-stretch": args.promise_stretch} if args.promise_stretch is not None else {})}
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:

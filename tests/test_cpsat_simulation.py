@@ -432,17 +432,18 @@ def test_an_ar_moves_the_promises_in_its_way_only_within_the_slack():
     solver-promise-share of its wait and run at that begin; otherwise the AR is refused and every promise stays
     exactly where it was. On work_20 promised bookings refused nearly every AR."""
     sim, cfg = blue_simulator(2, **{"solver-promise-after": "600", "solver-interval": "600",
-                                     "solver-promise-slack": "3600", "solver-promise-share": "0.2"})
+                                     "solver-promise-slack": "3600", "solver-promise-share": "0.2",
+                                     "solver-promise-stretch": "0"})
     sched, outcomes, by_share = sim.sched, [], []
     displace = sched._displace_promises
 
     def slack(vmrr) -> int:
         return max(3600, int(0.2 * (vmrr.begin() - vmrr.lease.req.arrival + vmrr.end - vmrr.start)))
 
-    def spy(ar, now):
+    def spy(ar, now, stretch=False):
         before = {lease.id: (lease.last_vmrr(), lease.last_vmrr().begin()) for lease in sched.leases.values()
                   if lease.round_promise(now)}
-        admitted = displace(ar, now)
+        admitted = displace(ar, now, stretch)
         after = {lease.id: (lease.last_vmrr(), lease.last_vmrr().begin()) for lease in sched.leases.values()
                  if lease.round_promise(now)}
         assert after.keys() == before.keys()   # nothing lost, nothing sent back to the queue
@@ -497,6 +498,42 @@ def test_an_ar_moves_the_line_behind_a_promise_where_moving_the_promise_alone_is
 
 
 
+@pytest.mark.parametrize("stretch,admitted", [(0.0, False), (0.25, False), (0.3, True)])
+def test_an_ar_nothing_else_places_may_stretch_the_promises_up_to_a_limit_in_all(stretch, admitted):
+    """As above with a slack of 500 s (share 0), too little for the AR at 1,500 s: solver-promise-stretch then lets
+    it move each promise by that share of the wait and run it had when first moved, in all. With 0.3 promise 2
+    (1,000 s waited, 1,000 s run) may begin 600 s later and promise 3 900 s: the AR is admitted, both move 600 s,
+    and their limits are recorded; a second AR from 2,700 s to 3,000 s, which would need promise 3 to begin 400 s
+    later again, is refused, as 0.3 of its wait and run then would allow but its first stretch's limit (2,900 s)
+    does not. With 0.25 (500 s for promise 2) and with the stretch off the first AR is refused and nothing moves."""
+    from test_node_down import lease, scheduler
+
+    sched = scheduler(2, backfilling="conservative", policy_preemption="ar-preempts-everything",
+                      solver_promise_slack=500, solver_promise_share=0.0, solver_promise_stretch=stretch)
+    leases = [lease(sched, i, duration=1000, vms=2) for i in (1, 2, 3)]
+    for x in leases:
+        sched.request(x, 0)
+    sched.schedule(0)
+    for x in leases[1:]:
+        x.last_vmrr().promised_from = 0   # as a round's booking that has become a promise
+    ar = lease(sched, 4, arrival=10, duration=100, kind=LeaseKind.AR, start=1500)
+    sched.request(ar, 10)
+    sched.schedule(10)
+    if not admitted:
+        assert ar.state is LeaseState.REJECTED
+        assert [(x.last_vmrr().begin(), x.promise_by, x.stretch_by) for x in leases[1:]] == \
+            [(1000, NOT_PROMISED, NOT_PROMISED), (2000, NOT_PROMISED, NOT_PROMISED)]
+        return
+    assert ar.state is LeaseState.SCHEDULED and ar.last_vmrr().start == 1500
+    assert [(x.last_vmrr().begin(), x.promise_by, x.stretch_by) for x in leases[1:]] == \
+        [(1600, 1500, 1600), (2600, 2500, 2900)]
+    ar2 = lease(sched, 5, arrival=20, duration=300, kind=LeaseKind.AR, start=2700)
+    sched.request(ar2, 20)
+    sched.schedule(20)
+    assert ar2.state is LeaseState.REJECTED
+    assert [x.last_vmrr().begin() for x in leases[1:]] == [1600, 2600]
+
+
 @pytest.mark.parametrize("admit, guard", [(True, 21600), (True, 5), (False, 21600)])
 def test_the_round_model_admits_an_ar_by_suspending_a_running_lease_and_moving_a_promise(admit, guard):
     """Two nodes: preemptible lease 1 runs on one from 0 s (5,000 s), lease 2 on the other to 1,001 s, and promise 3
@@ -530,7 +567,8 @@ def test_the_round_model_admits_an_ar_by_suspending_a_running_lease_and_moving_a
         return
     assert ar.state is LeaseState.SCHEDULED and ar.last_vmrr().start == 1500
     assert [(rr.kind, rr.start, rr.end) for rr in l1.last_vmrr().post] == [("suspend", 1468, 1500)]
-    assert (l3.last_vmrr().begin(), l3.promise_by) == (1600, 1001 + 7200)   # its first move's limit is kept
+    # its first move's limits are kept (the stretch's too: 0.1 of its wait and run is less than the slack)
+    assert (l3.last_vmrr().begin(), l3.promise_by, l3.stretch_by) == (1600, 1001 + 7200, 1001 + 7200)
     assert [(a.now, a.lease_id, a.admitted, a.moved, a.suspended) for a in sched.round_hook.admissions] == \
         [(10, 4, True, 1, 1)]
     now = 10

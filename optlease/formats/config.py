@@ -129,6 +129,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # mapper cpsat: or, where more, this share of the wait and run the promised lease has at its promised begin
         # (its slowdown grows by at most this share; 0: the slack alone)
         "solver-promise-share": O("float", 0.05),
+        # mapper cpsat: an AR that neither those limits nor the round model could place may move them once more, by
+        # this share of the wait and run each lease had when first moved, in all (0: never)
+        "solver-promise-stretch": O("float", 0.10),
         # mapper cpsat: whether an AR or immediate lease the greedy pass refused is offered to the round model, which
         # may admit it by moving best-effort bookings that have not begun (promises within their limits)
         "solver-admit": O("choice", "yes", "yes", "no"),

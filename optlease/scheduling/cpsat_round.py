@@ -256,6 +256,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         wall = time.perf_counter()
         snap, greedy, hint = self.snapshot(now, movable, running)
         limits = {other.id: sched.promise_limit(other) for other in movable if other.round_promise(now)}
+        stretches = {i: sched.promise_limit(sched.leases[i], stretch=True) for i in limits}
         # a promise's limit takes the place of its wait guard (which would hold it at its booking)
         leases = [replace(ls, must_place=True, latest_start=limits[ls.id]) if ls.id in limits else ls
                   for ls in snap.leases]
@@ -281,8 +282,8 @@ class CpsatRound(HintCompletion, PlanCommit):
                                          len(stops) if admitted else 0))
         if admitted:
             for other in moves:
-                if other.id in limits:   # a moved promise keeps the limit of its first move
-                    other.promise_by = limits[other.id]
+                if other.id in limits:   # a moved promise keeps the limits of its first move
+                    other.promise_by, other.stretch_by = limits[other.id], stretches[other.id]
             sched.log.info("LSCHED", "Lease #%i admitted by the round model, moving leases %s, suspending leases %s" % (
                 lease.id, [other.id for other in moves], [other.id for other in stops]))
         return admitted

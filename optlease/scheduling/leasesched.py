@@ -107,7 +107,9 @@ class LeaseScheduler:
             self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
         except NotSchedulable as exc:
             if (lease.kind is LeaseKind.AR and self._displace_promises(lease, now)) or \
-                    (self.admission_hook is not None and self.admission_hook(lease, now)):
+                    (self.admission_hook is not None and self.admission_hook(lease, now)) or \
+                    (lease.kind is LeaseKind.AR and self.opts.solver_promise_stretch > 0
+                     and self._displace_promises(lease, now, stretch=True)):
                 self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
                 return
             self.log.info("LSCHED", "Lease #%i has been rejected: %s" % (lease.id, exc))
@@ -371,13 +373,14 @@ class LeaseScheduler:
         for rr in (*old.pre, old, *old.post):
             rr.state = "cancelled"
 
-    def _displace_promises(self, ar: Lease, now: int) -> bool:
+    def _displace_promises(self, ar: Lease, now: int, stretch: bool = False) -> bool:
         """Admit an AR the greedy pass refused by moving the promises in its way: every promised booking that
         overlaps the AR's window is booked again, after the AR, and the AR is admitted only if each still begins no
         later than its limit (`promise_limit`) after the earliest begin it was promised (models/cpsat-round.md).
         Where that fails, the same again with every booking not begun that begins after the first of them (the line
         behind, which the moved promises would otherwise have to wait behind) booked again too, in the order they
-        begin, each within its limit as well. Otherwise everything stays as it was."""
+        begin, each within its limit as well. Otherwise everything stays as it was. With `stretch`, each limit is
+        the stretched one (`promise_limit`)."""
         start = ar.req.start
         end = start + ar.req.duration + oh.shutdown_time(ar, self.opts)
         way = [lease for lease in self.leases.values()
@@ -385,19 +388,21 @@ class LeaseScheduler:
                and lease.last_vmrr().begin() < end and lease.last_vmrr().finish() > start]
         if not way:
             return False
-        if self._rebook_after(ar, way, now):
+        if self._rebook_after(ar, way, now, stretch):
             return True
         first = min(lease.last_vmrr().begin() for lease in way)
         line = [lease for lease in self.leases.values()
                 if lease not in way and self._not_begun(lease) and lease.last_vmrr().backfill
                 and lease.last_vmrr().begin() >= first]
-        return bool(line) and self._rebook_after(ar, way + line, now)
+        return bool(line) and self._rebook_after(ar, way + line, now, stretch)
 
-    def _rebook_after(self, ar: Lease, moved: list[Lease], now: int) -> bool:
+    def _rebook_after(self, ar: Lease, moved: list[Lease], now: int, stretch: bool = False) -> bool:
         """Book the AR with the bookings of `moved` out of the way, then book those again in the order they begin,
-        each as soon as it fits; all or nothing: every one of them within its limit (`promise_limit`)."""
+        each as soon as it fits; all or nothing: every one of them within its limit (`promise_limit`; the stretched
+        one with `stretch`). A lease moved the first time keeps both its limits of then."""
         moved = sorted(moved, key=lambda lease: (lease.last_vmrr().begin(), lease.id))
-        limits = [self.promise_limit(lease) for lease in moved]
+        firsts = [(self.promise_limit(lease), self.promise_limit(lease, True)) for lease in moved]
+        limits = [stretched if stretch else limit for limit, stretched in firsts]
         saved = [self._withdraw(lease) for lease in moved]
         admitted = False
         try:
@@ -415,22 +420,26 @@ class LeaseScheduler:
             for lease, s in zip(moved, saved):
                 self._restore(lease, s, now)
             return False
-        for lease, s, limit in zip(moved, saved, limits):
+        for lease, s, (limit, stretched) in zip(moved, saved, firsts):
             self._drop(s)
-            lease.promise_by = limit
+            lease.promise_by, lease.stretch_by = limit, stretched
         self.log.info("LSCHED", "Lease #%i moved the bookings of leases %s" % (ar.id, [lease.id for lease in moved]))
         return True
 
-    def promise_limit(self, lease: Lease) -> int:
+    def promise_limit(self, lease: Lease, stretch: bool = False) -> int:
         """The latest begin an AR may move a lease's booking to (a promise, or a booking in the line behind one):
         `solver-promise-slack` after its booking begins, or where more `solver-promise-share` of the wait and run the
         lease has at that begin, so that its slowdown grows by at most that share (a lease that has waited days may
         give way to an AR for hours, one that waited minutes not); and never past the limit set when it was first
-        moved (`Lease.promise_by`)."""
+        moved (`Lease.promise_by`). With `stretch` (an AR nothing else could place) `solver-promise-stretch` takes
+        the share's place, and the stretched limit set when it was first moved holds (`Lease.stretch_by`): in all,
+        ARs move a promise by at most that share of the wait and run it had then."""
         vmrr = lease.last_vmrr()
         begin = vmrr.begin()
-        share = self.opts.solver_promise_share * (begin - lease.req.arrival + vmrr.end - vmrr.start)
-        return min(lease.promise_by, begin + max(self.opts.solver_promise_slack, int(share)))
+        share = self.opts.solver_promise_stretch if stretch else self.opts.solver_promise_share
+        waited_and_run = begin - lease.req.arrival + vmrr.end - vmrr.start
+        limit = begin + max(self.opts.solver_promise_slack, int(share * waited_and_run))
+        return min(lease.stretch_by if stretch else lease.promise_by, limit)
 
     # -- reservations starting and ending -------------------------------------------------------------------
     def start_rr(self, rr: RR, now: int) -> int | None:
@@ -445,6 +454,7 @@ class LeaseScheduler:
                 self.log.info("VMSCHED", "Started VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.set_state(S.ACTIVE)
             lease.promise_by = NOT_PROMISED   # its promise is kept: a later one is bounded afresh
+            lease.stretch_by = NOT_PROMISED
             if lease.first_start is None:
                 lease.first_start = now
             real_end = now + lease.real_remaining()

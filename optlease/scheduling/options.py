@@ -48,6 +48,7 @@ class SchedulingOptions:
     solver_promise_resumes: bool = False    # mapper cpsat: a round's resume booking becomes a promise too
     solver_promise_slack: int = 7200        # mapper cpsat: how much later an AR may move a promise in its way
     solver_promise_share: float = 0.05      # mapper cpsat: or this share of the promised lease's wait and run
+    solver_promise_stretch: float = 0.10    # mapper cpsat: or, for an AR nothing else places, this share in all
     solver_admit: bool = True               # mapper cpsat: the round model may admit what the greedy pass refused
     solver_suspend: str = "no"              # mapper cpsat: no | for-waiting (a round may suspend running leases)
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
@@ -81,6 +82,7 @@ class SchedulingOptions:
             solver_work_limit=g("solver-work-limit"), solver_promise_after=g("solver-promise-after"),
             solver_promises=g("solver-promises"), solver_promise_resumes=g("solver-promise-resumes") == "yes",
             solver_promise_slack=g("solver-promise-slack"), solver_promise_share=g("solver-promise-share"),
+            solver_promise_stretch=g("solver-promise-stretch"),
             solver_suspend=g("solver-suspend"), solver_admit=g("solver-admit") == "yes",
             weights=_weights(cfg),
         )

@@ -104,6 +104,7 @@ class Lease:
     requeues: int = 0
     overruns: int = 0                         # times it ran past the run-time estimate it was booked for
     promise_by: int = NOT_PROMISED            # the latest begin an AR may move its waiting booking to
+    stretch_by: int = NOT_PROMISED            # the same under solver-promise-stretch
     cache: dict = field(default_factory=dict)  # derived figures that never change (total demand, estimates)
 
     @property
