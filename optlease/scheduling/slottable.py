@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from itertools import count
+from operator import add as _add, sub as _sub
 from typing import Iterable
 
 from sortedcontainers import SortedList
@@ -52,12 +53,9 @@ class Profile:
         if j == len(t) or t[j] != b:
             t.insert(j, b)
             u.insert(j, u[j - 1])
-        if sign > 0:
-            for k in range(i, j):
-                u[k] = tuple([x + y for x, y in zip(u[k], d)])
-        else:
-            for k in range(i, j):
-                u[k] = tuple([x - y for x, y in zip(u[k], d)])
+        op = _add if sign > 0 else _sub
+        for k in range(i, j):
+            u[k] = tuple(map(op, u[k], d))
         if j < len(t) and u[j] == u[j - 1]:
             del t[j]
             del u[j]
