@@ -68,4 +68,6 @@ class RunEstimates:
 
     def margin(self, lease: Lease) -> int:
         """The longest its suspension can take, wherever its VMs are: one VM after another."""
-        return oh.serial_time(lease, self.opts, suspend=True)
+        if "margin" not in lease.cache:
+            lease.cache["margin"] = oh.serial_time(lease, self.opts, suspend=True)
+        return lease.cache["margin"]

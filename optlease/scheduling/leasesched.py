@@ -311,7 +311,10 @@ class LeaseScheduler:
 
     def _move_up(self, lease: Lease, now: int) -> None:
         """A round's booking moves earlier where the lease now fits whole sooner, and stays where it does not: it is
-        not sent back to the queue, where leases booked after it could take its place (models/cpsat-round.md)."""
+        not sent back to the queue, where leases booked after it could take its place (models/cpsat-round.md). It
+        is tried only where the site as a whole has room for it sooner (`VMScheduler.may_begin_before`)."""
+        if not self.vm.may_begin_before(lease.last_vmrr(), now, lease.state is S.SUSPENDED_SCHEDULED):
+            return
         saved = self._withdraw(lease)
         try:
             self.schedule_lease(lease, now)

@@ -69,14 +69,8 @@ class VMScheduler:
     # -- best-effort and immediate leases -------------------------------------------------------------------
     def asap(self, lease: Lease, now: int, earliest: dict[int, int] | None, allow_in_future: bool, resuming: bool,
              fixed: dict[int, int] | None, strict: bool = False) -> RR:
-        opts = self.opts
-        remaining = self.estimates.booked_run(lease)
-        shutdown = oh.shutdown_time(lease, opts)
-        duration = remaining + (self.resume_allowance(lease) if resuming else 0)
-        min_duration = oh.scheduling_threshold(lease, opts, resuming)
-        strictend = strict or not oh.can_be_suspended(lease, opts)
+        remaining, shutdown, duration, min_duration, strictend, window = self.shape(lease, resuming, strict)
         need = lease.total_demand
-        window = duration + shutdown if strictend else max(min_duration, 1)
         room_from = -INF   # no candidate before this has room on the site as a whole over its window
         for t in self._candidates(now, earliest, allow_in_future, fixed):
             if t < room_from:
@@ -108,6 +102,37 @@ class VMScheduler:
                     self.log.t(actualend), " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
             return vmrr
         raise NotSchedulable("no room for it at this time")
+
+    def shape(self, lease: Lease, resuming: bool, strict: bool = False) -> tuple[int, int, int, int, bool, int]:
+        """What an as-soon-as-possible booking of the lease holds: the run it books, its shutdown, the time it
+        books before that (the run and, when resuming, the resume), the least run worth placing, whether it must
+        run to its end (it cannot be suspended), and the window the site as a whole must have room over from its
+        start."""
+        opts = self.opts
+        remaining = self.estimates.booked_run(lease)
+        shutdown = oh.shutdown_time(lease, opts)
+        duration = remaining + (self.resume_allowance(lease) if resuming else 0)
+        min_duration = oh.scheduling_threshold(lease, opts, resuming)
+        strictend = strict or not oh.can_be_suspended(lease, opts)
+        window = duration + shutdown if strictend else max(min_duration, 1)
+        return remaining, shutdown, duration, min_duration, strictend, window
+
+    def may_begin_before(self, vmrr: RR, now: int, resuming: bool) -> bool:
+        """Whether the best-effort lease booked in `vmrr` (not begun) could be booked again to begin earlier: a
+        necessary condition, answered from the site-wide profile without `vmrr`, since `asap` accepts no start
+        before the site as a whole has room over the lease's window. A resume that copies its images elsewhere
+        begins now, whatever the rest, and is always worth a try."""
+        if resuming and self.opts.migration == "yes":
+            return True
+        lease = vmrr.lease
+        *_, window = self.shape(lease, resuming)
+        begin, need, table = vmrr.begin(), lease.total_demand, self.table
+        # The booking itself only takes room from `begin` on: a window that ends by then sees the same room
+        # with it or without it, and only the later ones need it lifted out.
+        if table.earliest_total_room(now, window, need) < begin:
+            return True
+        return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), max(now, begin - window), window,
+                                                 need) < begin
 
     def _candidates(self, now: int, earliest: dict[int, int] | None, allow_in_future: bool,
                     fixed: dict[int, int] | None = None):
