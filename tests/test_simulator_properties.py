@@ -17,8 +17,8 @@ from optlease.domain.site import Site
 from optlease.eventlog import EventLog
 from optlease.engine.simulator import Simulator
 from optlease.formats.schedule_json import schedule_document
-from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.leasesched import LeaseScheduler
+from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import Lease, NotSchedulable
 
