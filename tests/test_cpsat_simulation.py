@@ -583,7 +583,7 @@ def test_the_round_model_admits_an_ar_by_suspending_a_running_lease_and_moving_a
         return
     assert ar.state is LeaseState.SCHEDULED and ar.last_vmrr().start == 1500
     assert [(rr.kind, rr.start, rr.end) for rr in l1.last_vmrr().post] == [("suspend", 1468, 1500)]
-    # its first move's limits are kept (the stretch's too: 0.1 of its wait and run is less than the slack)
+    # its first move's limits are kept (the stretch's too: 0.07 of its wait and run is less than the slack)
     assert (l3.last_vmrr().begin(), l3.promise_by, l3.stretch_by) == (1600, 1001 + 7200, 1001 + 7200)
     assert [(a.now, a.lease_id, a.admitted, a.moved, a.suspended) for a in sched.round_hook.admissions] == \
         [(10, 4, True, 1, 1)]

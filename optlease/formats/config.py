@@ -131,7 +131,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-promise-share": O("float", 0.05),
         # mapper cpsat: an AR that neither those limits nor the round model could place may move them once more, by
         # this share of the wait and run each lease had when first moved, in all (0: never)
-        "solver-promise-stretch": O("float", 0.10),
+        "solver-promise-stretch": O("float", 0.07),
         # mapper cpsat: whether an AR or immediate lease the greedy pass refused is offered to the round model, which
         # may admit it by moving best-effort bookings that have not begun (promises within their limits)
         "solver-admit": O("choice", "yes", "yes", "no"),

@@ -48,7 +48,7 @@ class SchedulingOptions:
     solver_promise_resumes: bool = False    # mapper cpsat: a round's resume booking becomes a promise too
     solver_promise_slack: int = 7200        # mapper cpsat: how much later an AR may move a promise in its way
     solver_promise_share: float = 0.05      # mapper cpsat: or this share of the promised lease's wait and run
-    solver_promise_stretch: float = 0.10    # mapper cpsat: or, for an AR nothing else places, this share in all
+    solver_promise_stretch: float = 0.07    # mapper cpsat: or, for an AR nothing else places, this share in all
     solver_admit: bool = True               # mapper cpsat: the round model may admit what the greedy pass refused
     solver_suspend: str = "no"              # mapper cpsat: no | for-waiting (a round may suspend running leases)
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
