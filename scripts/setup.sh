@@ -18,8 +18,9 @@ python3 -c 'import sysconfig, os, sys; sys.exit(0 if os.path.exists(os.path.join
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "setup: installing system packages: ${need_apt[*]}" >&2
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  # wait up to 10 minutes for another install that holds the package lock
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then
