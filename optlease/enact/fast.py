@@ -35,6 +35,7 @@ class VmConfig:
     vcpus: int | None = None
     transient: bool = False
     time_measurement: bool = False
+    probe_with_ssh: bool | None = None    # migfra waits for SSH into the new domain unless this is false
 
     @property
     def name(self) -> str:
@@ -46,7 +47,8 @@ class VmConfig:
 
     def to_doc(self) -> dict[str, Any]:
         pairs = [("vm-name", self.vm_name), ("xml", self.xml), ("memory", self.memory_kib), ("vcpus", self.vcpus),
-                 ("transient", self.transient or None), ("time-measurement", self.time_measurement or None)]
+                 ("transient", self.transient or None), ("time-measurement", self.time_measurement or None),
+                 ("probe-with-ssh", self.probe_with_ssh)]
         return {k: v for k, v in pairs if v is not None}
 
     @classmethod
@@ -54,9 +56,12 @@ class VmConfig:
         xml = doc.get("xml")
         if xml is not None and not isinstance(xml, str):
             raise FastProtocolError(f"xml: expected a string, got {type(xml).__name__}")
-        config = cls(vm_name=read_name(doc, "vm-name", required=False), xml=xml,
+        # migfra's start entries also accept `name:` for `vm-name`
+        name = read_name(doc, "vm-name", required=False) or read_name(doc, "name", required=False)
+        config = cls(vm_name=name, xml=xml,
                      memory_kib=read_uint(doc, "memory", U64, " of KiB"), vcpus=read_uint(doc, "vcpus", U32),
-                     transient=read_flag(doc, "transient"), time_measurement=read_flag(doc, "time-measurement"))
+                     transient=read_flag(doc, "transient"), time_measurement=read_flag(doc, "time-measurement"),
+                     probe_with_ssh=read_flag(doc, "probe-with-ssh") if "probe-with-ssh" in doc else None)
         if config.vm_name is None and config.xml is None:
             raise FastProtocolError("vm-configurations entry needs vm-name or xml")
         return config

@@ -10,7 +10,7 @@ from typing import Callable
 import libvirt
 import paho.mqtt.client as mqtt
 
-from optlease.enact.fast import (ERROR, SUCCESS, AgentStatus, FastProtocolError, MigrateVm, Quit, Result, Task,
+from optlease.enact.fast import (EMPTY_CONTAINER, ERROR, SUCCESS, AgentStatus, FastProtocolError, MigrateVm, Quit, Result, Task,
                                  VmResult, check_host, parse_task, quit_result, result_topic, status_topic,
                                  task_topic, unknown_result)
 from optlease.enact.agent.broker import Broker, connect, make_client
@@ -135,7 +135,9 @@ class Agent:
         try:
             task = parse_task(msg.payload)
         except FastProtocolError as exc:
-            log.warning("%s: cannot parse task: %s", self.host, exc)
+            # an empty container is how a lease manager asks whether we are there: not worth a warning
+            (log.debug if exc.message == EMPTY_CONTAINER else log.warning)("%s: cannot parse task: %s", self.host,
+                                                                            exc)
             self._publish(unknown_result(str(exc), exc.task_id))
             return
         if isinstance(task, Quit):
