@@ -69,13 +69,29 @@ class VmConfig:
 
 @dataclass(frozen=True)
 class StopEntry:
-    """One entry of a stop vm `list`: destroy instead of shutdown when forced, then undefine if asked."""
+    """One entry of a stop vm `list`: destroy instead of shutdown when forced, then undefine if asked. Instead of
+    a vm-name, migfra takes a `regex`: every running domain whose whole name matches."""
     vm_name: str | None
     force: bool = False
     undefine: bool = False
+    regex: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
-        return {"vm-name": self.vm_name, "force": self.force, "undefine": self.undefine}
+        name = {"vm-name": self.vm_name} if self.regex is None else {"regex": self.regex}
+        return {**name, "force": self.force, "undefine": self.undefine}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> "StopEntry":
+        regex = doc.get("regex")
+        if regex is not None:
+            if not isinstance(regex, str) or len(regex) > 256:
+                raise FastProtocolError("regex: expected a pattern of at most 256 characters")
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise FastProtocolError(f"regex: {exc}") from None
+        return cls(read_name(doc, "vm-name", required=False), read_flag(doc, "force"), read_flag(doc, "undefine"),
+                   regex)
 
 
 @dataclass(frozen=True)
@@ -115,8 +131,7 @@ class StopVm:
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], task_id: str | None) -> "StopVm":
         # A nameless entry is not a parse error: migfra answers it `status: error` for that VM alone.
-        entries = read_indexed(lambda e: StopEntry(read_name(e, "vm-name", required=False), read_flag(e, "force"),
-                                               read_flag(e, "undefine")), read_entries(doc, "list"), "list")
+        entries = read_indexed(StopEntry.from_doc, read_entries(doc, "list"), "list")
         return cls(tuple(entries), task_id)
 
 

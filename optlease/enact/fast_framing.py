@@ -90,12 +90,31 @@ def encode(doc: Mapping[str, Any]) -> bytes:
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _check_events(text: str, max_nodes: int, binary: bool) -> None:
+class _Doc(dict):
+    """A message's mapping, and the text of its top-level `id` as written (`yes` stays `yes`, not True)."""
+    raw_id: str | None = None
+
+
+def _check_events(text: str, max_nodes: int, binary: bool) -> str | None:
     """Refuse what FAST never writes before anything is built: aliases and anchors (an alias bomb of 500 bytes
     expands to 10^8 leaves), explicit tags (but !!binary where asked), and more than `max_nodes` nodes. The event
-    scan runs in libyaml, so a refusal costs little."""
+    scan runs in libyaml, so a refusal costs little. Returns the text of the top-level `id` scalar."""
     nodes = 0
+    raw_id = None
+    open_: list[list] = []       # per open collection: [is a mapping, a key comes next, the last key]
     for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.CollectionEndEvent):
+            open_.pop()
+            continue
+        if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent)) and open_ and open_[-1][0]:
+            parent = open_[-1]
+            if parent[1]:
+                parent[2] = event.value if isinstance(event, yaml.ScalarEvent) else None
+            elif len(open_) == 1 and parent[2] == "id" and isinstance(event, yaml.ScalarEvent):
+                raw_id = event.value
+            parent[1] = not parent[1]
+        if isinstance(event, yaml.CollectionStartEvent):
+            open_.append([isinstance(event, yaml.MappingStartEvent), True, None])
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise FastProtocolError(f"YAML anchors and aliases are not accepted{_where(event)}")
         if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent)):
@@ -105,6 +124,7 @@ def _check_events(text: str, max_nodes: int, binary: bool) -> None:
             tag = event.tag      # None unless written: `!` is a quoted scalar's non-specific tag
             if tag not in (None, "!") and not (binary and tag == _BINARY):
                 raise FastProtocolError(f"YAML tag {tag[:40]!r} is not accepted{_where(event)}")
+    return raw_id
 
 
 def _where(event) -> str:
@@ -129,7 +149,7 @@ def decode(payload: bytes | str, max_bytes: int = MAX_PAYLOAD_BYTES, max_nodes: 
     if not payload.strip():
         raise FastProtocolError("empty payload")
     try:
-        _check_events(payload, max_nodes, binary)
+        raw_id = _check_events(payload, max_nodes, binary)
         docs = [d for d in yaml.load_all(payload, Loader=_Loader) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -144,7 +164,9 @@ def decode(payload: bytes | str, max_bytes: int = MAX_PAYLOAD_BYTES, max_nodes: 
         raise FastProtocolError(f"expected one YAML document, got {len(docs)}")
     if not isinstance(docs[0], dict):
         raise FastProtocolError(f"expected a YAML mapping, got {type(docs[0]).__name__}")
-    return docs[0]
+    doc = _Doc(docs[0])
+    doc.raw_id = raw_id
+    return doc
 
 
 # ----------------------------------------------------------------------------------------------- field readers
@@ -152,9 +174,14 @@ def decode(payload: bytes | str, max_bytes: int = MAX_PAYLOAD_BYTES, max_nodes: 
 # for names and digit strings for counts, but a boolean is never a name and `lots` is never a size.
 
 def read_id(doc: Mapping[str, Any]) -> str | None:
+    """The id as it was written: migfra echoes ids unquoted, so `yes` or `042` must stay text, not become a
+    boolean or a number."""
     value = doc.get("id")
     if value is None:
         return None
+    raw = getattr(doc, "raw_id", None)
+    if raw is not None and isinstance(value, (bool, int, float)):
+        return raw
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (str, int, float)):
