@@ -3,6 +3,8 @@ the domains (start, swap, suspend, resume elsewhere, stop), an agent's error, a 
 silence, malformed messages, and a broker that restarts under it."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,9 +17,10 @@ from optlease.enact.agent.hypervisor import quiet_libvirt
 from optlease.enact.base import VmTask, vm_name
 from optlease.enact.mqtt import MqttEnactor, minimal_domain_xml
 from optlease.formats.config import parse_config
+from optlease.formats.daemon_config import daemon_config
 from optlease.reconcile import ABSENT, RUNNING, SUSPENDED, VmPlacement, reconcile
 
-from mqtt_broker import Probe, mosquitto  # noqa: F401 - the fixture
+from mqtt_broker import Probe, free_port, mosquitto  # noqa: F401 - the fixture
 
 NODE_XML = """<node>
   <cpu><nodes>1</nodes><sockets>1</sockets><cores>4</cores><threads>1</threads><active>4</active>
@@ -239,7 +242,7 @@ def test_a_broker_restart_mid_run(enactor, agents, mosquitto):  # noqa: F811
 def test_mqtt_section_of_the_configuration(mosquitto):  # noqa: F811
     text = (f"[general]\nmode: fast\n[scheduling]\nsuspension: all\nsuspend-rate: 32\nresume-rate: 32\n"
             f"[accounting]\n[mqtt]\nhost: {mosquitto.host}\nport: {mosquitto.port}\ntask-timeout: 0.5\n"
-            f"task-retries: 0\nhost-timeout: 2.5\n")
+            f"task-retries: 0\nhost-timeout: 2.5\ninsecure: yes\n")
     cfg = parse_config(text)
     e = MqttEnactor.from_config(cfg, connect_timeout=10)
     try:
@@ -247,6 +250,20 @@ def test_mqtt_section_of_the_configuration(mosquitto):  # noqa: F811
         assert cfg.get("mqtt", "keepalive") == 30 and cfg.get("mqtt", "username") is None
     finally:
         e.close()
+
+
+def test_mode_fast_refuses_a_broker_without_credentials_or_tls(tmp_path):
+    """Whoever can publish on the broker commands the hosts: the daemon does not start on an open broker unless
+    the operator says so, and says it in one line."""
+    conf = tmp_path / "fast.conf"
+    conf.write_text(daemon_config(port=free_port(), persistence_file="none", resources="1 CPU:100 Memory:1024",
+                                  scheduling={"suspension": "none"}, mode="fast",
+                                  mqtt={"port": free_port(), "hosts": "h1"}))
+    done = subprocess.run([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(conf), "--fg"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.strip()]
+    assert "[mqtt] has neither username/password nor tls-ca" in line and "insecure: yes" in line, line
 
 
 def test_no_broker_at_all_never_raises():

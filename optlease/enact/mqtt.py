@@ -39,6 +39,7 @@ from optlease.enact.agent.broker import Broker, make_client
 from optlease.enact.base import MIGRATE, RESUME, START, STOP, SUSPEND, HostInfo, TaskOutcome, VmTask, parse_vm_name
 from optlease.enact.mqtt_events import INBOX, BrokerEvents
 from optlease.enact.mqtt_timers import TICK, Timers
+from optlease.errors import InputError
 
 log = logging.getLogger("optlease.enact.mqtt")
 
@@ -164,8 +165,13 @@ class MqttEnactor(BrokerEvents, Timers):
 
     @classmethod
     def from_config(cls, cfg, **options) -> "MqttEnactor":
-        """From a configuration's `[mqtt]` section (`hosts`: the agents' host names, expected from the start)."""
+        """From a configuration's `[mqtt]` section (`hosts`: the agents' host names, expected from the start).
+        Refuses a broker without credentials or TLS unless `insecure: yes`: whoever can publish there commands the
+        hosts."""
         get = lambda name: cfg.get("mqtt", name)   # noqa: E731
+        if get("username") is None and get("tls-ca") is None and not get("insecure"):
+            raise InputError("[mqtt] has neither username/password nor tls-ca: anyone who reaches the broker could "
+                             "command the hosts; set them (docs/enactment.md), or say insecure: yes", cfg.path)
         options.setdefault("hosts", tuple((get("hosts") or "").split()))
         return cls(get("host"), get("port"), get("username"), get("password"), get("tls-ca"), get("keepalive"),
                    get("task-timeout"), get("task-retries"), get("host-timeout") or None, **options)
