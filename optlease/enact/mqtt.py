@@ -136,6 +136,7 @@ class MqttEnactor(BrokerEvents, Timers):
         self._probes: dict[str, list] = {}          # id of a probe under way -> [host, deadline]
         self._probed: dict[str, float] = {}         # host -> when it was last probed
         self.no_inventory: set[str] = set()         # hosts that do not know `list vms` (migfra)
+        self._said: set[tuple] = set()              # answers without id already logged
         self._last_tick = clock()
         self._inbox: queue.Queue = queue.Queue(INBOX)
         self.listed: dict[str, float] = {}           # host -> when its last inventory arrived

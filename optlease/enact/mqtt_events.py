@@ -188,8 +188,11 @@ class BrokerEvents:
                             "there is known only from the tasks optlease sent it", host)
             self.listed[host] = self.clock()
             return
-        log.warning("host %s answered %s without an id (it could not read a message): %s", host, result.kind,
-                    result.details or "no details")
+        line = (host, result.kind, result.details)
+        (log.debug if line in self._said else log.warning)(
+            "host %s answered %s without an id (it could not read a message): %s", host, result.kind,
+            result.details or "no details")
+        self._said.add(line)        # said once: another client asking the same thing again is no news
 
     def _on_inventory(self, host: str, result: fast.Result) -> None:
         """A host's answer to `list vms`: it replaces what we knew of that host, except for the VMs of tasks still
