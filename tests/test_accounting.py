@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import INSTANCES, REPO, simulated_config
+from inproc import optlease
 from optlease.accounting.collection import AccountingDataCollection as ADC, with_averages
 from optlease.accounting.datafile import read_run
 from optlease.domain.lease import LeaseKind, LeaseRequest
@@ -86,15 +87,18 @@ def write_case(tmp_path, probes: str, requests=ADMISSIONS, resources: str = "2 C
     return conf
 
 
-def simulate(conf, cwd=REPO / "tests") -> subprocess.CompletedProcess:
-    """The CLI in a fresh interpreter started in tests/, so that `accounting_probes` is importable."""
-    return subprocess.run([sys.executable, "-m", "optlease.cli.main", "simulate", "-c", str(conf), "-q"], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+def simulate(conf, fresh: bool = False) -> subprocess.CompletedProcess:
+    """`optlease simulate -c CONF -q`: in this process, or (`fresh`) in a new interpreter started in tests/, as a
+    user whose probe module is in the current directory runs it."""
+    if not fresh:
+        return optlease("simulate", "-c", conf, "-q")
+    return subprocess.run([sys.executable, "-m", "optlease.cli.main", "simulate", "-c", str(conf), "-q"],
+                          cwd=REPO / "tests", capture_output=True, text=True, timeout=120)
 
 
 def test_builtin_probes_count_each_lease_once(tmp_path):
     conf = write_case(tmp_path, "ar best-effort immediate lease")
-    proc = simulate(conf)
+    proc = simulate(conf, fresh=True)
     assert proc.returncode == 0, proc.stderr
     run = read_run(tmp_path / "case.parquet")
     stats = run.per_run
@@ -138,7 +142,7 @@ def test_cpu_utilization_counter_matches_the_run_figure(tmp_path):
 
 def test_a_probe_of_ones_own_by_dotted_path(tmp_path):
     conf = write_case(tmp_path, "best-effort accounting_probes.OddEven")
-    proc = simulate(conf)
+    proc = simulate(conf, fresh=True)
     assert proc.returncode == 0, proc.stderr
     run = read_run(tmp_path / "case.parquet")
     assert {row["id"]: row["Odd or even?"] for row in run.per_lease} == \

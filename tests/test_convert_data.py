@@ -8,6 +8,7 @@ import io
 import pytest
 
 from conftest import run_cli
+from inproc import optlease
 from optlease.accounting.datafile import read_run
 from test_accounting import simulate, write_case
 
@@ -28,14 +29,14 @@ def two_runs(tmp_path_factory):
     return paths
 
 
-def table(*args) -> list[dict[str, str]]:
-    proc = run_cli("convert-data", *args)
+def table(*args, cli=optlease) -> list[dict[str, str]]:
+    proc = cli("convert-data", *args)
     assert proc.returncode == 0, proc.stderr
     return list(csv.DictReader(io.StringIO(proc.stdout)))
 
 
 def test_per_run_has_one_row_per_run_with_the_files_figures(two_runs):
-    rows = table("-t", "per-run", *two_runs)
+    rows = table("-t", "per-run", *two_runs, cli=run_cli)
     assert [(r["profile"], r["injectionfile"]) for r in rows] == [("first", "inj-first.lwf"),
                                                                   ("second", "inj-second.lwf")]
     for row, path in zip(rows, two_runs):
@@ -60,13 +61,13 @@ def test_counter_with_and_without_average(two_runs):
     queue = table("-t", "counter", "-c", "Queue size", two_runs[0])
     assert [(r["time"], r["value"]) for r in queue] == [("0", "0"), ("100", "1"), ("1200", "0")]
     assert float(queue[-1]["average"]) == pytest.approx(1100 / 1200)
-    rejected = run_cli("convert-data", "-t", "counter", "-c", "Rejected AR", *two_runs)
+    rejected = optlease("convert-data", "-t", "counter", "-c", "Rejected AR", *two_runs)
     assert rejected.stdout.splitlines()[0] == "profile,tracefile,injectionfile,time,value"
     assert len(rejected.stdout.splitlines()) == 1 + 2 * 3
 
 
 def test_list_counters(two_runs):
-    proc = run_cli("convert-data", "-l", *two_runs)
+    proc = optlease("convert-data", "-l", *two_runs)
     assert proc.stdout.splitlines() == ["Accepted AR", "Rejected AR", "Best-effort completed", "Queue size",
                                         "Accepted Immediate", "Rejected Immediate"]
 
@@ -80,7 +81,7 @@ def test_list_counters(two_runs):
     (["-t", "per-run", "--bogus"], "--bogus"),
 ], ids=["unknown-counter", "no-counter", "unknown-type", "no-type", "unknown-format", "unknown-option"])
 def test_bad_arguments_are_one_line(two_runs, args, words):
-    proc = run_cli("convert-data", *args, *two_runs)
+    proc = optlease("convert-data", *args, *two_runs)
     assert proc.returncode != 0 and proc.stdout == ""
     assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
@@ -88,6 +89,6 @@ def test_bad_arguments_are_one_line(two_runs, args, words):
 def test_a_foreign_file_among_runs_is_named(two_runs, tmp_path):
     foreign = tmp_path / "notes.parquet"
     foreign.write_text("profile,value\n")
-    proc = run_cli("convert-data", "-t", "per-run", two_runs[0], foreign)
+    proc = optlease("convert-data", "-t", "per-run", two_runs[0], foreign)
     assert proc.returncode != 0 and proc.stdout == ""
     assert f"{foreign}: not a Parquet file" in proc.stderr

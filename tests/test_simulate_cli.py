@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from conftest import run_cli
+from inproc import optlease
 from optlease.accounting.datafile import read_run
 from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.formats.lwf import Workload
@@ -25,7 +26,7 @@ def test_injection_replaces_the_configurations_and_is_recorded(tmp_path):
     injection(tmp_path / "in-conf.lwf", 10)
     injection(tmp_path / "given.lwf", 20, nodes=2)
     conf.write_text(conf.read_text().replace("[tracefile]\n", f"[tracefile]\ninjectionfile: {tmp_path}/in-conf.lwf\n"))
-    proc = run_cli("simulate", "-c", conf, "-q", "--injection", tmp_path / "given.lwf", "--schedule-out",
+    proc = optlease("simulate", "-c", conf, "-q", "--injection", tmp_path / "given.lwf", "--schedule-out",
                    tmp_path / "case.schedule.json")
     assert proc.returncode == 0, proc.stderr
     run = read_run(tmp_path / "case.parquet")
@@ -34,12 +35,12 @@ def test_injection_replaces_the_configurations_and_is_recorded(tmp_path):
     assert len(run.per_lease) == len(ADMISSIONS) + 1 and [row["numnodes"] for row in injected] == [2]
     assert (tmp_path / "case.schedule.json").is_file()
     # the configuration's own injection, without --injection
-    assert run_cli("simulate", "-c", conf, "-q").returncode == 0
+    assert optlease("simulate", "-c", conf, "-q").returncode == 0
     assert [row["arrival"] for row in read_run(tmp_path / "case.parquet").per_lease].count(10) == 1
 
 
 def test_a_missing_injection_is_one_line(tmp_path):
-    proc = run_cli("simulate", "-c", write_case(tmp_path, "ar"), "--injection", tmp_path / "nowhere.lwf")
+    proc = optlease("simulate", "-c", write_case(tmp_path, "ar"), "--injection", tmp_path / "nowhere.lwf")
     assert proc.returncode != 0 and "nowhere.lwf" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
@@ -81,6 +82,6 @@ def test_progress_shows_on_a_terminal_only(tmp_path):
     code, seen = stderr_on_a_terminal(["simulate", "-c", conf, "-q"])
     assert code == 0 and f"{len(ADMISSIONS)}/{len(ADMISSIONS)}" in seen and "requests" in seen
     assert "run figures" in seen
-    piped = run_cli("simulate", "-c", conf, "-q")
+    piped = optlease("simulate", "-c", conf, "-q")
     assert "simulating" not in piped.stderr and f"{len(ADMISSIONS)}/" not in piped.stderr
 
