@@ -196,3 +196,24 @@ def test_cpsat_rounds_are_in_the_data_file(tmp_path):
     assert stats["round_wall_time_max"] == pytest.approx(max(values), abs=1e-4)
     assert run.counter_kinds["Round gap"] == "AVERAGE_NORMAL"
     assert "round wall time, p95:" in proc.stderr
+
+
+def test_all_best_effort_is_the_last_completion_not_the_runs_end():
+    """An AR that runs on after the last best-effort lease completed does not move "all-best-effort" (Haizea's
+    counter row at the run's end did)."""
+    from types import SimpleNamespace
+
+    from optlease.accounting.probes import BEProbe
+    from optlease.domain.lease import LeaseState
+
+    acct = ADC()
+    acct.add_probe("best-effort", BEProbe)
+    acct.start(0)
+    for lease_id, end in ((1, 500), (2, 800)):
+        acct.now = end
+        acct.at_lease_done(SimpleNamespace(id=lease_id, kind=LeaseKind.BEST_EFFORT, state=LeaseState.DONE,
+                                           first_start=0, end=end, req=SimpleNamespace(arrival=0,
+                                                                                       actual_duration=end)))
+    acct.stop(5000)   # an AR kept the run going
+    assert acct.stats["all-best-effort"] == 800 and acct.stats["Total best-effort completed"] == 2
+    assert [(t, v) for t, v, _ in acct.counters["Best-effort completed"]] == [(0, 0), (500, 1), (800, 2), (5000, 2)]
