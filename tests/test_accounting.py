@@ -217,3 +217,11 @@ def test_all_best_effort_is_the_last_completion_not_the_runs_end():
     acct.stop(5000)   # an AR kept the run going
     assert acct.stats["all-best-effort"] == 800 and acct.stats["Total best-effort completed"] == 2
     assert [(t, v) for t, v, _ in acct.counters["Best-effort completed"]] == [(0, 0), (500, 1), (800, 2), (5000, 2)]
+
+
+def test_haizeas_full_probe_names_run_unchanged(tmp_path):
+    conf = write_case(tmp_path, "haizea.pluggable.accounting.leases.ARProbe "
+                                "haizea.pluggable.accounting.utilization.CPUUtilizationProbe")
+    assert simulate(conf).returncode == 0
+    run = read_run(tmp_path / "case.parquet")
+    assert run.per_run["Total rejected AR"] == 1 and "CPU utilization" in run.counters

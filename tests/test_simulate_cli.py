@@ -2,6 +2,7 @@
 Haizea's log, the progress bar on a terminal only, and the data file beside its schedule."""
 from __future__ import annotations
 
+import json
 import os
 import pty
 import subprocess
@@ -85,3 +86,11 @@ def test_progress_shows_on_a_terminal_only(tmp_path):
     piped = optlease("simulate", "-c", conf, "-q")
     assert "simulating" not in piped.stderr and f"{len(ADMISSIONS)}/" not in piped.stderr
 
+
+
+def test_schedule_file_from_the_configuration(tmp_path):
+    conf = write_case(tmp_path, "ar")
+    conf.write_text(conf.read_text().replace("[accounting]\n", "[accounting]\nschedule-file: case.schedule.json\n"))
+    assert optlease("simulate", "-c", conf, "-q").returncode == 0
+    schedule = json.loads((tmp_path / "case.schedule.json").read_text())
+    assert schedule["format"] == "optlease-schedule/1" and len(schedule["leases"]) == len(ADMISSIONS)
