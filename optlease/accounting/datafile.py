@@ -21,6 +21,9 @@ REQUIRED_ATTRS = ("profile", "tracefile", "injectionfile", "configuration")
 # every column, in order; the first three repeat the run's attrs so that many runs' rows can be stacked
 COLUMNS = ("profile", "tracefile", "injectionfile", "section", "name", "lease_id", "time", "value", "average",
            "text")
+COLUMN_TYPES = {"profile": "string", "tracefile": "string", "injectionfile": "string", "section": "string",
+                "name": "string", "lease_id": "int64", "time": "int64", "value": "double", "average": "double",
+                "text": "string"}
 # Parquet schema metadata keys
 META_FORMAT = b"optlease.format"
 META_ATTRS = b"optlease.attrs"
@@ -192,6 +195,11 @@ def _read_table(path: Path):
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing:
         raise InputError(f"an {FORMAT} file without the column {missing[0]!r}", str(path))
+    for column, kind in COLUMN_TYPES.items():
+        found = schema.field(column).type
+        # strings may come back dictionary-encoded or as large strings from other writers: compare the values' type
+        if str(getattr(found, "value_type", found)).replace("large_", "") != kind:
+            raise InputError(f"column {column!r} holds {found}, not {kind}", str(path))
     try:
         return pq.read_table(path, columns=list(COLUMNS))
     except (pa.ArrowException, OSError) as exc:
