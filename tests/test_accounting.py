@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import INSTANCES, REPO, simulated_config
 from inproc import optlease
@@ -225,3 +226,32 @@ def test_haizeas_full_probe_names_run_unchanged(tmp_path):
     assert simulate(conf).returncode == 0
     run = read_run(tmp_path / "case.parquet")
     assert run.per_run["Total rejected AR"] == 1 and "CPU utilization" in run.counters
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 50), st.integers(-5, 5), st.sampled_from([None, 1, 2])),
+                      max_size=20),
+       tail=st.integers(0, 50))
+def test_any_counter_is_a_step_function_and_its_averages_agree(steps, tail):
+    """Whatever the appends: times strictly increase, the time-weighted average at the end is the step function's
+    integral over the run divided by its length, and the normal average the mean of the rows."""
+    acct = ADC()
+    for kind in (ADC.AVERAGE_NORMAL, ADC.AVERAGE_TIMEWEIGHTED):
+        acct.create_counter(kind, kind)
+    acct.start(0)
+    now, timeline = 0, {0: 0}
+    for gap, value, lease in steps:
+        now += gap
+        acct.now = now
+        for kind in (ADC.AVERAGE_NORMAL, ADC.AVERAGE_TIMEWEIGHTED):
+            acct.append_to_counter(kind, value, lease)
+        timeline[now] = value
+    acct.stop(now + tail)
+    rows = acct.counters[ADC.AVERAGE_TIMEWEIGHTED]
+    assert all(a[0] < b[0] for a, b in zip(rows, rows[1:]))
+    end = rows[-1][0]
+    changes = sorted(timeline.items())
+    integral = sum(v * (min(t2, end) - t1) for (t1, v), (t2, _) in zip(changes, changes[1:] + [(end, 0)]) if t1 < end)
+    assert rows[-1][2] == pytest.approx(integral / end if end else rows[-1][1])
+    normal = acct.counters[ADC.AVERAGE_NORMAL]
+    assert normal[-1][2] == pytest.approx(sum(v for _, v, _ in normal) / len(normal))
