@@ -94,6 +94,17 @@ def test_failed_write_leaves_the_old_file_whole(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["run.parquet"]
 
 
+def test_the_file_has_the_users_permissions(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        write_run(tmp_path / "run.parquet", sample())
+    finally:
+        os.umask(old)
+    assert (tmp_path / "run.parquet").stat().st_mode & 0o777 == 0o644
+
+
 def _with_format(path, fmt: bytes | None):
     table = pq.read_table(path)
     meta = dict(table.schema.metadata)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -133,7 +133,9 @@ def write_run(path: str | Path, run: RunData) -> None:
     path = Path(path)
     table = _table(run)  # a bad RunData fails here, before anything touches the disk
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # a temporary name of our own rather than mkstemp's, so that the file gets the user's umask, not 0600
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as out:
             pq.write_table(table, out, compression="zstd")
