@@ -11,7 +11,7 @@ from optlease.experiments.worker import Outcome
 
 
 class PlainProgress:
-    """One line per finished run: `[3/24] ok NAME (0.4 s)` or `[4/24] FAILED NAME: CONFIG: ERROR`."""
+    """One line per finished run: `[3/24] ok NAME (0.4 s on HOST:PID)` or `[4/24] FAILED NAME: CONFIG: ERROR`."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
@@ -25,7 +25,8 @@ class PlainProgress:
         self.done += 1
         name = Path(outcome.config).stem
         if outcome.ok:
-            print(f"[{self.done}/{self.total}] ok {name} ({outcome.seconds:.1f} s)", file=self.out, flush=True)
+            print(f"[{self.done}/{self.total}] ok {name} ({outcome.seconds:.1f} s on {outcome.worker})", file=self.out,
+                  flush=True)
         else:
             print(f"[{self.done}/{self.total}] FAILED {name}: {outcome.config}: {outcome.error}", file=self.out,
                   flush=True)

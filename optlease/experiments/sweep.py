@@ -122,7 +122,7 @@ def _on_dask(configs: list[str], address: str) -> Iterator[Outcome]:
         # pure=False: a rerun of the same configuration is a new run, not a cached result
         futures = {client.submit(run_one, c, pure=False, key=f"optlease-run-{Path(c).stem}-{i}"): c
                    for i, c in enumerate(configs)}
-        for future in as_completed(futures):
+        for future in as_completed(futures, loop=client.loop):
             yield _result(future, futures[future])
     finally:
         client.close()

@@ -6,6 +6,8 @@ sweep relies on it). Every failure comes back as an Outcome with one line: a run
 """
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,11 @@ class Outcome:
     ok: bool
     seconds: float
     error: str = ""             # one line when not ok
+    worker: str = ""            # HOST:PID of the process that ran it
+
+
+def here() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def schedule_path(datafile: Path) -> Path:
@@ -56,8 +63,8 @@ def run_one(config: str) -> Outcome:
 
         what = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
         line = (what.strip().splitlines() or [type(exc).__name__])[0]
-        return Outcome(config, False, time.perf_counter() - began, line[:300])
-    return Outcome(config, True, time.perf_counter() - began)
+        return Outcome(config, False, time.perf_counter() - began, line[:300], here())
+    return Outcome(config, True, time.perf_counter() - began, worker=here())
 
 
 def _simulate_and_write(config: Path) -> None:

@@ -1,0 +1,121 @@
+"""`optlease run-experiments`: the example grid on local processes and on a real Dask cluster of two workers, a
+sweep killed halfway and resumed without rerunning what finished, and a failing run that stops no other."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_until
+from optlease.accounting.datafile import read_run
+from optlease.cli.main import main
+from optlease.experiments.worker import schedule_path
+
+REPO = Path(__file__).resolve().parents[1]
+GRID = REPO / "instances" / "experiments"
+TRACES = ["withprematureend", "withoutprematureend"]
+INJECTIONS = ["+inj1", "+inj2", ""]
+
+
+def command(tmp_path: Path, *more: str) -> list[str]:
+    return ["run-experiments", "-c", str(GRID / "multi.conf"), "-d", str(tmp_path / "confs"),
+            "--datadir", str(tmp_path / "data"), *more]
+
+
+def check_grid(data: Path, profiles: list[str]) -> None:
+    """Every run of `profiles` left a data file that reads, with its schedule beside it, and figures that fit the
+    run: 139 best-effort leases, and the 13 ARs of an injection only where there is one."""
+    for profile in profiles:
+        for trace in TRACES:
+            for injection in INJECTIONS:
+                datafile = data / f"{profile}_{trace}{injection}.parquet"
+                run = read_run(datafile)
+                assert (run.attrs["profile"], Path(run.attrs["tracefile"]).stem) == (profile, trace)
+                assert Path(run.attrs["injectionfile"]).stem == injection[1:] if injection else \
+                    run.attrs["injectionfile"] == ""
+                assert f"[tracefile]\ntracefile: {GRID / 'traces' / trace}.lwf" in run.attrs["configuration"]
+                ars = run.per_run["ar.accepted"] + run.per_run["ar.rejected"]
+                assert (run.per_run["best_effort.total"], ars) == (139, 13 if injection else 0)
+                assert schedule_path(datafile).is_file()
+
+
+def test_a_grid_runs_on_local_processes_as_a_user_runs_it(tmp_path):
+    cli = subprocess.Popen([sys.executable, "-m", "optlease.cli.main",
+                            *command(tmp_path, "--profiles", "backfilling+SR", "--workers", "2")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = cli.communicate(timeout=120)
+    assert cli.returncode == 0, stderr
+    check_grid(tmp_path / "data", ["backfilling+SR"])
+    # not a terminal: one plain line per run, and the closing summary
+    lines = stderr.splitlines()
+    assert sorted(line.split("] ok ")[1].split(" (")[0] for line in lines) == \
+        sorted(f"backfilling+SR_{t}{i}" for t in TRACES for i in INJECTIONS)
+    # in at most two worker processes, not in the command's own
+    pids = {int(line.rsplit(":", 1)[1].rstrip(")")) for line in lines}
+    assert cli.pid not in pids and 1 <= len(pids) <= 2
+    assert stdout.startswith("runs: 6, skipped (done before): 0, ran: 6, failed: 0, wall time: ")
+
+
+def test_a_grid_runs_on_a_dask_cluster_of_two_workers(tmp_path, capsys):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  scheduler_port=0) as cluster:
+        code = main(command(tmp_path, "--profiles", "backfilling,backfilling+SR+M", "--scheduler",
+                            cluster.scheduler_address))
+        worker_pids = {w.pid for w in cluster.workers.values()}
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    check_grid(tmp_path / "data", ["backfilling", "backfilling+SR+M"])
+    # the cluster's worker processes ran the grid, not this process
+    ran_on = {int(line.rsplit(":", 1)[1].rstrip(")")) for line in err.splitlines() if "] ok " in line}
+    assert ran_on <= worker_pids and os.getpid() not in ran_on and len(worker_pids) == 2
+    assert "runs: 12, skipped (done before): 0, ran: 12, failed: 0" in out
+
+
+def test_workers_and_a_scheduler_together_are_refused(tmp_path, capsys):
+    assert main(command(tmp_path, "--workers", "2", "--scheduler", "tcp://127.0.0.1:1")) == 2
+    assert "--workers: --workers sets local processes" in capsys.readouterr().err
+
+
+def test_a_sweep_killed_halfway_resumes_without_rerunning_finished_runs(tmp_path):
+    args = [sys.executable, "-m", "optlease.cli.main", *command(tmp_path, "--workers", "1")]
+    data = tmp_path / "data"
+    sweep = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: len(list(data.glob("*.parquet"))) >= 3, 60, "three runs to finish")
+    finally:
+        os.killpg(sweep.pid, signal.SIGKILL)   # the CLI and its worker, as a killed terminal would
+        sweep.wait(10)
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in data.glob("*.parquet")}
+    assert 3 <= len(before) < 24
+    resumed = subprocess.run(args + ["--only-missing"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"runs: 24, skipped (done before): {len(before)}, ran: {24 - len(before)}, failed: 0" in resumed.stdout
+    check_grid(data, ["nobackfilling", "backfilling", "backfilling+SR", "backfilling+SR+M"])
+    # the finished runs were not run again: the same files, untouched
+    assert {name: (p.stat().st_ino, p.stat().st_mtime_ns) for name in before for p in [data / name]} == before
+
+
+def test_a_failing_run_is_reported_and_stops_no_other(tmp_path, capsys):
+    multi = (GRID / "multi.conf").read_text().replace("[multi]\ntracedir: traces\n", f"[multi]\ntracedir: "
+                                                      f"{GRID / 'traces'}\n").replace("injectiondir: traces",
+                                                                                      f"injectiondir: {GRID}/traces")
+    # loading the admission policy fails only when the run starts, in its worker
+    multi += "\n[broken:scheduling]\nsuspension: none\npolicy-admission: nosuch.module.Policy\n"
+    conf = tmp_path / "multi.conf"
+    conf.write_text(multi)
+    code = main(["run-experiments", "-c", str(conf), "-d", str(tmp_path / "confs"), "--datadir",
+                 str(tmp_path / "data"), "--profiles", "broken,backfilling", "--workers", "2"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    check_grid(tmp_path / "data", ["backfilling"])
+    assert not list((tmp_path / "data").glob("broken_*.parquet"))
+    failed = [line for line in out.splitlines() if line.startswith("failed: ")]
+    assert len(failed) == 6 and all(str(tmp_path / "confs" / "broken_") in line and
+                                    "cannot load policy 'nosuch.module.Policy'" in line for line in failed)
+    assert "runs: 12, skipped (done before): 0, ran: 12, failed: 6" in out
+    assert err.count("FAILED broken_") == 6
