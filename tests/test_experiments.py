@@ -2,6 +2,7 @@
 sweep killed halfway and resumed without rerunning what finished, and a failing run that stops no other."""
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -13,7 +14,8 @@ import pytest
 from conftest import wait_until
 from optlease.accounting.datafile import read_run
 from optlease.cli.main import main
-from optlease.experiments.worker import schedule_path
+from optlease.experiments.progress import progress_for
+from optlease.experiments.worker import Outcome, schedule_path
 
 REPO = Path(__file__).resolve().parents[1]
 GRID = REPO / "instances" / "experiments"
@@ -76,9 +78,21 @@ def test_a_grid_runs_on_a_dask_cluster_of_two_workers(tmp_path, capsys):
     assert "runs: 12, skipped (done before): 0, ran: 12, failed: 0" in out
 
 
-def test_workers_and_a_scheduler_together_are_refused(tmp_path, capsys):
-    assert main(command(tmp_path, "--workers", "2", "--scheduler", "tcp://127.0.0.1:1")) == 2
-    assert "--workers: --workers sets local processes" in capsys.readouterr().err
+BAD_RUNS = {
+    "workers-and-a-scheduler": (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"],
+                                "--workers: --workers sets local processes"),
+    "no-dask-address": (["--scheduler", "nonsense://x"], "nonsense://x: not a Dask scheduler address"),
+    "port-out-of-range": (["--scheduler", "tcp://127.0.0.1:70000"], "not a Dask scheduler address"),
+    "zero-workers": (["--workers", "0"], "--workers"),
+}
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_RUNS.values(), ids=BAD_RUNS.keys())
+def test_bad_options_are_one_line_and_nothing_runs(tmp_path, capsys, options, message):
+    assert main(command(tmp_path, *options)) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_sweep_killed_halfway_resumes_without_rerunning_finished_runs(tmp_path):
@@ -119,3 +133,27 @@ def test_a_failing_run_is_reported_and_stops_no_other(tmp_path, capsys):
                                     "cannot load policy 'nosuch.module.Policy'" in line for line in failed)
     assert "runs: 12, skipped (done before): 0, ran: 12, failed: 6" in out
     assert err.count("FAILED broken_") == 6
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_sweep_shows_a_bar_with_done_total_and_failures():
+    screen = Terminal()
+    progress = progress_for(screen)
+    progress.start(3)
+    progress.outcome(Outcome("confs/a.conf", True, 0.2, worker="h:1"))
+    progress.outcome(Outcome("confs/b.conf", False, 0.1, "[scheduling] policy-admission: cannot load", "h:1"))
+    progress.outcome(Outcome("confs/c.conf", True, 0.2, worker="h:2"))
+    progress.close()
+    shown = screen.getvalue()
+    assert "3/3" in shown and "1 failed" in shown and "ETA" in shown
+    assert "FAILED b: confs/b.conf: [scheduling] policy-admission: cannot load" in shown
+    # a log is no terminal: plain lines, no bar
+    log = io.StringIO()
+    plain = progress_for(log)
+    plain.start(1)
+    plain.outcome(Outcome("confs/a.conf", True, 0.2, worker="h:1"))
+    assert log.getvalue() == "[1/1] ok a (0.2 s on h:1)\n"

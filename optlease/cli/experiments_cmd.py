@@ -65,10 +65,12 @@ def run_experiments(
     """Generate a multi-configuration's configurations and run them all in parallel; a failed run is reported and
     the others go on. Exits 1 when any run failed."""
     from optlease.experiments.progress import progress_for, summary_lines
-    from optlease.experiments.sweep import generate, run_sweep
+    from optlease.experiments.sweep import check_address, generate, run_sweep
 
     if workers is not None and scheduler:
         raise InputError("--workers sets local processes; a Dask cluster has its own workers", "--workers")
+    if scheduler:
+        scheduler = check_address(scheduler)
     tasks = generate(load(conf, profiles, tracedir, injectiondir, datadir), confdir)
     progress = progress_for(sys.stderr)
     try:

@@ -7,6 +7,7 @@ those, so a sweep that was stopped resumes where it was without rerunning what f
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,16 @@ from optlease.experiments.worker import Outcome, run_one
 from optlease.formats.multiconfig import MultiConfig, Run
 
 CONNECT_TIMEOUT = "10s"   # how long to wait for a Dask scheduler before saying it cannot be reached
+# a Dask scheduler's address: tcp:// (its default) or tls://, a host name or address, a port
+ADDRESS = re.compile(r"^(?:(tcp|tls)://)?(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+def check_address(address: str) -> str:
+    """A scheduler address Dask can dial; anything else is refused before any connection is tried."""
+    match = ADDRESS.match(address)
+    if not match or not 0 < int(match.group(3)) < 65536:
+        raise InputError("not a Dask scheduler address: expected tcp://HOST:PORT or tls://HOST:PORT", address)
+    return address if match.group(1) else f"tcp://{address}"
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,7 @@ def _on_dask(configs: list[str], address: str) -> Iterator[Outcome]:
     from distributed import Client, as_completed
 
     try:
-        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        client = Client(check_address(address), timeout=CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
         raise InputError(f"cannot reach the Dask scheduler ({str(exc).splitlines()[0] if str(exc) else exc!r})",
                          address) from None
