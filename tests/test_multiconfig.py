@@ -36,6 +36,7 @@ def test_the_manuals_example_expands_into_haizeas_24_configurations(tmp_path):
         "general": {"loglevel": "STATUS", "mode": "simulated"},
         "accounting": {"probes": "ar best-effort cpu-utilization",
                        "datafile": str(tmp_path / "nobackfilling_withprematureend+inj1.parquet"),
+                       "schedule-file": str(tmp_path / "nobackfilling_withprematureend+inj1.schedule.json"),
                        "attributes": f"profile=nobackfilling,tracefile={traces / 'withprematureend.lwf'},"
                                      f"injectionfile={traces / 'inj1.lwf'}"},
         "simulation": {"clock": "simulated", "starttime": "2006-11-25 13:00:00", "resources": "4 CPU:100 Memory:1024",

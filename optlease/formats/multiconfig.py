@@ -24,7 +24,8 @@ MULTI_OPTIONS = ("tracedir", "tracefiles", "injectiondir", "injectionfiles", "da
 # the options each run's expansion sets: a multi-configuration lists them in [multi] instead
 EXPANDED = {("tracefile", "tracefile"): "list the traces in [multi] tracefiles",
             ("tracefile", "injectionfile"): "list the injections in [multi] injectionfiles",
-            ("accounting", "datafile"): "the data files go to [multi] basedatadir"}
+            ("accounting", "datafile"): "the data files go to [multi] basedatadir",
+            ("accounting", "schedule-file"): "each run's schedule goes beside its data file"}
 DATAFILE_SUFFIX = ".parquet"   # Haizea wrote `.dat` pickles; optlease's data file is Parquet (docs/datafile.md)
 MAX_BYTES = 1 << 20            # a multi-configuration is a page of text, not a megabyte
 
@@ -41,6 +42,10 @@ class Run:
     @property
     def datafile(self) -> Path:
         return Path(self.sections["accounting"]["datafile"])
+
+    @property
+    def schedule_file(self) -> Path:
+        return Path(self.sections["accounting"]["schedule-file"])
 
     def text(self) -> str:
         return render_config(self.sections)
@@ -73,6 +78,8 @@ class MultiConfig:
             trace["injectionfile"] = str(injection)
         accounting = sections.setdefault("accounting", {})
         accounting["datafile"] = str(self.datadir / (name + DATAFILE_SUFFIX))
+        # beside it, as the report looks for it
+        accounting["schedule-file"] = str(self.datadir / (name + ".schedule.json"))
         attrs = f"profile={profile},tracefile={tracefile},injectionfile={injection or ''}"
         accounting["attributes"] = ",".join(a for a in (attrs, accounting.get("attributes", "")) if a)
         # the generated file lives elsewhere: name every file it reads by its full path
