@@ -108,14 +108,19 @@ def test_a_sweep_killed_halfway_resumes_without_rerunning_finished_runs(tmp_path
     finally:
         os.killpg(sweep.pid, signal.SIGKILL)   # the CLI and its worker, as a killed terminal would
         sweep.wait(10)
-    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in data.glob("*.parquet")}
-    assert 3 <= len(before) < 12
+    finished = sorted(data.glob("*.parquet"))
+    assert 3 <= len(finished) < 12
+    # a data file cut short (a disk that filled up) is no finished run: it is run again
+    truncated = finished.pop()
+    truncated.write_bytes(truncated.read_bytes()[:100])
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in finished}
     resumed = subprocess.run(args + ["--only-missing"], capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert f"runs: 12, skipped (done before): {len(before)}, ran: {12 - len(before)}, failed: 0" in resumed.stdout
     check_grid(data, ["nobackfilling", "backfilling+SR"])
     # the finished runs were not run again: the same files, untouched
     assert {name: (p.stat().st_ino, p.stat().st_mtime_ns) for name in before for p in [data / name]} == before
+    assert f"ok {truncated.stem} (" in resumed.stderr
 
 
 def test_a_failing_run_is_reported_and_stops_no_other(tmp_path, capsys):

@@ -2,9 +2,12 @@
 maps (or says in one line what cannot), and hostile files are one error line naming the file, section and option."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from optlease.cli.main import main
 from optlease.errors import InputError
@@ -261,3 +264,41 @@ def test_a_file_that_is_no_multiconfiguration_is_one_line(tmp_path, capsys, cont
     assert main(["generate-configs", "-c", str(conf), "-d", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(conf) in err
+
+
+# ------------------------------------------------------------------------------------------------ the expansion
+
+NAME = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789+-_", min_size=1, max_size=8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(profiles=st.lists(NAME.filter(lambda n: n not in ("common", "multi")), min_size=1, max_size=3, unique=True),
+       traces=st.lists(NAME, min_size=1, max_size=3, unique=True),
+       injections=st.lists(NAME, max_size=3, unique=True), skip=st.booleans())
+def test_every_combination_runs_once_and_writes_inside_the_data_folder(profiles, traces, injections, skip):
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for name in traces:
+            (folder / f"{name}.lwf").write_text("")
+        (folder / "inj").mkdir()
+        for name in injections:
+            (folder / "inj" / f"{name}.lwf").write_text("")
+        text = GOOD.replace("tracefiles: withprematureend.lwf",
+                            "tracefiles: " + " ".join(f"{t}.lwf" for t in traces)).replace("{dir}", tmp)
+        if injections:
+            text = text.replace("basedatadir: data", "injectiondir: inj\ninjectionfiles: " +
+                                " ".join(f"{i}.lwf" for i in injections) + f"\nskip-no-injection: {skip}\n"
+                                "basedatadir: data")
+        text = text.replace("[p:", "[common:") + "".join(f"[{p}:general]\nloglevel: INFO\n" for p in profiles)
+        alone = [None] if not injections or not skip else []
+        expected = [(p, t, i) for p in profiles for t in traces for i in [*injections, *alone]]
+        names = [f"{p}_{t}{'+' + i if i else ''}" for p, t, i in expected]
+        if len(set(names)) < len(names):   # `a_b` x `c` and `a` x `b_c`: refused, never one file for two runs
+            with pytest.raises(InputError, match="two runs would share the name"):
+                parse_multiconfig(text, str(folder / "multi.conf"))
+            return
+        runs = parse_multiconfig(text, str(folder / "multi.conf")).runs()
+        assert [(r.profile, r.tracefile.stem, r.injectionfile and r.injectionfile.stem) for r in runs] == expected
+        files = [r.datafile for r in runs] + [r.schedule_file for r in runs]
+        assert len(set(files)) == len(files)          # no two runs write the same file
+        assert all(f.parent == folder / "data" for f in files)
