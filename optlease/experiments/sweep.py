@@ -57,6 +57,7 @@ class Summary:
 def generate(multi: MultiConfig, confdir: Path) -> list[Task]:
     """Write every individual configuration into `confdir` as Haizea names it (`NAME.conf`)."""
     runs = multi.runs()   # every configuration checks before any file is written
+    confdir = confdir.resolve()   # a worker on another machine or in another folder finds it by its full path
     confdir.mkdir(parents=True, exist_ok=True)
     tasks = []
     for run in runs:
