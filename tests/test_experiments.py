@@ -166,3 +166,21 @@ def test_on_a_terminal_the_sweep_shows_a_bar_with_done_total_and_failures():
     plain.start(1)
     plain.outcome(Outcome("confs/a.conf", True, 0.2, worker="h:1"))
     assert log.getvalue() == "[1/1] ok a (0.2 s on h:1)\n"
+
+
+def test_a_run_that_kills_its_worker_process_fails_alone(tmp_path, capsys):
+    """A worker process that dies (here: a probe that exits it, as the out-of-memory killer would) breaks a local
+    pool; the sweep runs the others again and only the run that killed its worker fails."""
+    multi = (GRID / "multi.conf").read_text().split("[common:general]")[1]
+    conf = tmp_path / "multi.conf"
+    conf.write_text(f"[multi]\ntracedir: {GRID / 'traces'}\ntracefiles: withprematureend.lwf\nbasedatadir: data\n"
+                    f"[common:general]{multi}\n[crash:accounting]\nprobes: experiments_crash.KillsItsProcess\n"
+                    f"[crash:scheduling]\nsuspension: none\n")
+    code = main(["run-experiments", "-c", str(conf), "-d", str(tmp_path / "confs"), "--workers", "2",
+                 "--profiles", "backfilling,crash,nobackfilling,backfilling+SR"])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert sorted(p.name for p in (tmp_path / "data").glob("*.parquet")) == \
+        sorted(f"{p}_withprematureend.parquet" for p in ["backfilling", "nobackfilling", "backfilling+SR"])
+    assert "runs: 4, skipped (done before): 0, ran: 4, failed: 1" in out
+    assert f"failed: {tmp_path / 'confs' / 'crash_withprematureend.conf'}: its worker process died" in out

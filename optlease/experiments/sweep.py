@@ -11,7 +11,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
 from optlease.errors import InputError
 from optlease.experiments.worker import Outcome, run_one
@@ -108,17 +108,60 @@ def run_sweep(tasks: list[Task], only_missing: bool = False, workers: int | None
 
 
 def _on_processes(configs: list[str], workers: int | None) -> Iterator[Outcome]:
-    """Each run in a process of a local pool (spawned, so that no lock of the parent's threads is inherited)."""
+    """Each run in a process of a local pool. A worker process that dies breaks the whole pool: the runs that had
+    not begun go on in a new pool, and those under way in it are run again one at a time, so that the one that
+    kills its worker fails alone and the others finish."""
+    count = max(1, min(workers or os.cpu_count() or 1, len(configs) or 1))
+    todo = list(configs)
+    while todo:
+        broken = yield from _pool(todo, count)
+        if broken is None:
+            return
+        suspects, todo = broken
+        if not suspects:   # the processes die before any run begins: no new pool would fare better
+            for config in todo:
+                yield Outcome(config, False, 0.0, "the local worker processes died before the run began")
+            return
+        for config in suspects:
+            again = yield from _pool([config], 1)
+            if again is not None:
+                yield Outcome(config, False, 0.0, "its worker process died (killed, out of memory or crashed), "
+                                                  "twice")
+
+
+def _pool(configs: list[str], count: int) -> Generator[Outcome, None, tuple[list[str], list[str]] | None]:
+    """Run `configs` in a pool of `count` spawned processes (no lock of this process's threads is inherited);
+    None when all came back, else (the runs under way when a worker process died, the runs not begun)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
-    if not configs:
-        return
-    count = max(1, min(workers or os.cpu_count() or 1, len(configs)))
-    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
+    from optlease.experiments.worker import note_starts
+
+    context = multiprocessing.get_context("spawn")
+    starts = context.SimpleQueue()
+    returned: set[str] = set()
+    with ProcessPoolExecutor(count, mp_context=context, initializer=note_starts, initargs=(starts,)) as pool:
         futures = {pool.submit(run_one, c): c for c in configs}
         for future in as_completed(futures):
-            yield _result(future, futures[future])
+            try:
+                outcome = future.result()
+            except BrokenProcessPool:
+                break
+            returned.add(futures[future])
+            yield outcome
+        else:
+            return None
+        # the pool is broken: keep what finished before it broke, sort out the rest
+        for future, config in futures.items():
+            if config not in returned and future.done() and not future.cancelled() and future.exception() is None:
+                returned.add(config)
+                yield future.result()
+    begun: set[str] = set()
+    while not starts.empty():
+        begun.add(starts.get())
+    rest = [c for c in configs if c not in returned]
+    return [c for c in rest if c in begun], [c for c in rest if c not in begun]
 
 
 def _on_dask(configs: list[str], address: str) -> Iterator[Outcome]:

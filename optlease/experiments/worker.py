@@ -10,6 +10,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,21 @@ def here() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+# set in a local pool's worker processes: where each run says that it began, so that when a worker process dies
+# (killed, out of memory, a crash in native code) the sweep knows which runs were under way in it
+_starts: Any = None
+
+
+def note_starts(queue: Any) -> None:
+    """A local pool's initializer: runs report their beginning on `queue` (a multiprocessing SimpleQueue)."""
+    global _starts
+    _starts = queue
+
+
 def run_one(config: str) -> Outcome:
     """Simulate the configuration at `config` and write its data file and schedule; never raises."""
+    if _starts is not None:
+        _starts.put(config)
     began = time.perf_counter()
     try:
         _simulate_and_write(Path(config))
