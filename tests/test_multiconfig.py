@@ -228,6 +228,8 @@ HOSTILE = {
     "missing-trace": (GOOD.replace("withprematureend.lwf", "nosuch.lwf"), "[multi] tracefiles: no such file"),
     "missing-injection": (GOOD.replace("basedatadir", "injectionfiles: gone.lwf\nbasedatadir"),
                           "[multi] injectionfiles: no such file"),
+    "one-run-twice": (GOOD.replace("basedatadir", "injectiondir: {dir}\ninjectionfiles: inj1.lwf inj1.lwf\nbasedatadir"),
+                      "two runs would share the name 'p_withprematureend+inj1'"),
     "no-multi": (GOOD.replace("[multi]", "[common:tracefile]"), "needs a [multi] section"),
     "no-datadir": (GOOD.replace("basedatadir: data", ""), "[multi] basedatadir: say where"),
     "both-datadirs": (GOOD.replace("basedatadir: data", "basedatadir: a\ndatadir: b"), "not both"),

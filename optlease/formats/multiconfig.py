@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import configparser
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -229,11 +230,11 @@ def build(path: str, profiles: list[str], common: dict[str, dict[str, str]],
     if not datadir:
         raise InputError(f"{at('basedatadir')}: say where the runs' data files go", path)
     data = _under(Path.cwd() if dirs.get("datadir") else base, datadir)
-    names = [config_name(p, t, i) for p in profiles for t in traces for i in injections]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    counts = Counter(config_name(p, t, i) for p in profiles for t in traces for i in injections)
+    twice = sorted(n for n, count in counts.items() if count > 1)
     if twice:
-        raise InputError(f"two runs would share the name {twice[0]!r} (trace or injection files with the same "
-                         f"name up to the first dot)", path)
+        raise InputError(f"two runs would share the name {twice[0]!r} and its data file (files with the same "
+                         f"name up to the first dot, or profile and trace names that join the same)", path)
     return MultiConfig(path, tuple(profiles), tuple(traces), tuple(injections), data, common, by_profile, notes)
 
 
