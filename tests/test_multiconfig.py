@@ -304,3 +304,23 @@ def test_every_combination_runs_once_and_writes_inside_the_data_folder(profiles,
         files = [r.datafile for r in runs] + [r.schedule_file for r in runs]
         assert len(set(files)) == len(files)          # no two runs write the same file
         assert all(f.parent == folder / "data" for f in files)
+
+
+@needs_shared
+def test_the_hpdc08_grid_expands_into_216_month_long_runs(tmp_path, capsys):
+    injections = SHARED / "blue" / "injected_leases" / "30days"
+    assert main(["generate-configs", "-c", str(GRID / "hpdc08.conf"), "-d", str(tmp_path / "confs"),
+                 "--injectiondir", str(injections), "--datadir", str(tmp_path / "data")]) == 0
+    written = sorted(p.stem for p in (tmp_path / "confs").iterdir())
+    assert written == sorted(f"{profile}_30days+{inj.stem}" for profile in ("no-suspension", "aggressive+SR",
+                                                                           "intermediate-4")
+                             for inj in injections.glob("*.lwf"))
+    assert len(written) == 216
+    cfg = parse_config((tmp_path / "confs" / "aggressive+SR_30days+work_20-dur_4h-size_3large.conf").read_text(),
+                       "x")
+    assert (cfg.get("tracefile", "tracefile"), cfg.get("scheduling", "suspension"),
+            cfg.get("simulation", "stop-when")) == (str(REPO / "instances" / "blue" / "30days.swf"), "all",
+                                                    "besteffort-done")
+    # without the folder of the injections, which Haizea ships: one line saying which file is missing
+    assert main(["generate-configs", "-c", str(GRID / "hpdc08.conf"), "-d", str(tmp_path / "none")]) == 2
+    assert "[multi] injectionfiles: no such file" in capsys.readouterr().err
