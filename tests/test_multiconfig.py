@@ -225,6 +225,8 @@ HOSTILE = {
     "unknown-option": (GOOD + "[p:general]\nfrobnicate: 1\n", "[p:general] unknown option 'frobnicate'"),
     "unknown-multi-option": (GOOD.replace("basedatadir: data", "basedatadir: data\ndatdir: x"),
                              "[multi] unknown option 'datdir'"),
+    "annotations": (GOOD.replace("basedatadir: data", "basedatadir: data\nannotationfiles: a.lwf"),
+                    "[multi] annotationfiles: lease annotation files are not supported"),
     "missing-trace": (GOOD.replace("withprematureend.lwf", "nosuch.lwf"), "[multi] tracefiles: no such file"),
     "missing-injection": (GOOD.replace("basedatadir", "injectionfiles: gone.lwf\nbasedatadir"),
                           "[multi] injectionfiles: no such file"),

@@ -71,7 +71,8 @@ def run_experiments(
         raise InputError("--workers sets local processes; a Dask cluster has its own workers", "--workers")
     if scheduler:
         scheduler = check_address(scheduler)
-    tasks = generate(load(conf, profiles, tracedir, injectiondir, datadir), confdir)
+    multi = load(conf, profiles, tracedir, injectiondir, datadir)
+    tasks = generate(multi, confdir)
     progress = progress_for(sys.stderr)
     try:
         summary = run_sweep(tasks, only_missing, workers, scheduler, progress.start, progress.outcome)
@@ -79,4 +80,5 @@ def run_experiments(
         progress.close()
     for line in summary_lines(summary):
         print(line)
+    print(f"data files in {multi.datadir}")
     return 1 if summary.failures else 0

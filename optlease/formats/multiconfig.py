@@ -138,6 +138,8 @@ def parse_multiconfig(text: str, path: str, dirs: dict[str, str] | None = None,
         raise InputError("a multi-configuration needs a [multi] section (tracefiles, basedatadir, ...)", path)
     multi = raw[MULTI]
     for option in multi:
+        if option in ("annotationdir", "annotationfiles"):
+            raise InputError(f"[multi] {option}: lease annotation files are not supported by optlease", path)
         if option not in MULTI_OPTIONS:
             raise InputError(f"[multi] unknown option {option!r} (options of [multi]: {', '.join(MULTI_OPTIONS)})",
                              path)
