@@ -17,7 +17,7 @@ MultiPath = Annotated[Path, typer.Option("-c", "--conf", help="Multi-configurati
 ConfDir = Annotated[Path, typer.Option("-d", "--dir", help="Folder for the individual configuration files.",
                                        show_default=False)]
 Profiles = Annotated[Optional[str], typer.Option("--profiles", help="Only these profiles, comma-separated "
-                                                 "(default: every profile; the older layout: its [run] profiles).")]
+                                                 "(default: every profile; the older layout: its \\[run] profiles).")]
 TraceDir = Annotated[Optional[str], typer.Option("--tracedir", help="Read the traces from this folder instead of "
                                                  "the file's tracedir (traces moved since it was written).")]
 InjectionDir = Annotated[Optional[str], typer.Option("--injectiondir", help="Read the injections from this folder "
