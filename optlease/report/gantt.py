@@ -52,11 +52,21 @@ def bars_of(doc: dict[str, Any], where: str) -> tuple[list[str], list[Bar]]:
                 held = [*r["mapping"].values(), *(r.get("from") or {}).values()]
                 kind = "migrate" if r["kind"] in ("migrate", "transfer") and r.get("from") else str(r["kind"])
                 for node in dict.fromkeys(str(n) for n in held):
+                    if node not in row_of:
+                        raise InputError(f"lease {_id(lease)}: a reservation on node {node[:20]!r}, which the site "
+                                         "does not have", where)
                     bars.append(Bar(row_of[node], start, end, str(lease["type"]), kind))
-        except (KeyError, TypeError, AttributeError, TimeFormatError) as exc:
-            raise InputError(f"lease {lease.get('id') if isinstance(lease, dict) else '?'}: unreadable "
-                             f"reservation ({type(exc).__name__}: {exc})", where) from None
+        except TimeFormatError as exc:
+            raise InputError(f"lease {_id(lease)}: {exc.message}", where) from None
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"lease {_id(lease)}: a reservation without a readable {exc} field" if isinstance(
+                exc, KeyError) else f"lease {_id(lease)}: not shaped as the schedule contract says ({exc})",
+                where) from None
     return nodes, bars
+
+
+def _id(lease: Any) -> str:
+    return str(lease.get("id"))[:20] if isinstance(lease, dict) else "?"
 
 
 def _seconds(text: Any, origin: datetime) -> int:

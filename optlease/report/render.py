@@ -71,7 +71,7 @@ table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 thead th { background: #eef; }
-figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; }
+figure { margin: 1em 0; padding: 0.4em; border: 1px solid #ccc; } figcaption { font-size: 0.85em; color: #555; }
 figure svg { max-width: 100%; height: auto; }
 .notes { font-size: 0.9em; }
 """
