@@ -21,15 +21,15 @@ from optlease.report.gantt import gantt_svg
 from optlease.report.table import group_runs
 
 # label of the table's row -> (per-run stat(s), how the figure is computed from it); stated here again on purpose,
-# from docs/datafile.md and docs/reports.md, so that the report's own reading is checked
+# from docs/accounting.md and docs/reports.md, so that the report's own reading is checked
 FIGURES = {
-    "AR accepted (%)": (("Accepted AR", "Rejected AR"), lambda a, r: 100 * a / (a + r)),
-    "all best-effort done (h)": (("All-best-effort",), lambda v: v / 3600),
-    "best-effort wait, mean (s)": (("Average best-effort wait",), lambda v: v),
-    "best-effort wait, max (s)": (("Max best-effort wait",), lambda v: v),
-    "bounded slowdown, mean": (("Average bounded slowdown",), lambda v: v),
-    "CPU utilization (%)": (("CPU utilization",), lambda v: 100 * v),
-    "preemptions": (("Preemptions",), lambda v: v),
+    "AR accepted (%)": (("accepted_ar", "rejected_ar"), lambda a, r: 100 * a / (a + r)),
+    "all best-effort done (h)": (("best_effort_all_completed_at",), lambda v: v / 3600),
+    "best-effort wait, mean (s)": (("best_effort_wait_avg",), lambda v: v),
+    "best-effort wait, max (s)": (("best_effort_wait_max",), lambda v: v),
+    "bounded slowdown, mean": (("bounded_slowdown_avg",), lambda v: v),
+    "CPU utilization (%)": (("cpu_utilization",), lambda v: 100 * v),
+    "preemptions": (("preemptions",), lambda v: v),
 }
 
 
@@ -56,11 +56,11 @@ def runs(tmp_path_factory) -> Path:
     for p, profile in enumerate(["aggressive", "nosusp"]):
         for i in range(3):
             k = 1 + p * 3 + i
-            per_run = {"Accepted AR": 10 + k, "Rejected AR": k % 3, "All-best-effort": 7200 + 977 * k,
-                       "Average best-effort wait": 100.25 * k, "Max best-effort wait": 1000 + 333 * k,
-                       "Average bounded slowdown": 1 + k / 7, "CPU utilization": 0.5 + k / 50,
-                       "Preemptions": k * (p + 1)}
-            leases = [{"id": j, "kind": "best-effort" if j % 4 else "ar", "waiting time": float(j * k * 10)}
+            per_run = {"accepted_ar": 10 + k, "rejected_ar": k % 3, "best_effort_all_completed_at": 7200 + 977 * k,
+                       "best_effort_wait_avg": 100.25 * k, "best_effort_wait_max": 1000 + 333 * k,
+                       "bounded_slowdown_avg": 1 + k / 7, "cpu_utilization": 0.5 + k / 50,
+                       "preemptions": k * (p + 1)}
+            leases = [{"id": j, "kind": "best-effort" if j % 4 else "ar", "waiting_time": float(j * k * 10)}
                       for j in range(1, 40)]
             counters = {"CPU utilization": [(t * 600, ((t + k) % 7) / 7, None) for t in range(30)],
                         "Queue size": [(t * 600, (t * k) % 9, None) for t in range(30)]}

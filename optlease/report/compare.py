@@ -157,7 +157,7 @@ def _run_data(run: _Run, cfg, profile: str):
     if run.offline_stats is not None:
         per_run.update({t.ROUND_P50: run.offline_stats.wall_time, t.ROUND_P95: run.offline_stats.wall_time,
                         t.GAP: run.offline_stats.gap, t.OFFLINE_BOUND: run.offline_stats.best_bound})
-    leases = [{"id": x["id"], "kind": x["type"], "waiting time": x["wait"]} for x in lease_records(run.leases)]
+    leases = [{"id": x["id"], "kind": x["type"], "waiting_time": x["wait"]} for x in lease_records(run.leases)]
     trace = cfg.get("tracefile", "tracefile")
     return RunData(attrs={"profile": profile, "tracefile": str(trace), "injectionfile":
                           str(cfg.get("tracefile", "injectionfile") or ""), "configuration": cfg.text

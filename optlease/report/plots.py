@@ -9,10 +9,10 @@ import numpy as np
 from optlease.report.svg import new_figure, to_svg
 from optlease.report.table import Table
 
-# The counter and per-lease names written by optlease's accounting probes (docs/datafile.md)
+# The counters of the cpu-utilization and best-effort probes, and optlease's own per-lease stats (docs/accounting.md)
 UTILIZATION_COUNTER = "CPU utilization"
 QUEUE_COUNTER = "Queue size"
-LEASE_KIND, LEASE_WAIT = "kind", "waiting time"
+LEASE_KIND, LEASE_WAIT = "kind", "waiting_time"
 BEST_EFFORT = "best-effort"
 
 Counter = list[tuple[int, float, Optional[float]]]

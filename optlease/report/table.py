@@ -43,16 +43,17 @@ class Metric:
     better: str         # "low" or "high": which way the bars read
 
 
-# The per-run stat names written by optlease's accounting probes (docs/datafile.md)
-ACCEPTED_AR, REJECTED_AR = "Accepted AR", "Rejected AR"
-ACCEPTED_IM, REJECTED_IM = "Accepted Immediate", "Rejected Immediate"
-ALL_BE = "All-best-effort"
-WAIT_AVG, WAIT_MAX = "Average best-effort wait", "Max best-effort wait"
-SLOWDOWN = "Average bounded slowdown"
-UTILIZATION = "CPU utilization"
-PREEMPTIONS, SUSPENSIONS, MIGRATIONS = "Preemptions", "Suspensions", "Migrations"
-ROUND_P50, ROUND_P95, GAP = "Round wall time p50", "Round wall time p95", "Round mean gap"
-OFFLINE_BOUND = "Offline bound"
+# optlease's own per-run stat names in a data file (docs/accounting.md), and the offline optimum's bound
+ACCEPTED_AR, REJECTED_AR = "accepted_ar", "rejected_ar"
+ACCEPTED_IM, REJECTED_IM = "accepted_immediate", "rejected_immediate"
+ALL_BE = "best_effort_all_completed_at"
+WAIT_AVG, WAIT_MAX = "best_effort_wait_avg", "best_effort_wait_max"
+SLOWDOWN = "bounded_slowdown_avg"
+UTILIZATION = "cpu_utilization"
+PREEMPTIONS, SUSPENSIONS, MIGRATIONS = "preemptions", "suspensions", "migrations"
+ROUND_P50, ROUND_P95, GAP = "round_wall_time_p50", "round_wall_time_p95", "round_gap_mean"
+OFFLINE_BOUND = "offline_bound"
+WALL_TIME = "wall_time"
 
 METRICS: list[Metric] = [
     Metric("ar_accepted_pct", "AR accepted (%)", _share(ACCEPTED_AR, REJECTED_AR), 1, "high"),
@@ -69,6 +70,7 @@ METRICS: list[Metric] = [
     Metric("round_p95_s", "round wall time p95 (s)", _scaled(ROUND_P95, 1), 3, "low"),
     Metric("gap_mean_pct", "solver gap, mean (%)", _scaled(GAP, 100), 2, "low"),
     Metric("offline_bound", "offline bound (objective)", _scaled(OFFLINE_BOUND, 1), 1, "low"),
+    Metric("wall_time_s", "wall time of the run (s)", _scaled(WALL_TIME, 1), 1, "low"),
 ]
 
 
