@@ -18,6 +18,10 @@ def compare(
                                             "greedy-conservative, greedy-intermediate-N (N reservations), cpsat "
                                             "(mapper: cpsat), offline (optlease optimize's whole-workload "
                                             "optimum).")] = "greedy-aggressive,greedy-intermediate-4,cpsat,offline",
+    tracefile: Annotated[Optional[Path], typer.Option("--tracefile", help="Trace to run instead of the "
+                                                      "configuration's [tracefile] tracefile.")] = None,
+    injection: Annotated[Optional[Path], typer.Option("--injection", help="Lease injection file (LWF) to merge "
+                                                      "into the trace instead of [tracefile] injectionfile.")] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the runs' data files and schedules and "
                                                           "the report.")] = Path("compare"),
     runtime_estimate: Annotated[Optional[str], typer.Option("--runtime-estimate", help="What best-effort bookings "
@@ -36,7 +40,11 @@ def compare(
     option = SCHEMA["scheduling"]["runtime-estimate"]
     default = load_config(conf).get("scheduling", "runtime-estimate")
     estimates = parse_estimates(runtime_estimate, chosen, default, tuple(option.choices))
-    files = run(conf, chosen, out, estimates, offline_time_limit, progress=lambda line: typer.echo(line, err=True))
+    # files on the command line are the caller's: absolute, so that the configuration does not resolve them
+    workload = {key: str(path.resolve()) for key, path in (("tracefile", tracefile), ("injectionfile", injection))
+                if path is not None}
+    files = run(conf, chosen, out, estimates, offline_time_limit, workload,
+                progress=lambda line: typer.echo(line, err=True))
     page = write_report(files, out, f"optlease compare: {conf.name}", [
         f"Configuration: {conf.name}; schedulers: {', '.join(s.name for s in chosen)}.", estimate_note(estimates)])
     typer.echo(f"report: {page}")

@@ -78,15 +78,17 @@ def estimate_note(estimates: dict[str, str]) -> str:
 
 
 def compare(conf: Path, schedulers: list[Scheduler], out: Path, estimates: dict[str, str],
-            offline_time_limit: float, progress=lambda line: None) -> list[Path]:
-    """Runs every scheduler on the configuration's workload; writes `NAME.parquet` and `NAME.schedule.json` per
-    scheduler into `out`; returns the data files in the order given."""
+            offline_time_limit: float, workload: dict[str, str], progress=lambda line: None) -> list[Path]:
+    """Runs every scheduler on the configuration's workload (`workload`: [tracefile] options over the
+    configuration's); writes `NAME.parquet` and `NAME.schedule.json` per scheduler into `out`; returns the data
+    files in the order given."""
     from optlease.formats.config import load_config
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for s in schedulers:
-        cfg = load_config(conf, overrides={"scheduling": {**s.overrides, "runtime-estimate": estimates[s.name]}})
+        cfg = load_config(conf, overrides={"scheduling": {**s.overrides, "runtime-estimate": estimates[s.name]},
+                                           "tracefile": workload})
         path = out / f"{s.name}.parquet"
         run = _offline(cfg, offline_time_limit) if s.offline else _online(cfg)
         _write(run, cfg, s.name, path)
