@@ -90,32 +90,33 @@ def compare(conf: Path, schedulers: list[Scheduler], out: Path, estimates: dict[
         cfg = load_config(conf, overrides={"scheduling": {**s.overrides, "runtime-estimate": estimates[s.name]},
                                            "tracefile": workload})
         path = out / f"{s.name}.parquet"
-        run = _offline(cfg, offline_time_limit) if s.offline else _online(cfg)
-        _write(run, cfg, s.name, path)
+        if s.offline:
+            _offline(cfg, s.name, estimates[s.name], path, offline_time_limit)
+        else:
+            _online(cfg, s.name, estimates[s.name], path)
         progress(f"{s.name}: done ({path.name})")
         written.append(path)
     return written
 
 
-@dataclass
-class _Run:
-    site: object
-    leases: list
-    end_time: int
-    round_records: Optional[list] = None
-    offline_stats: object = None
-
-
-def _online(cfg) -> _Run:
+def _online(cfg, name: str, estimate: str, path: Path):
+    """A simulation of the workload under the scheduler: its data file (the probes' data) and its schedule."""
+    from optlease.accounting.rundata import run_data
     from optlease.engine.run import simulate
 
     result = simulate(cfg, out=io.StringIO())
-    return _Run(result.site, result.leases, result.end_time, result.round_records)
+    _write(cfg, result, run_data(result, result.accounting, _attrs(cfg, name, estimate)), path)
 
 
-def _offline(cfg, time_limit: float) -> _Run:
-    """The clairvoyant optimum of the workload (`optlease optimize`), the configuration's greedy run as its hint."""
+def _offline(cfg, name: str, estimate: str, path: Path, time_limit: float):
+    """The clairvoyant optimum of the workload (`optlease optimize`), the configuration's greedy run as its hint.
+    It is not a simulation: no probe watches it, so its data file has optlease's own figures of the schedule and
+    the solver's (one round: its wall time, gap, objective and proven bound)."""
+    from optlease.accounting.collection import AccountingDataCollection
+    from optlease.accounting.rundata import run_data
     from optlease.engine.run import apply_trace_options, load_workload, simulate, site_of
+    from optlease.engine.simulator import SimulationResult
+    from optlease.report.table import GAP, OFFLINE_BOUND, ROUND_P50, ROUND_P95
     from optlease.scheduling.cpsat.offline import greedy_hint, optimize
     from optlease.scheduling.options import SchedulingOptions
 
@@ -125,42 +126,27 @@ def _offline(cfg, time_limit: float) -> _Run:
     greedy = simulate(cfg, out=io.StringIO())
     res = optimize(site_of(cfg, workload), requests, opts, time_limit, cfg.get("scheduling", "solver-workers"),
                    cfg.get("scheduling", "solver-seed"), greedy_hint(greedy.leases))
+    stats = res.stats
     end = max((lease.end or 0 for lease in res.leases), default=0)
-    return _Run(res.site, res.leases, end, offline_stats=res.stats)
+    result = SimulationResult(res.site, res.leases, end, stats.wall_time, opts, rounds=1)
+    data = run_data(result, AccountingDataCollection(), _attrs(cfg, name, estimate))
+    data.per_run.update({ROUND_P50: stats.wall_time, ROUND_P95: stats.wall_time, GAP: stats.gap,
+                         OFFLINE_BOUND: stats.best_bound, "offline_objective": stats.objective,
+                         "offline_status": stats.status, "mapper": "offline"})
+    _write(cfg, result, data, path)
 
 
-def _write(run: _Run, cfg, profile: str, path: Path) -> None:
+def _attrs(cfg, name: str, estimate: str) -> dict[str, str]:
+    """The run's labels: the scheduler is its profile; the workload; the configuration's text."""
+    return {"profile": name, "tracefile": str(cfg.get("tracefile", "tracefile")),
+            "injectionfile": str(cfg.get("tracefile", "injectionfile") or ""),
+            "configuration": Path(cfg.path).read_text(), "runtime_estimate": estimate}
+
+
+def _write(cfg, result, data, path: Path) -> None:
     from optlease.accounting.datafile import write_run
     from optlease.formats.schedule_json import write_schedule
 
-    write_run(path, _run_data(run, cfg, profile))
-    write_schedule(str(path.with_name(path.name[:-len(".parquet")] + ".schedule.json")), run.site, run.leases,
-                   cfg.get("simulation", "starttime"))
-
-
-def _run_data(run: _Run, cfg, profile: str):
-    # TODO(merge): the accounting probes' builder replaces this once it is on main
-    from optlease.accounting.datafile import RunData
-    from optlease.accounting.metrics import lease_records, run_summary
-    from optlease.accounting.rounds import round_summary
-    from optlease.report import table as t
-
-    s = run_summary(run.site, run.leases, run.end_time)
-    be = s["best_effort"]
-    per_run = {t.ACCEPTED_AR: s["ar"]["accepted"], t.REJECTED_AR: s["ar"]["rejected"],
-               t.ACCEPTED_IM: s["immediate"]["accepted"], t.REJECTED_IM: s["immediate"]["rejected"],
-               t.ALL_BE: be["all_completed_at"], t.WAIT_AVG: be["wait_avg"], t.WAIT_MAX: be["wait_max"],
-               t.SLOWDOWN: be["bounded_slowdown_avg"], t.UTILIZATION: s["cpu_utilization"],
-               t.PREEMPTIONS: s["preemptions"], t.SUSPENSIONS: s["suspensions"], t.MIGRATIONS: s["migrations"]}
-    if run.round_records is not None:
-        r = round_summary(run.round_records)
-        per_run.update({t.ROUND_P50: r["wall_time_s"]["p50"], t.ROUND_P95: r["wall_time_s"]["p95"],
-                        t.GAP: r["gap"]["mean"]})
-    if run.offline_stats is not None:
-        per_run.update({t.ROUND_P50: run.offline_stats.wall_time, t.ROUND_P95: run.offline_stats.wall_time,
-                        t.GAP: run.offline_stats.gap, t.OFFLINE_BOUND: run.offline_stats.best_bound})
-    leases = [{"id": x["id"], "kind": x["type"], "waiting_time": x["wait"]} for x in lease_records(run.leases)]
-    trace = cfg.get("tracefile", "tracefile")
-    return RunData(attrs={"profile": profile, "tracefile": str(trace), "injectionfile":
-                          str(cfg.get("tracefile", "injectionfile") or ""), "configuration": cfg.text
-                          if hasattr(cfg, "text") else ""}, per_run=per_run, per_lease=leases)
+    write_run(path, data)
+    write_schedule(str(path.with_name(path.name[:-len(".parquet")] + ".schedule.json")), result.site,
+                   result.leases, cfg.get("simulation", "starttime"))
