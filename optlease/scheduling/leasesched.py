@@ -88,7 +88,7 @@ class LeaseScheduler:
                     lease.id, lease.numnodes, format_duration(lease.req.duration)))
         for lease in pending:
             if lease.kind is LeaseKind.IMMEDIATE:
-                self.log.info("LSCHED", "Scheduling lease #%i (%i nodes) -- IM" % (lease.id, lease.numnodes))
+                self.log.info("LSCHED", "Scheduling lease #%i (%i nodes) -- Immediate" % (lease.id, lease.numnodes))
                 self._schedule_or_reject(lease, now)
         for lease in pending:
             if lease.kind is LeaseKind.AR:
@@ -112,7 +112,7 @@ class LeaseScheduler:
                      and self._displace_promises(lease, now, stretch=True)):
                 self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
                 return
-            self.log.info("LSCHED", "Lease #%i has been rejected: %s" % (lease.id, exc))
+            self.log.info("LSCHED", "Lease request #%i cannot be scheduled: %s" % (lease.id, exc))
             self.reject(lease, now, str(exc))
 
     def process_queue(self, now: int) -> None:
@@ -136,8 +136,8 @@ class LeaseScheduler:
             except NotSchedulable:
                 lease.cache["failed"] = attempt
                 kept.append(lease)
-                if self.log.debug_on:
-                    self.log.debug("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
+                if self.log.info_on:
+                    self.log.info("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
                 if self.opts.backfilling == "off":
                     break
         self.queue[:0] = kept
@@ -482,8 +482,10 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("VMSCHED", "Stopped VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.accumulated += rr.end - rr.start
-        elif rr.kind == SUSPEND and rr.last:
-            self.log.info("VMSCHED", "Lease %i suspended." % lease.id)
+        elif rr.kind == SUSPEND:
+            self.log.info("VMSCHED", "Lease %i suspended." % lease.id)   # after each step, as Haizea logs it
+            if not rr.last:
+                return
             lease.set_state(S.SUSPENDED_PENDING)
             lease.image_nodes = dict(rr.vm.mapping)
             lease.suspensions += 1

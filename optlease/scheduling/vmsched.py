@@ -56,7 +56,7 @@ class VMScheduler:
         mapping, _, preempt = self.mapper.map(lease, start, end, strictend=True,
                                               allow_preemption=preempting and self.policies.preemption_enabled)
         if mapping is None:
-            raise NotSchedulable("not enough resources in the requested interval")
+            raise NotSchedulable("Not enough resources in specified interval")
         return self.whole_run(lease, start, mapping), preempt
 
     def whole_run(self, lease: Lease, start: int, mapping: dict[int, int]) -> RR:
@@ -101,7 +101,7 @@ class VMScheduler:
                     lease.id, vmrr.nodes(), self.log.t(t), " (resuming)" if resuming else "",
                     self.log.t(actualend), " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
             return vmrr
-        raise NotSchedulable("no room for it at this time")
+        raise NotSchedulable("Could not find enough resources for this request")
 
     def shape(self, lease: Lease, resuming: bool, strict: bool = False) -> tuple[int, int, int, int, bool, int]:
         """What an as-soon-as-possible booking of the lease holds: the run it books, its shutdown, the time it
@@ -114,7 +114,9 @@ class VMScheduler:
         duration = remaining + (self.resume_allowance(lease) if resuming else 0)
         min_duration = oh.scheduling_threshold(lease, opts, resuming)
         strictend = strict or not oh.can_be_suspended(lease, opts)
-        window = duration + shutdown if strictend else max(min_duration, 1)
+        # A start that fits the whole booking is taken whatever the threshold (Haizea): the window is never longer
+        # than the booking itself.
+        window = duration + shutdown if strictend else min(duration + shutdown, max(min_duration, 1))
         return remaining, shutdown, duration, min_duration, strictend, window
 
     def may_begin_before(self, vmrr: RR, now: int, resuming: bool) -> bool:
