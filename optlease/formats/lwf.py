@@ -186,7 +186,8 @@ def parse_lwf(data: bytes, path: str = "<lwf>", origin: datetime | None = None) 
         raise reader.error(root, "<lease-workload> has no <lease-requests>")
     requests: list[LeaseRequest] = []
     given = _given_ids(reader, requests_el)
-    unnumbered = (n for n in range(1, len(requests_el) + len(given) + 1) if n not in given)
+    taken = set(given.values())
+    unnumbered = (n for n in range(1, len(requests_el) + len(taken) + 1) if n not in taken)
     for index, req in enumerate(requests_el):
         if req.tag != "lease-request":
             raise reader.error(req, f"unexpected <{req.tag}> in <lease-requests>")

@@ -71,6 +71,7 @@ class VMScheduler:
              fixed: dict[int, int] | None, strict: bool = False) -> RR:
         remaining, shutdown, duration, min_duration, strictend, window = self.shape(lease, resuming, strict)
         need = lease.total_demand
+        firsts = {now} if earliest is None else set(earliest.values())
         room_from = -INF   # no candidate before this has room on the site as a whole over its window
         for t in self._candidates(now, earliest, allow_in_future, fixed):
             if t < room_from:
@@ -94,8 +95,8 @@ class VMScheduler:
                 vmrr = self.build(lease, t, actualend, mapping, resuming, remaining, shutdown)
             except NotSchedulable:
                 continue
-            if t > now:
-                vmrr.backfill = True
+            if t not in firsts:
+                vmrr.backfill = True   # a start found among later ends (Haizea's "in the future")
             if self.log.info_on:
                 self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s%s to %s%s" % (
                     lease.id, vmrr.nodes(), self.log.t(t), " (resuming)" if resuming else "",
