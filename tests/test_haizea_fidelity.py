@@ -55,6 +55,12 @@ def test_a_short_lease_that_fits_whole_before_an_ar_is_backfilled():
                                        "2006-11-25 13:00:32.00") in log
 
 
+def test_a_start_with_room_for_the_run_but_not_its_shutdown_is_not_taken():
+    leases, log, _ = run("shutdown-gap.lwf")
+    assert held(leases[2], "vm") == [(at("14:10:02"), at("14:20:01"))]
+    assert held(leases[2], "suspend") == []
+
+
 def test_memory_images_move_in_rounds_and_the_resume_waits_for_the_estimate():
     leases, log, doc = run("migration-rounds.lwf")
     lease = leases[1]

@@ -91,6 +91,8 @@ class VMScheduler:
                 mapping, actualend, _ = self.mapper.map(lease, t, end, strictend, onlynodes)
             if mapping is None or (actualend < end and actualend - t < min_duration):
                 continue
+            if actualend < end and actualend - t > duration:
+                continue   # room for the run but not its shutdown: Haizea will not suspend a shutdown
             try:
                 vmrr = self.build(lease, t, actualend, mapping, resuming, remaining, shutdown)
             except NotSchedulable:
