@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from optlease.accounting.metrics import run_summary
 from optlease.checker import check_schedule
 from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.engine.run import simulate
@@ -46,6 +47,16 @@ def held(lease: Lease, kind: str) -> list[tuple[int, int]]:
 
 def line(hms: str, component: str, message: str) -> str:
     return f"{T0}{hms}.00] {component:<7} {message}"
+
+
+def test_30days_with_aggressive_backfilling_waits_as_long_as_in_haizea():
+    """Haizea 1.1 on 30days.swf (144 nodes, aggressive backfilling, suspension all, rates 32 MB/s, no migration)."""
+    blue = Path(__file__).parents[1] / "instances" / "blue"
+    cfg = load_config(blue / "blue.conf", overrides={"scheduling": {"suspend-rate": "32", "resume-rate": "32"}})
+    result = simulate(cfg, tracefile=str(blue / "30days.swf"))
+    figures = run_summary(result.site, result.leases, result.end_time)["best_effort"]
+    assert figures["completed"] == 5108
+    assert round(figures["wait_avg"], 1) == 3645.1
 
 
 def test_a_short_lease_that_fits_whole_before_an_ar_is_backfilled():
