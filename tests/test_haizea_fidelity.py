@@ -53,10 +53,13 @@ def test_30days_with_aggressive_backfilling_waits_as_long_as_in_haizea():
     """Haizea 1.1 on 30days.swf (144 nodes, aggressive backfilling, suspension all, rates 32 MB/s, no migration)."""
     blue = Path(__file__).parents[1] / "instances" / "blue"
     cfg = load_config(blue / "blue.conf", overrides={"scheduling": {"suspend-rate": "32", "resume-rate": "32"}})
-    result = simulate(cfg, tracefile=str(blue / "30days.swf"))
+    out = io.StringIO()
+    result = simulate(cfg, tracefile=str(blue / "30days.swf"), out=out)
     figures = run_summary(result.site, result.leases, result.end_time)["best_effort"]
     assert figures["completed"] == 5108
     assert round(figures["wait_avg"], 1) == 3645.1
+    # Haizea's summary: the state left-aligned in 20 columns, the count right-aligned in 6
+    assert "RM      Done:                 5108 (5108 Best-effort)" in out.getvalue()
 
 
 def test_a_short_lease_that_fits_whole_before_an_ar_is_backfilled():
