@@ -89,8 +89,8 @@ def request_lease(
     numnodes: Annotated[Optional[int], typer.Option("-n", "--numnodes", min=1, help="Number of nodes.")] = None,
     preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--non-preemptible",
                                                         help="Whether the lease may be preempted.")] = None,
-    cpu: Annotated[int, typer.Option("-c", "--cpu", min=1, max=100, help="CPU percentage per node "
-                                     "(0 < c <= 100).")] = 100,
+    cpu: Annotated[int, typer.Option("-c", "--cpu", min=1, help="CPU per node, 100 = one core (Haizea's unit, "
+                                     "as list-hosts shows): 50 is half a core, 400 four vCPUs.")] = 100,
     mem: Annotated[int, typer.Option("-m", "--mem", min=1, help="Memory per node (MB).")] = 1024,
     vmimage: Annotated[Optional[str], typer.Option("-i", "--vmimage", help="Disk image identifier.")] = None,
     vmimagesize: Annotated[Optional[int], typer.Option("-z", "--vmimagesize", min=1,

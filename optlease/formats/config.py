@@ -214,10 +214,13 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "username": O("str", None),
         "password": O("str", None),
         "tls-ca": O("str", None),
+        # yes: run mode fast on a broker without credentials or TLS (anyone who reaches it can command the hosts)
+        "insecure": O("bool", False),
         "keepalive": O("int", 30, positive=True),
         "task-timeout": O("float", 30.0, positive=True),    # seconds to wait for a task's result before a retry
         "task-retries": O("int", 2),
-        # seconds without a message (agents beat every 10 s) before a host is silent; 0: never
+        # seconds without a message or an answer to a probe before a host is silent; 0: only a task or probe left
+        # unanswered tells
         "host-timeout": O("float", 30.0),
         "hosts": O("str", None),    # mode fast: the agents' host names, in node order (node 1 is the first)
         # resources: from-agents: seconds the daemon waits at startup for every host's announcement
