@@ -8,6 +8,7 @@ import sys
 import xmlrpc.client
 from pathlib import Path
 from typing import Annotated, Optional
+from urllib.parse import urlsplit
 
 import typer
 
@@ -32,21 +33,37 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
+def public_url(server: str) -> str:
+    """The server URL as messages show it: the path (where the daemon's token goes) and any user:password
+    replaced by `...`, so that an error message pasted into a ticket gives no secret away."""
+    parts = urlsplit(server)
+    host = parts.netloc.rpartition("@")[2]
+    secret = parts.path not in ("", "/", "/RPC2") or "@" in parts.netloc or parts.query
+    return f"{parts.scheme}://{host}/..." if secret else f"{parts.scheme}://{host}{parts.path}"
+
+
 def call(server: str, method: str, *args):
     """One XML-RPC call; a daemon that is not there or a refusal becomes one line and exit 1."""
     if not server.startswith(("http://", "https://")):
-        raise _fail(f"server {server!r} is not an http:// URL")
+        raise _fail(f"server {public_url(server) if '://' in server else 'URL'} is not an http:// URL")
+    shown = public_url(server)
     transport = xmlrpc.client.SafeTransport() if server.startswith("https://") else _Transport()
-    proxy = xmlrpc.client.ServerProxy(server, transport=transport, allow_none=True)
     try:
+        proxy = xmlrpc.client.ServerProxy(server, transport=transport, allow_none=True)
         return getattr(proxy, method)(*args)
     except xmlrpc.client.Fault as exc:
-        raise _fail(str(exc.faultString).replace("\n", " ")) from None
+        raise _fail(_redact(str(exc.faultString).replace("\n", " "), server)) from None
     except xmlrpc.client.ProtocolError as exc:
-        raise _fail(f"{server}: {exc.errcode} {exc.errmsg}") from None
-    except (OSError, http.client.HTTPException, socket.timeout) as exc:
-        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise _fail(f"cannot reach the lease manager at {server} ({why}); is `optlease serve` running?") from None
+        raise _fail(f"{shown}: {exc.errcode} {_redact(exc.errmsg, server)}") from None
+    except (OSError, http.client.HTTPException, socket.timeout, ValueError) as exc:
+        why = _redact(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__, server)
+        raise _fail(f"cannot reach the lease manager at {shown} ({why}); is `optlease serve` running?") from None
+
+
+def _redact(text: str, server: str) -> str:
+    path = urlsplit(server).path.strip("/")
+    text = text.replace(server, public_url(server))
+    return text.replace(path, "...") if path and path != "RPC2" else text
 
 
 def lease_xml(start: str, duration: str, numnodes: int, preemptible: Optional[bool], cpu: int, mem: int,
@@ -128,22 +145,28 @@ HEADER = (("ID", 5), ("Type", 14), ("State", 11), ("Starting time", 24), ("Durat
 
 
 def lease_rows(xmls: list[str]) -> list[tuple[str, ...]]:
+    """Table rows from the server's <lease> strings (Haizea's numeric states shown by name)."""
     from lxml import etree
 
+    from optlease.formats.lease_states import label_of_code
     from optlease.formats.lwf import safe_parser
+    from optlease.numbers import parse_whole
 
     rows = []
     for xml in xmls:
-        elem = etree.fromstring(xml.encode(), safe_parser())
+        try:
+            elem = etree.fromstring(xml.encode(), safe_parser())
+            numnodes = str(sum(parse_whole(ns.get("numnodes", "1")) for ns in elem.iter("node-set")))
+        except (etree.XMLSyntaxError, ValueError, AttributeError):
+            raise _fail("the server sent a lease that is not Haizea's <lease> XML") from None
         exact = elem.find("start/exact")
         now = elem.find("start/now")
         start = exact.get("time") if exact is not None else ("Now" if now is not None else "Unspecified")
-        numnodes = sum(int(ns.get("numnodes", "1")) for ns in elem.iter("node-set"))
         kind = elem.get("type") or ("AR" if exact is not None else "Immediate" if now is not None
                                     else "Best-effort")
         dur = elem.find("duration")
-        rows.append((elem.get("id", "?"), kind, elem.get("state", "?"), start,
-                     dur.get("time", "?") if dur is not None else "?", str(numnodes)))
+        rows.append((elem.get("id", "?"), kind, label_of_code(elem.get("state", "?")), start,
+                     dur.get("time", "?") if dur is not None else "?", numnodes))
     return rows
 
 

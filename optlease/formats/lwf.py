@@ -16,7 +16,12 @@ from lxml import etree
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest, check_vm_count
 from optlease.domain.site import Site, SiteError
 from optlease.errors import InputError
+from optlease.numbers import parse_whole
 from optlease.formats.timefmt import TimeFormatError, parse_duration, parse_time
+
+
+# Resource amounts and image sizes (MB) fit 32 bits: no node or disk optlease plans for has more.
+MAX_AMOUNT = 2**31 - 1
 
 
 @dataclass
@@ -51,15 +56,13 @@ class _Reader:
             raise self.error(elem, f"<{elem.tag}> has no {name}= attribute")
         return value.strip()
 
-    def positive_int(self, elem: etree._Element, name: str) -> int:
+    def positive_int(self, elem: etree._Element, name: str, high: int | None = MAX_AMOUNT) -> int:
+        """A count, amount or size: ASCII digits (optlease.numbers), at least 1 and at most `high`."""
         raw = self.attr(elem, name)
         try:
-            value = int(raw)
-        except ValueError:
-            raise self.error(elem, f"<{elem.tag}> {name}={raw!r} is not a whole number") from None
-        if value <= 0:
-            raise self.error(elem, f"<{elem.tag}> {name}={value} must be positive")
-        return value
+            return parse_whole(raw, 1, high)
+        except ValueError as exc:
+            raise self.error(elem, f"<{elem.tag}> {name}={exc}") from None
 
     def duration(self, elem: etree._Element, name: str = "time") -> int:
         try:
@@ -74,7 +77,7 @@ class _Reader:
             raise self.error(elem, "<nodes> has no <node-set>")
         out: list[dict[str, int]] = []
         for node_set in sets:
-            count = self.positive_int(node_set, "numnodes")
+            count = self.positive_int(node_set, "numnodes", high=None)    # check_vm_count says how many
             if check_vm_count(len(out) + count):
                 raise self.error(node_set, check_vm_count(len(out) + count))
             capacity: dict[str, int] = {}
