@@ -179,11 +179,11 @@ class Manager(Atomic, Recovery):
         self.wake.set()
 
     # -- the loop ----------------------------------------------------------------------------------------------
-    def step(self, t: int, enact: bool = True) -> None:
+    def step(self, t: int, catching_up: bool = False) -> None:
         """One step at t, committed with what its round decided, then an enactment pass (none while catching up:
         the hosts are brought to the plan at now, not to each missed instant's)."""
         with self.lock:
-            late = self._late(t)
+            late = self.clock.now() - t if catching_up else self._late(t)
             before = {i: lease.state for i, lease in self.sched.leases.items()} if late else {}
             with self._atomic(f"the scheduling step at {self.log.t(t)}"):
                 self._dirty = True
@@ -192,7 +192,7 @@ class Manager(Atomic, Recovery):
                 self.store.add_step(t, changed, self.decisions.recorded)
             if late:
                 self._say_late(t, late, before, changed)
-            if enact:
+            if not catching_up:
                 with self._atomic("enactment"):
                     self._enact()
         self.enact_wake.set()

@@ -89,13 +89,13 @@ class Recovery:
         with self.lock:
             missed += self._fail_missed_windows(since, now)
         while (t := self.next_instant()) is not None and t < now:
-            self.step(t, enact=False)
+            self.step(t, catching_up=True)
             missed += 1
         self.step(now)
         if missed:
-            self.log.status("RM", f"caught up from {self.log.t(since)} to {self.log.t(now)}: {missed} missed "
-                                  f"instants and windows ({format_duration(now - since)} while the lease manager "
-                                  "was down)")
+            self.log.status("RM", f"caught up from {self.log.t(since)} to {self.log.t(now)} "
+                                  f"({format_duration(now - since)} while the lease manager was down): {missed} "
+                                  "missed instants stepped or windows failed")
 
     def _fail_missed_windows(self, since: int, now: int) -> int:
         """An AR or immediate lease planned to start after the last step and to end by now never ran: it fails.
