@@ -14,7 +14,7 @@ import xmlrpc.client
 import pytest
 from lxml import etree
 
-from conftest import REPO, wait_until
+from conftest import REPO, run_cli, wait_until
 from test_daemon import free_port
 
 SCALE = 10      # simulated seconds per real second
@@ -28,7 +28,7 @@ logfile: d.log
 suspension: all
 suspend-rate: 32
 resume-rate: 32
-wakeup-interval: 5
+wakeup-interval: {wakeup}
 backfilling: aggressive
 policy-preemption: ar-preempts-everything
 {scheduling}
@@ -48,11 +48,13 @@ listen: 127.0.0.1:{port}
 class Daemon:
     """`optlease serve --fg` on a configuration of its own, with an XML-RPC client."""
 
-    def __init__(self, tmp_path, nodes: int = 4, scheduling: str = "", db: str = "state.db") -> None:
+    def __init__(self, tmp_path, nodes: int = 4, scheduling: str = "", db: str = "state.db", wakeup: int = 5) -> None:
         self.port = free_port()
         self.dir = tmp_path
+        self.db = tmp_path / db
         self.conf = tmp_path / "d.conf"
-        self.conf.write_text(CONF.format(db=db, scheduling=scheduling, scale=SCALE, nodes=nodes, port=self.port))
+        self.conf.write_text(CONF.format(db=db, scheduling=scheduling, scale=SCALE, nodes=nodes, port=self.port,
+                                         wakeup=wakeup))
         self.proxy = xmlrpc.client.ServerProxy(f"http://127.0.0.1:{self.port}", allow_none=True)
         self.proc: subprocess.Popen | None = None
 
@@ -96,7 +98,7 @@ class Daemon:
         """The daemon's simulated time (its epoch is in the persistence file)."""
         import sqlite3
 
-        with sqlite3.connect(self.dir / "state.db") as db:
+        with sqlite3.connect(self.db) as db:
             epoch = int(db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()[0])
         return (time.time() - epoch) * SCALE
 
@@ -155,7 +157,7 @@ def test_missed_suspension_and_resume_are_stepped_late(daemon):
     d = daemon(nodes=1).start()
     t0 = d.sim_now()
     assert d.request("best_effort", "00:01:00", 1, True) == 1
-    assert d.request("+00:00:00:15", "00:00:10", 1, False) == 2      # suspends lease 1 for its window
+    assert d.request("+00:00:00:15", "00:01:00", 1, False) == 2      # suspends lease 1 for its window
     wait_until(lambda: d.states()[1] == "Active", 10, "lease 1 to start")
     d.kill9()
     sleep_until_sim(d, t0 + 20)                                         # inside the AR's window
@@ -165,7 +167,130 @@ def test_missed_suspension_and_resume_are_stepped_late(daemon):
     assert any(line.startswith("lease 1 active -> suspending") for line in late), late
     assert any(line.startswith("lease 2 scheduled -> active") for line in late), late
     d.kill9()
-    sleep_until_sim(d, t0 + 34)                                         # after the AR ended and lease 1 resumed
+    sleep_until_sim(d, t0 + 80)                                         # after the AR ended and lease 1 resumed
     d.start()
     assert d.states()[2] == "Done" and d.states()[1] in ("Resuming", "Active")
     assert any(line.startswith("lease 1 suspended-scheduled -> resuming") for line in late_lines(d.log()))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MB tmpfs of the test's own, to fill for real (root only: skipped elsewhere)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def fill(mnt) -> None:
+    """Take every free byte of the file system."""
+    fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_with_the_disk_full_no_client_is_told_what_is_not_committed(daemon, small_disk):
+    # no wakeups: the next write after the disk fills is the step that starts the AR
+    d = daemon(db="mnt/state.db", wakeup=3600).start()
+    assert d.request("+00:00:00:20", "00:10:00", 1, False) == 1
+    wait_until(lambda: d.states()[1] == "Scheduled", 10, "the AR to be scheduled")
+    fill(small_disk)
+    seen = set()
+
+    def gone():
+        try:
+            seen.update(d.states().values())
+        except (OSError, xmlrpc.client.Fault):
+            pass
+        return d.proc.poll() is not None
+    wait_until(gone, 20, "the daemon to stop on the full disk")
+    err = d.proc.stderr.read()
+    assert d.proc.returncode == 1 and err.count("\n") == 1, err
+    assert "the scheduling step at" in err and "cannot write it" in err and "full" in err, err
+    assert "Active" not in seen           # the start was never committed, so no client was told of it
+    (small_disk / "filler").unlink()
+    d.start()
+    assert d.states() == {1: "Active"}     # caught up: started late, from what was on disk
+    late = late_lines(d.log())
+    assert any(line.startswith("lease 1 scheduled -> active") for line in late), late
+    # a request that cannot be committed is refused, never acknowledged
+    fill(small_disk)
+    out = subprocess.run([sys.executable, "-m", "optlease.cli.main", "request-lease", "-s",
+                          f"http://127.0.0.1:{d.port}", "-t", "best_effort", "-d", "00:00:10", "-n", "1"],
+                         cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Lease ID" not in out.stdout, out
+    assert "cannot write it" in out.stderr
+    d.proc.wait(timeout=20)
+    (small_disk / "filler").unlink()
+    d.start()
+    assert d.states() == {1: "Active"}
+
+
+def foreign(path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("INSERT INTO customers VALUES (1, 'kept as it was')")
+
+
+def optlease_db(path) -> None:
+    from optlease.engine.persist import Store
+
+    Store(str(path)).close()
+
+
+@pytest.mark.parametrize("db, make, message", [
+    ("gone/state.db", None, "its folder does not exist"),
+    ("state.db", lambda p: p.write_bytes(b"SQLite format 3\0" + os.urandom(4096)), "cannot"),
+    ("state.db", lambda p: p.write_text("not a database at all\n" * 100), "file is not a database"),
+    ("state.db", foreign, "not an optlease persistence file (it has tables customers)"),
+    ("mnt/state.db", optlease_db, "read-only"),
+], ids=["missing-folder", "corrupt", "not-sqlite", "foreign", "read-only"])
+def test_an_unusable_persistence_file_is_one_line(daemon, tmp_path, db, make, message, request):
+    d = daemon(db=db)
+    if make is not None:
+        if db.startswith("mnt/"):
+            mnt = request.getfixturevalue("small_disk")
+            make(d.db)
+            subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        else:
+            make(d.db)
+    before = d.db.read_bytes() if d.db.exists() else None
+    out = subprocess.run([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(d.conf), "--fg"], cwd=REPO,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("optlease: error: "), out.stderr
+    assert str(d.db) in out.stderr and message in out.stderr, out.stderr
+    assert (d.db.read_bytes() if d.db.exists() else None) == before    # left as it was
+
+
+def test_a_lease_rejected_at_once_is_said_rejected_and_planned_times_are_listed(daemon):
+    d = daemon(nodes=1).start()
+    server = f"http://127.0.0.1:{d.port}"
+    ok = run_cli("request-lease", "-s", server, "-t", "best_effort", "-d", "01:00:00", "-n", "1", timeout=30)
+    assert ok.returncode == 0 and ok.stdout == "Lease submitted correctly.\nLease ID: 1\n", ok
+    # the only node is taken for an hour: an immediate lease is refused by the first round
+    refused = run_cli("request-lease", "-s", server, "-t", "now", "-d", "00:00:10", "-n", "1", timeout=30)
+    assert refused.returncode == 1 and refused.stdout == "", refused
+    assert refused.stderr == "optlease: error: lease 2 was rejected: no room for it at this time\n"
+    queued = run_cli("request-lease", "-s", server, "-t", "best_effort", "-d", "00:30:00", "-n", "1", timeout=30)
+    assert queued.returncode == 0, queued
+    rows = run_cli("list-leases", "-s", server, "--all", timeout=30).stdout.splitlines()
+    assert rows[0].split() == ["ID", "Type", "State", "Starting", "time", "Ending", "time", "Duration", "Nodes"]
+    leases = d.leases()
+    # the best-effort leases show the plan's start and end: lease 3 starts where lease 1 ends
+    one, three = (next(r for r in rows[1:] if r.split()[0] == i) for i in ("1", "3"))
+    assert leases[1].get("start-time") in one and leases[1].get("planned-end") in one
+    assert leases[3].get("start-time") == leases[1].get("planned-end") and leases[3].get("planned-end") in three
+    assert one.split()[2] == "Active" and three.split()[2] == "Scheduled"

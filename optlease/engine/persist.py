@@ -101,8 +101,14 @@ class Store:
     def __init__(self, path: str | None) -> None:
         self.path = None if path in (None, "", "none") else path
         self._seen: dict[int, tuple] = {}
-        if self.path and not os.path.isdir(os.path.dirname(os.path.abspath(self.path))):
-            raise StoreError("its folder does not exist", self.path)
+        if self.path:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.isdir(folder):
+                raise StoreError("its folder does not exist", self.path)
+            if not os.access(folder, os.W_OK) or (os.path.exists(self.path) and not os.access(self.path, os.W_OK)):
+                # SQLite would open it and fail at the first write, or say only "unable to open database file"
+                raise StoreError("it is read-only (or its folder is): the daemon writes every change to it",
+                                 self.path)
         try:
             self.db = sqlite3.connect(self.path or ":memory:", check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
@@ -118,9 +124,6 @@ class Store:
 
     def _open(self) -> None:
         db = self.db
-        if self.path:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
         tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         tables.discard("sqlite_sequence")
         if tables and "meta" not in tables or tables - TABLES:
@@ -133,6 +136,9 @@ class Store:
         if row is not None and row[0] not in ("2", "3", SCHEMA_VERSION):
             raise StoreError(f"persistence file has schema {row[0]}, this optlease writes {SCHEMA_VERSION}",
                              self.path)
+        if self.path:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
         db.executescript(DDL)
         if row is None:
             db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
