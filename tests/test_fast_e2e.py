@@ -25,6 +25,7 @@ from fake_migfra import FakeMigfra
 from mqtt_broker import free_port, mosquitto  # noqa: F401 - the fixture
 from optlease.enact import fast
 from optlease.formats.daemon_config import fast_daemon_config
+from optlease.formats.lease_states import label_of_code
 
 SCALE = 300                  # simulated seconds per real second: the quickstart's 1 h 31 min in about 20 s
 TOL = 120                    # simulated seconds (0.4 s real) between a planned instant and what the watcher sees
@@ -188,7 +189,7 @@ class Cluster:
         out = {}
         for text in proxy.get_leases(True):
             elem = etree.fromstring(text.encode())
-            out[int(elem.get("id"))] = dict(elem.attrib)
+            out[int(elem.get("id"))] = {**elem.attrib, "state": label_of_code(elem.get("state"))}
         return out
 
     def request(self, path: Path) -> int:
