@@ -275,15 +275,17 @@ class MqttEnactor(BrokerEvents, Timers):
         return False
 
     # ---------------------------------------------------------------------------------------- building tasks
-    def _job(self, task: VmTask, batch: _Batch) -> _Job:
+    def _job(self, task: VmTask, batch: _Batch, paused: bool | None = None) -> _Job:
+        """The wire messages of one task. `paused`: whether the VM is paused (default: as far as we know)."""
         job = _Job(task, batch)
         vm = task.vm
 
         def part(host: str, build: Callable[[str], fast.Task], stage: int = 0) -> None:
             job.parts.append(_Part(job, host, build, stage))
 
-        with self._lock:
-            paused = self._running.get(vm, ("", ""))[1] == "paused"
+        if paused is None:
+            with self._lock:
+                paused = self._running.get(vm, ("", ""))[1] == "paused"
         if task.kind == START:
             xml = self.domain_xml(task) if self.domain_xml is not None else None
             # probe-with-ssh: false: a real migfra would otherwise wait up to 60 s for SSH into the new domain
