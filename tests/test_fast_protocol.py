@@ -219,6 +219,10 @@ def test_migfra_task_forms_the_agent_reads():
     assert fast.parse_task(fast.encode_task(stop)) == stop
     with pytest.raises(fast.FastProtocolError, match="regex"):
         fast.parse_task(b"task: stop vm\nlist:\n- {regex: '('}")
+    evacuate = fast.EvacuateNode(("n2", "n3"), "scatter", "live", id="t-2")
+    assert fast.parse_task(fast.encode_task(evacuate)) == evacuate
+    with pytest.raises(fast.FastProtocolError, match="destinations"):
+        fast.parse_task(b"task: evacuate node\ndestinations: []")
 
 
 def test_names_written_as_numbers_are_names():
