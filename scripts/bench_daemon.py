@@ -7,8 +7,8 @@ accepted and, per lease, the time from its request to its VMs' start task reachi
 
 `--mode fast`: the same through real enactment: a mosquitto broker on a free loopback port, `--agents` agent
 processes on libvirt's test:/// driver (each host 16 vCPUs and 3 GiB, so CPU:1600 Memory:3072 in Haizea's units:
-every lease can start at once), time scaled 60 times so that each lease (2 simulated minutes) starts and stops; requests come from
-`--clients` threads; a subscriber on `fast/#` counts every broker message (broker messages per lease) and notes when
+every lease can start at once), time scaled 60 times so that each lease (2 simulated minutes) starts and stops;
+requests come from `--clients` threads; a subscriber on `fast/#` counts every broker message (broker messages per lease) and notes when
 each lease's `vm started` result is published (request -> start, the VM running on its host).
 """
 from __future__ import annotations
