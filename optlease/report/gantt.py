@@ -139,15 +139,21 @@ def _occupancy(ax, bars: list[Bar], rows: int, begin: int, end: int, scale: floa
 
 
 def _detail(ax, bars: list[Bar], begin: int, end: int, scale: float) -> None:
-    for b in bars:
-        if b.kind == "vm":
-            ax.broken_barh([(b.start / scale, (b.end - b.start) / scale)], (b.row - 0.4, 0.8),
-                           facecolors=KIND_COLOURS.get(b.lease_kind, "grey"), edgecolor="white", linewidth=0.3)
+    from matplotlib.collections import PolyCollection
+
+    vms = [b for b in bars if b.kind == "vm"]
+    many = len(vms) > DETAIL_BARS
+    for kind in dict.fromkeys(b.lease_kind for b in vms):
+        boxes = [[(b.start / scale, b.row - 0.4), (b.end / scale, b.row - 0.4), (b.end / scale, b.row + 0.4),
+                  (b.start / scale, b.row + 0.4)] for b in vms if b.lease_kind == kind]
+        # thousands of boxes are an image inside the SVG (one pixel each would weigh a megabyte as paths)
+        ax.add_collection(PolyCollection(boxes, facecolors=KIND_COLOURS.get(kind, "grey"),
+                                         edgecolors="none" if many else "white", linewidths=0.3, rasterized=many))
     for kind, (marker, _) in MARKS.items():
         xs = [b.start / scale for b in bars if b.kind == kind]
         ys = [b.row for b in bars if b.kind == kind]
         if xs:
-            ax.scatter(xs, ys, marker=marker, s=18, color="black", zorder=3)
+            ax.scatter(xs, ys, marker=marker, s=5 if many else 18, color="black", linewidths=0, zorder=3)
     ax.set_xlim(begin / scale, end / scale)
     _legend(ax, marks=True)
 
