@@ -245,6 +245,18 @@ def test_a_corrupt_schedule_beside_a_run_is_one_line_naming_it(runs, tmp_path):
     assert "a.schedule.json" in done.stderr and "lease 7" in done.stderr
 
 
+def test_an_oversized_schedule_or_an_output_that_is_a_file_is_one_line(runs, tmp_path, monkeypatch):
+    from optlease.report import files
+    run = runs / "aggressive" / "inj0.parquet"      # its schedule beside it is 1 KB or so
+    monkeypatch.setattr(files, "MAX_SCHEDULE_BYTES", 100)
+    with pytest.raises(InputError, match=r"inj0\.schedule\.json: a schedule of 0 MB, more than the 0 MB a report"):
+        files.write_report([run], tmp_path / "out")
+    (tmp_path / "taken").write_text("")
+    monkeypatch.setattr(files, "MAX_SCHEDULE_BYTES", 2 ** 20)
+    with pytest.raises(InputError, match=r"taken: exists and is not a directory"):
+        files.write_report([run], tmp_path / "taken")
+
+
 def test_a_month_on_144_nodes_is_drawn_as_occupancy_with_a_zoomed_window():
     leases = [("best-effort" if i % 3 else "ar", 1 + i % 144, i * 1800, i * 1800 + 86400) for i in range(1440)]
     svg = gantt_svg(schedule(144, leases), "month", "month", "m")

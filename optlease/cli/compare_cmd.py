@@ -47,6 +47,6 @@ def compare(
                 if path is not None}
     files = run(conf, chosen, out, estimates, offline_time_limit, workload,
                 progress=lambda line: typer.echo(line, err=True))
-    page = write_report(files, out, f"optlease compare: {conf.name}", [
-        f"Configuration: {conf.name}; schedulers: {', '.join(s.name for s in chosen)}.", estimate_note(estimates)])
+    page = write_report(files, out, f"optlease compare: {conf.name}", (
+        f"Configuration: {conf.name}; schedulers: {', '.join(s.name for s in chosen)}.", estimate_note(estimates)))
     typer.echo(f"report: {page}")
