@@ -159,7 +159,7 @@ def test_html_is_self_contained_and_every_plot_labels_its_axes(report):
     assert len(labels) == 4
     wanted = [["time since the schedule's start (minutes)", "node (6)"],
               ["time since the run's start (hours)", "CPU utilization (%)", "queue length (leases)"],
-              ["best-effort wait before first start (minutes)", "leases waiting at most x (%)"],
+              ["best-effort wait before first start (minutes, logarithmic past a minute)", "leases waiting at most x (%)"],
               ["AR accepted (%)", "CPU utilization (%)", "column"]]
     for text, want in zip(labels, wanted):
         assert all(w in text for w in want), (want, text[:300])
