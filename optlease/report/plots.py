@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import numpy as np
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, FuncFormatter
 
 from optlease.report.svg import new_figure, to_svg
 from optlease.report.table import Table
@@ -78,6 +78,9 @@ def wait_cdf_svg(column_waits: dict[str, list[float]], prefix: str) -> Optional[
         ax.step(np.concatenate([[0.0], x]), np.concatenate([[0.0], y]), where="post", label=column, linewidth=1)
     # waits span seconds to weeks: linear up to a minute, logarithmic past it, so both ends can be read
     ax.set_xscale("symlog", linthresh=60 / scale, linscale=0.5)
+    top = max(max(w) for w in column_waits.values()) / scale
+    ax.set_xticks([0.0, *(10.0 ** e for e in range(int(np.ceil(np.log10(60 / scale))),
+                                                  int(np.ceil(np.log10(max(top, 60 / scale)))) + 1))])
     ax.set_xlabel(f"best-effort wait before first start ({unit}, logarithmic past a minute)")
     ax.set_ylabel("leases waiting at most x (%)")
     ax.set_ylim(0, 100)
@@ -104,7 +107,8 @@ def bars_svg(table: Table, prefix: str) -> Optional[str]:
         ax.bar(x, np.nan_to_num(means), color=colours, yerr=[low, high], capsize=3, ecolor="#333333")
         ax.set_title(metric.label, fontsize=8)
         ax.set_ylabel(metric.unit, fontsize=7)
-        ax.yaxis.set_major_formatter(EngFormatter(sep=""))    # 2M, 500k: no "1e6" above the axis
+        ax.yaxis.set_major_formatter(_short)    # 2M, 500k: no "1e6" above the axis
+        ax.set_ylim(0, None if np.nanmax(np.nan_to_num(means) + high) > 0 else 1)
         ax.set_xticks(x, [str(i + 1) for i in x], fontsize=7)
         ax.set_xlabel("column", fontsize=7)
     for ax in axes[len(table.rows):]:
@@ -113,6 +117,14 @@ def bars_svg(table: Table, prefix: str) -> Optional[str]:
                ncols=min(4, len(table.columns)), fontsize=7,
                title="columns (whiskers: lowest and highest run)", title_fontsize=7)
     return to_svg(fig, prefix)
+
+
+_ENG = EngFormatter(sep="")
+
+
+@FuncFormatter
+def _short(value: float, _position) -> str:
+    return _ENG(value) if abs(value) >= 1000 else f"{value:g}"
 
 
 def _legend_below(fig, ax) -> None:
