@@ -77,7 +77,8 @@ def gantt_svg(doc: dict[str, Any], where: str, title: str, prefix: str) -> Optio
     nodes, bars = bars_of(doc, where)
     if not bars:
         return None
-    begin, end = min(b.start for b in bars), max(b.end for b in bars)
+    # from the schedule's start: schedules of the same workload line up
+    begin, end = min(0, min(b.start for b in bars)), max(b.end for b in bars)
     scale, unit = time_unit(end - begin)
     if len(nodes) <= DETAIL_NODES and sum(b.kind == "vm" for b in bars) <= DETAIL_BARS:
         fig = new_figure(7.5, 1.2 + 0.18 * len(nodes))

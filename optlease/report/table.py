@@ -69,7 +69,7 @@ METRICS: list[Metric] = [
     Metric("round wall time p95 (s)", _scaled(ROUND_P95, 1), 3, "seconds"),
     Metric("solver gap, mean (%)", _scaled(GAP, 100), 2, "percent"),
     Metric("offline bound (objective)", _scaled(OFFLINE_BOUND, 1), 1, "objective"),
-    Metric("wall time of the run (s)", _scaled(WALL_TIME, 1), 1, "seconds"),
+    Metric("wall time of the run (s)", _scaled(WALL_TIME, 1), 2, "seconds"),
 ]
 
 
