@@ -19,10 +19,10 @@ def compare(
                                             "(mapper: cpsat), offline (optlease optimize's whole-workload "
                                             "optimum).")] = "greedy-aggressive,greedy-intermediate-4,cpsat,offline",
     tracefile: Annotated[Optional[Path], typer.Option("--tracefile", help="Trace to run instead of the "
-                                                      "configuration's [tracefile] tracefile.", exists=True,
+                                                      "configuration's tracefile option.", exists=True,
                                                       dir_okay=False)] = None,
     injection: Annotated[Optional[Path], typer.Option("--injection", help="Lease injection file (LWF) to merge "
-                                                      "into the trace instead of [tracefile] injectionfile.",
+                                                      "into the trace instead of the configuration's injectionfile.",
                                                       exists=True, dir_okay=False)] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the runs' data files and schedules and "
                                                           "the report.")] = Path("compare"),
