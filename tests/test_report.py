@@ -22,7 +22,7 @@ from conftest import REPO
 from optlease.accounting.datafile import RunData, write_run
 from optlease.cli.main import main
 from optlease.errors import InputError
-from optlease.report.gantt import gantt_svg
+from optlease.report.gantt import Bar, gantt_svg, occupancy
 from optlease.report.table import group_runs
 
 # label of the table's row -> (per-run stat(s), how the figure is computed from it); stated here again on purpose,
@@ -271,6 +271,22 @@ def test_an_unreadable_reservation_names_the_file_and_lease():
     doc["leases"][0]["reservations"][0]["mapping"] = {"1": 9}   # a node the site does not have
     with pytest.raises(InputError, match=r"^f\.json: lease 1: a reservation on node '9', which the site does not have$"):
         gantt_svg(doc, "f.json", "t", "p")
+
+
+@given(st.integers(1, 50), st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10_000), st.integers(0, 10_000),
+                                              st.sampled_from(["ar", "best-effort", "immediate", "other"])),
+                                    min_size=1, max_size=30))
+def test_occupancy_keeps_every_vm_second_on_its_node_and_kind(bins, spans):
+    bars = [Bar(row, min(a, b), max(a, b), kind, "vm") for row, a, b, kind in spans]
+    end = max(b.end for b in bars) or 1
+    busy = occupancy(bars, 4, 0, end, bins)
+    width = end / bins
+    kinds = ["ar", "best-effort", "immediate", "other"]
+    for k, kind in enumerate(kinds):
+        for row in range(4):
+            held = sum(b.end - b.start for b in bars if b.row == row and b.lease_kind == kind)
+            assert abs(busy[k, row].sum() * width - held) < 1e-6 * max(1, held)
+    assert busy.min() >= 0
 
 
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", ""]), st.sampled_from(["t1", "t2"]),

@@ -113,23 +113,30 @@ def _window(bars: list[Bar], begin: int, end: int) -> tuple[int, int]:
     return start, start + length
 
 
-def _occupancy(ax, bars: list[Bar], rows: int, begin: int, end: int, scale: float) -> None:
-    edges = np.linspace(begin, end, BINS + 1)
+def occupancy(bars: list[Bar], rows: int, begin: int, end: int, bins: int = BINS) -> np.ndarray:
+    """[kind, row, bin] -> the share of the time bin that VMs of leases of that kind (KIND_COLOURS' order, then any
+    other) ran on the node; one per VM running, so two VMs side by side all the bin make 2."""
+    edges = np.linspace(begin, end, bins + 1)
     width = edges[1] - edges[0]
     kinds = list(KIND_COLOURS)
-    busy = np.zeros((len(kinds) + 1, rows, BINS))
+    busy = np.zeros((len(kinds) + 1, rows, bins))
     for b in bars:
         if b.kind != "vm" or b.end <= b.start:
             continue
         k = kinds.index(b.lease_kind) if b.lease_kind in kinds else len(kinds)
-        first, last = int((b.start - begin) // width), min(BINS - 1, int((b.end - begin) // width))
+        first, last = int((b.start - begin) // width), min(bins - 1, int((b.end - begin) // width))
         covered = np.minimum(edges[first + 1:last + 2], b.end) - np.maximum(edges[first:last + 1], b.start)
         busy[k, b.row, first:last + 1] += np.clip(covered, 0, None) / width
+    return busy
+
+
+def _occupancy(ax, bars: list[Bar], rows: int, begin: int, end: int, scale: float) -> None:
+    busy = occupancy(bars, rows, begin, end)
     # several VMs on one node in one bin count once: the pixel shows the share of time the node ran any VM
     total = busy.sum(axis=0)
     share = np.clip(total, 0, 1)
     rgb = np.ones((rows, BINS, 3))
-    colours = [np.array(_rgb(KIND_COLOURS[k])) for k in kinds] + [np.array([0.5, 0.5, 0.5])]
+    colours = [np.array(_rgb(c)) for c in KIND_COLOURS.values()] + [np.array([0.5, 0.5, 0.5])]
     with np.errstate(invalid="ignore", divide="ignore"):
         for k, colour in enumerate(colours):
             weight = np.where(total > 0, busy[k] / total, 0) * share
