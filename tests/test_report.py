@@ -23,6 +23,7 @@ from optlease.accounting.datafile import RunData, write_run
 from optlease.cli.main import main
 from optlease.errors import InputError
 from optlease.report.gantt import Bar, gantt_svg, occupancy
+from optlease.report.render import Source, build_report
 from optlease.report.table import group_runs
 
 # label of the table's row -> (per-run stat(s), how the figure is computed from it); stated here again on purpose,
@@ -257,6 +258,20 @@ def test_an_oversized_schedule_or_an_output_that_is_a_file_is_one_line(runs, tmp
     monkeypatch.setattr(files, "MAX_SCHEDULE_BYTES", 2 ** 20)
     with pytest.raises(InputError, match=r"taken: exists and is not a directory"):
         files.write_report([run], tmp_path / "taken")
+
+
+def test_names_from_data_files_are_text_not_markup(tmp_path):
+    hostile = '<script>alert("x")</script> & <img src=http://x>'
+    runs = [RunData(attrs={"profile": f"{hostile}{i}", "tracefile": hostile, "injectionfile": "",
+                           "configuration": ""}, per_run={"accepted_ar": i, "rejected_ar": 1},
+                    per_lease=[{"id": 1, "kind": "best-effort", "waiting_time": 5.0 * i}],
+                    counters={"Queue size": [(0, 1.0, None), (60, float(i), None)]},
+                    counter_kinds={"Queue size": "AVERAGE_NONE"}) for i in (1, 2)]
+    page = build_report([Source(f"run{i}.parquet", r) for i, r in enumerate(runs)], hostile, [hostile]).html
+    refs = Refs()
+    refs.feed(page)
+    assert not refs.tags & {"script", "img"} and all(r.startswith(("#", "data:")) for r in refs.refs)
+    assert page.count("&lt;script&gt;") >= 4     # the title, the note, the table's head, the runs
 
 
 def test_a_month_on_144_nodes_is_drawn_as_occupancy_with_a_zoomed_window():
