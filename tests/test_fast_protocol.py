@@ -217,8 +217,10 @@ def test_migfra_task_forms_the_agent_reads():
     assert start.configs[0].name == "a" and start.configs[0].probe_with_ssh is False
     stop = fast.StopVm((fast.StopEntry(None, force=True, regex="lease-1-vm-[0-9]+"),), id="t-1")
     assert fast.parse_task(fast.encode_task(stop)) == stop
-    with pytest.raises(fast.FastProtocolError, match="regex"):
-        fast.parse_task(b"task: stop vm\nlist:\n- {regex: '('}")
+    for bad in (b"'('", b"'(a+)+$'", b"'(x|xx)*'", b"'(a){2,}'"):
+        with pytest.raises(fast.FastProtocolError, match="regex"):
+            fast.parse_task(b"task: stop vm\nlist:\n- {regex: " + bad + b"}")
+    assert fast.parse_task(b"task: stop vm\nlist:\n- {regex: 'lease-(1|2)-vm-[0-9]+'}").entries[0].regex
     evacuate = fast.EvacuateNode(("n2", "n3"), "scatter", "live", id="t-2")
     assert fast.parse_task(fast.encode_task(evacuate)) == evacuate
     with pytest.raises(fast.FastProtocolError, match="destinations"):

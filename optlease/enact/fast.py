@@ -22,6 +22,7 @@ from optlease.enact.fast_results import (  # noqa: F401
     AgentStatus, Result, VmResult, parse_result, parse_status, quit_result, unknown_result)
 
 _XML_NAME = re.compile(r"<name>\s*([^<]+?)\s*</name>")
+_REPEATED_GROUP = re.compile(r"(?<!\\)\)[*+{]")
 
 
 # ------------------------------------------------------------------------------------------------------- tasks
@@ -86,6 +87,9 @@ class StopEntry:
         if regex is not None:
             if not isinstance(regex, str) or len(regex) > 256:
                 raise FastProtocolError("regex: expected a pattern of at most 256 characters")
+            if _REPEATED_GROUP.search(regex):
+                # `(a+)+` takes exponential time on a long name: a sender could stall a worker for hours
+                raise FastProtocolError("regex: a repeated group is not accepted")
             try:
                 re.compile(regex)
             except re.error as exc:
