@@ -127,8 +127,9 @@ def test_a_failing_run_is_reported_and_stops_no_other(tmp_path, capsys):
     multi = (GRID / "multi.conf").read_text().replace("[multi]\ntracedir: traces\n", f"[multi]\ntracedir: "
                                                       f"{GRID / 'traces'}\n").replace("injectiondir: traces",
                                                                                       f"injectiondir: {GRID}/traces")
-    # loading the admission policy fails only when the run starts, in its worker
-    multi += "\n[broken:scheduling]\nsuspension: none\npolicy-admission: nosuch.module.Policy\n"
+    # a probe of the user's own that does not load (installed on one machine, not on the workers) fails only
+    # when the run starts, in its worker
+    multi += "\n[broken:scheduling]\nsuspension: none\n[broken:accounting]\nprobes: nosuch.module.Probe\n"
     conf = tmp_path / "multi.conf"
     conf.write_text(multi)
     code = main(["run-experiments", "-c", str(conf), "-d", str(tmp_path / "confs"), "--datadir",
@@ -139,7 +140,7 @@ def test_a_failing_run_is_reported_and_stops_no_other(tmp_path, capsys):
     assert not list((tmp_path / "data").glob("broken_*.parquet"))
     failed = [line for line in out.splitlines() if line.startswith("failed: ")]
     assert len(failed) == 6 and all(str(tmp_path / "confs" / "broken_") in line and
-                                    "cannot load policy 'nosuch.module.Policy'" in line for line in failed)
+                                    "cannot load probe 'nosuch.module.Probe'" in line for line in failed)
     assert "runs: 12, skipped (done before): 0, ran: 12, failed: 6" in out
     assert err.count("FAILED broken_") == 6
 
