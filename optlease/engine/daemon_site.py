@@ -114,7 +114,5 @@ def site_from_config(cfg: Config) -> Site:
         return site
     if not resources:
         raise InputError("the daemon needs [simulation] resources as `<numnodes> CPU:<n> Memory:<n>`", cfg.path)
-    try:
-        return Site.parse_resources(resources)
-    except InputError as exc:
-        raise InputError(f"[simulation] resources: {exc.message}", cfg.path) from None
+    from optlease.formats.site_source import site_from_resources
+    return site_from_resources(resources, cfg.path, cfg.resolve)

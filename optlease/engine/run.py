@@ -15,6 +15,7 @@ from optlease.engine.simulator import SimulationResult, Simulator, kinds_breakdo
 from optlease.errors import InputError
 from optlease.formats.config import Config
 from optlease.formats.lwf import Workload
+from optlease.formats.site_source import site_from_resources
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 
@@ -98,10 +99,7 @@ def site_of(cfg: Config, workload: Workload) -> Site:
         if workload.site is None:
             raise InputError("[simulation] resources is in-tracefile, but the trace has no <site>", cfg.path)
         return workload.site
-    try:
-        return Site.parse_resources(resources)
-    except InputError as exc:
-        raise InputError(f"[simulation] resources: {exc.message}", cfg.path) from None
+    return site_from_resources(resources, cfg.path, cfg.resolve)
 
 
 def check_demands(site: Site, requests: list[LeaseRequest]) -> None:
