@@ -245,8 +245,15 @@ def show_queue(server: Server = DEFAULT_SERVER, debug: Debug = False) -> None:
 
 
 @app.command("list-hosts")
-def list_hosts(server: Server = DEFAULT_SERVER, debug: Debug = False) -> None:
+def list_hosts(server: Server = DEFAULT_SERVER, debug: Debug = False,
+               fmt: Annotated[str, typer.Option("--format", help="table, or sss: SSS node objects (Configured, "
+                                                "Available, Utilized now).")] = "table") -> None:
     """List the hosts the lease manager schedules on."""
+    if fmt not in ("table", "sss"):
+        raise _fail(f"--format {fmt[:30]!r}: expected table or sss")
+    if fmt == "sss":
+        print(call(server, "get_hosts_sss"), end="")
+        return
     hosts = call(server, "get_hosts")
     rows = [(str(h.get("id")), str(h.get("hostname")), str(h.get("cpu")), str(h.get("mem")),
              "up" if h.get("alive", True) else "down") for h in hosts]

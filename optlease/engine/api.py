@@ -18,9 +18,11 @@ from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
 from optlease.engine.api_http import ApiServer
 from optlease.engine.daemon import Manager
+from optlease.engine.grid_state import host_states
 from optlease.errors import InputError
 from optlease.formats import lwf
 from optlease.formats.lease_states import HAIZEA_CODE
+from optlease.formats.sss_write import write_sss
 from optlease.formats.timefmt import format_duration, format_time
 from optlease.numbers import parse_whole
 
@@ -196,6 +198,11 @@ class Api:
                             "alive": True if info is None else bool(info.alive)})
             return out
 
+    def get_hosts_sss(self) -> str:
+        """The hosts as SSS node objects (`<Data>` of `<Node>`s): Configured, Available and Utilized now."""
+        with self.m.lock:
+            return write_sss(host_states(self.m))
+
     def test_func(self) -> int:
         return 0
 
@@ -203,7 +210,8 @@ class Api:
 # each method and the arguments it takes, as a refusal states them
 API_METHODS = {"create_lease": "one lease XML string", "cancel_lease": "one lease id",
                "get_leases": "none, or True to include finished leases", "get_lease": "one lease id",
-               "get_queue": "none", "get_hosts": "none", "test_func": "none"}
+               "get_queue": "none", "get_hosts": "none", "get_hosts_sss": "none",
+               "test_func": "none"}
 
 
 def _lease_id(value) -> int:
