@@ -113,9 +113,11 @@ def check_demands(site: Site, requests: list[LeaseRequest]) -> None:
 
 
 def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = None, injection: str | None = None,
-             progress: Callable[[int, int], None] | None = None) -> SimulationResult:
+             progress: Callable[[int, int], None] | None = None,
+             observe: Callable[[int, object], None] | None = None) -> SimulationResult:
     """Run the configuration's simulation; the result carries the probes' data (`[accounting] probes`), stopped,
-    with the CP-SAT rounds' counters under `mapper: cpsat`. `progress` is told (requests arrived, in all)."""
+    with the CP-SAT rounds' counters under `mapper: cpsat`. `progress` is told (requests arrived, in all); `observe`
+    is shown (instant, scheduler) after each instant's step."""
     if cfg.get("general", "mode") != "simulated" or cfg.get("simulation", "clock") != "simulated":
         raise InputError("optlease simulate needs [general] mode: simulated and [simulation] clock: simulated "
                          "(a real clock is the daemon's: optlease serve)", cfg.path)
@@ -133,7 +135,7 @@ def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = Non
     log.info("TFILE", f"Loaded workload with {len(requests)} requests "
                       f"({kinds_breakdown([r.kind for r in sorted(requests, key=lambda r: r.id)])})")
     sim = Simulator(site, requests, opts, policies, log, cfg.get("simulation", "stop-when"),
-                    cfg.get("simulation", "status-message-interval"), accounting, progress)
+                    cfg.get("simulation", "status-message-interval"), accounting, progress, observe)
     result = sim.run()
     if sim.sched.round_hook is not None:
         result.round_records = list(sim.sched.round_hook.records)
