@@ -60,6 +60,11 @@ def ce_state(sched, now: int, host: str, port: int) -> CEState:
     estimated = _probe_start(table, up, now)
     planned = [rr.start for lease in leases if lease.state is S.SCHEDULED and lease.kind is LeaseKind.BEST_EFFORT
                for rr in lease.vmrrs[:1] if rr.start > now]
+    # Queued leases hold no booking. Without backfilling a new lease starts after them (first come, first served):
+    # none of them starts before the site as a whole has room for it, so neither does the new one.
+    if sched.opts.backfilling == "off":
+        for lease in sched.queue:
+            estimated = max(estimated, table.earliest_total_room(now, lease.remaining(), lease.total_demand))
     worst = max([estimated] + planned)
     status = "Production" if up else "Queueing"
     return CEState(host, port, optlease_version(), total, running, len(jobs) - running, free,
