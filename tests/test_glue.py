@@ -194,3 +194,18 @@ def test_daemon_glue_agrees_with_the_lease_commands(tmp_path):
     assert root.findtext("State/Status") == "Production"
     assert re.search(r"^GlueCEStateWaitingJobs: 2$", ldif_text, re.M)
     assert "4" not in [j.findtext("LocalID") for j in root.iter("Job")]
+
+
+def test_response_error_script_on_a_trace_checked_by_hand():
+    """ert.lwf: the estimate at 00:00 is 0 and lease 3 waits 0; at 00:10 it is 6600 s (a one-hour hole opens only
+    after lease 2 ends at 02:00) and lease 4 waits 1200 s; at 00:20 no 1-node lease follows."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "glue_response_error.py"), "-c",
+                          str(Path(__file__).parent / "data" / "grid" / "ert.conf")],
+                         capture_output=True, text=True, check=True, timeout=120)
+    figures = json.loads(out.stdout)
+    assert (figures["publications"], figures["compared"]) == (3, 2)
+    assert (figures["mean_estimate_s"], figures["mean_wait_s"], figures["mean_abs_error_s"]) == (3300, 600, 2700)
