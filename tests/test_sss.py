@@ -240,3 +240,24 @@ def test_daemon_publishes_its_hosts_as_sss(tmp_path):
     # the best-effort lease (100 CPU, 512 MB) runs on one of the two nodes now
     assert sorted(used) == [("Busy", "1", "512"), ("Idle", "0", "1024")]
     assert parse_sss(doc.encode()).nodes == ({"CPU": 100, "Memory": 1024},) * 2
+
+
+def test_a_daemon_on_an_sss_site_publishes_its_names_and_features(tmp_path):
+    from test_api import Daemon
+    d = Daemon(tmp_path, resources=f"sss:{GRID / 'cluster.sss.xml'}").serve()
+    try:
+        proxy = d.proxy()
+        doc = proxy.get_hosts_sss()
+        bad = None
+        try:
+            proxy.get_glue("json")
+        except Exception as exc:     # an XML-RPC Fault: one line, in the user's terms
+            bad = str(exc)
+    finally:
+        d.close()
+    root = etree.fromstring(doc.encode())
+    assert [n.findtext("Name") for n in root] == ["node1", "node2", "node3"]
+    assert [f.text for f in root[0].iter("Feature")] == ["fast-disk"] and root[0].findtext("Opsys") == "Linux"
+    assert root[2].find("Extension").attrib == {"type": "Chemistry", "name": "Software"}
+    assert parse_sss(doc.encode()).nodes == load_sss(GRID / "cluster.sss.xml").nodes
+    assert bad is not None and "get_glue: format 'json' is not ldif or xml" in bad and "\n" not in bad
