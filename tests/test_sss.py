@@ -261,3 +261,19 @@ def test_a_daemon_on_an_sss_site_publishes_its_names_and_features(tmp_path):
     assert root[2].find("Extension").attrib == {"type": "Chemistry", "name": "Software"}
     assert parse_sss(doc.encode()).nodes == load_sss(GRID / "cluster.sss.xml").nodes
     assert bad is not None and "get_glue: format 'json' is not ldif or xml" in bad and "\n" not in bad
+
+
+TYPES = st.sampled_from(["Disk", "Swap", "Network", "License/MATLAB", "Telescope"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 10**6), st.integers(1, 10**7),
+                          st.dictionaries(TYPES, st.integers(0, 10**6), max_size=3)), min_size=1, max_size=6))
+def test_any_hosts_written_as_sss_read_back_with_the_same_configured_resources(nodes):
+    """Safety: publishing never changes a capacity, whatever the amounts (fractions of a core included)."""
+    hosts = [HostState(f"h{i}", {"CPU": cpu, "Memory": mem, **extra}, {"CPU": cpu // 2})
+             for i, (cpu, mem, extra) in enumerate(nodes)]
+    site = parse_sss(write_sss(hosts).encode())
+    assert list(site.nodes) == [h.configured for h in hosts]
+    assert [d["available"]["CPU"] for d in site.details] == [h.configured["CPU"] - h.configured["CPU"] // 2
+                                                              for h in hosts]

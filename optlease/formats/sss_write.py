@@ -2,7 +2,8 @@
 
 Each node has its `Id`, `Name`, `State` (Idle, Busy or Offline), the features, extensions, Opsys, Arch and
 Description its site description gave, and `Configured`, `Available` and `Utilized` consumables in the units
-`optlease.formats.sss` reads back: Processors (100 CPU each), Memory/Disk/Swap in MB, Network in Mb/s, any other
+`optlease.formats.sss` reads back: Processors (100 CPU each; `<Resource name="CPU">` in CPU units when not a whole
+number of cores), Memory/Disk/Swap in MB, Network in Mb/s, any other
 resource type as `<Resource name= type=>`.
 """
 from __future__ import annotations
@@ -33,17 +34,15 @@ class HostState:
         return {rtype: max(0, amount - self.utilized.get(rtype, 0)) for rtype, amount in self.configured.items()}
 
 
-def _processors(cpu: int) -> str:
-    # SSS counts whole processors; a fraction of a core (CPU not a multiple of 100) is written as a decimal
-    return str(cpu // 100) if cpu % 100 == 0 else f"{cpu / 100:g}"
-
-
 def _consumables(parent: etree._Element, tag: str, amounts: dict[str, int]) -> None:
     elem = etree.SubElement(parent, tag)
     for rtype, amount in amounts.items():
         sss_tag = SITE_TYPE_OF.get(rtype)
-        if sss_tag == "Processors":
-            etree.SubElement(elem, "Processors").text = _processors(amount)
+        if sss_tag == "Processors" and amount % 100:
+            # SSS counts whole processors (Integer): a fraction of a core goes out in optlease's own CPU units
+            etree.SubElement(elem, "Resource", name="CPU").text = str(amount)
+        elif sss_tag == "Processors":
+            etree.SubElement(elem, "Processors").text = str(amount // 100)
         elif sss_tag is not None:
             etree.SubElement(elem, sss_tag, units=_UNITS[sss_tag]).text = str(amount)
         else:
