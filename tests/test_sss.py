@@ -142,6 +142,12 @@ def test_every_broken_document_is_in_the_table():
     assert {p.stem for p in (DATA / "broken").glob("*.xml")} == set(BROKEN)
 
 
+def test_a_count_times_a_range_is_bounded():
+    doc = node(f"<Configured>{BASE}</Configured>", ' count="100000"').replace(b"<Id>n</Id>", b"<Id>n[1-100000]</Id>")
+    with pytest.raises(InputError, match="count=100000 times 100000 names is more than 100000 nodes"):
+        parse_sss(doc)
+
+
 def test_an_oversized_document_is_refused_before_parsing():
     with pytest.raises(InputError, match="more than optlease reads"):
         parse_sss(b" " * (16 * 2**20 + 1))

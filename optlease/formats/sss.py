@@ -143,6 +143,8 @@ class _Reader:
         if not raw_count.strip().isdigit() or not 1 <= int(raw_count) <= MAX_NODES:
             raise self.error(elem, f"count={raw_count[:20]!r} is not a whole number from 1 to {MAX_NODES}")
         count = int(raw_count)
+        if len(names) * count > MAX_NODES:
+            raise self.error(elem, f"count={count} times {len(names)} names is more than {MAX_NODES} nodes")
         if count == 1:
             return names
         return [f"{name}-{i}" for name in names for i in range(1, count + 1)]
