@@ -59,6 +59,7 @@ BROKEN_GLUE = {
     "twice.ldif": "GlueSubClusterPhysicalCPUs is given 2 times",
     "nothing.ldif": "no GLUE subcluster or host",
     "not-utf8.ldif": "not UTF-8 text",
+    "unicode-digit.xml": "PhysicalCPUs '²' is not a whole number",
 }
 
 

@@ -20,6 +20,7 @@ from lxml import etree
 from optlease.domain.site import MAX_CAPACITY, MAX_NODES, Site, SiteError
 from optlease.errors import InputError
 from optlease.formats.lwf import safe_parser
+from optlease.numbers import parse_whole
 
 MAX_BYTES = 16 * 2**20
 # XML path (GLUE's own names) -> GLUE 1.x LDAP attribute
@@ -53,10 +54,11 @@ class _Group:
             if required:
                 raise SiteError(f"{self.what()} has no {key}", self.where)
             return None
-        if not raw.isdigit() or not low <= int(raw) <= MAX_CAPACITY:
+        try:
+            return parse_whole(raw, low, MAX_CAPACITY)
+        except ValueError:
             raise SiteError(f"{self.what()}: {key} {raw[:30]!r} is not a whole number from {low} to "
-                            f"{MAX_CAPACITY}", self.where)
-        return int(raw)
+                            f"{MAX_CAPACITY}", self.where) from None
 
     def what(self) -> str:
         return f"{'host' if 'host' in self.attrs else 'subcluster'} {self.attrs.get('Name', '')!r}".replace(" ''", "")

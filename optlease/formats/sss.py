@@ -25,6 +25,7 @@ from lxml import etree
 from optlease.domain.site import MAX_CAPACITY, MAX_NODES, Site, SiteError
 from optlease.errors import InputError
 from optlease.formats.lwf import safe_parser
+from optlease.numbers import parse_whole
 
 MAX_BYTES = 16 * 2**20
 
@@ -140,9 +141,10 @@ class _Reader:
         raw_count = elem.get("count")
         if raw_count is None:
             return names
-        if not raw_count.strip().isdigit() or not 1 <= int(raw_count) <= MAX_NODES:
-            raise self.error(elem, f"count={raw_count[:20]!r} is not a whole number from 1 to {MAX_NODES}")
-        count = int(raw_count)
+        try:
+            count = parse_whole(raw_count.strip(), 1, MAX_NODES)
+        except ValueError:
+            raise self.error(elem, f"count={raw_count[:20]!r} is not a whole number from 1 to {MAX_NODES}") from None
         if len(names) * count > MAX_NODES:
             raise self.error(elem, f"count={count} times {len(names)} names is more than {MAX_NODES} nodes")
         if count == 1:
