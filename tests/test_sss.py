@@ -126,6 +126,7 @@ BROKEN = {
     "too-big": "more than 2147483647 site units",
     "entity": "without DTDs or entities",
     "unicode-count": "count='²' is not a whole number",
+    "huge-exponent": "amount 1e400 is too large",
 }
 
 
@@ -284,3 +285,26 @@ def test_any_hosts_written_as_sss_read_back_with_the_same_configured_resources(n
     assert list(site.nodes) == [h.configured for h in hosts]
     assert [d["available"]["CPU"] for d in site.details] == [h.configured["CPU"] - h.configured["CPU"] // 2
                                                               for h in hosts]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.from_regex(r"-?[0-9]{0,3}(\.[0-9]{0,3})?([eE]-?[0-9]{1,3})?", fullmatch=True) | st.text(max_size=8),
+       st.sampled_from(["", "B", "kB", "GB", "Doggabyte", "Mb/s", "cores", "%"]),
+       st.sampled_from(["Processors", "Memory", "Disk", "Network", 'Resource name="x"']),
+       st.from_regex(r"[a-z]{0,2}(\[[0-9,\-]{0,6}\])?", fullmatch=True), st.sampled_from(["", "1", "3", "0"]))
+def test_any_amount_units_and_name_give_a_site_or_one_line(amount, units, tag, name, count):
+    """Safety: no amount, unit, name pattern or count makes the reader fail with anything but one line."""
+    close = tag.split()[0]
+    attrs = f' units="{units}"' if units else ""
+    amount = amount.replace("<", "").replace("&", "")
+    doc = (f'<Node{f" count={chr(34)}{count}{chr(34)}" if count else ""}><Id>{name or "n"}</Id><Configured>'
+           f'{BASE if close != "Processors" and close != "Memory" else ""}'
+           f'<{tag}{attrs}>{amount}</{close}>'
+           f'{"<Memory>1</Memory>" if close == "Processors" else "<Processors>1</Processors>" if close == "Memory" else ""}'
+           f'</Configured></Node>')
+    try:
+        site = parse_sss(doc.encode())
+    except InputError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert all(0 <= v <= 2**31 - 1 for n in site.nodes for v in n.values())

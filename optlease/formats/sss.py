@@ -60,6 +60,8 @@ class _Reader:
         if not _NUMBER.match(text):
             raise self.error(elem, f"amount {text[:40]!r} is not a number")
         value = float(text)
+        if value > MAX_CAPACITY * 2.0**100:   # more than any unit makes a site amount of (1e400 is infinite)
+            raise self.error(elem, f"amount {text[:40]} is too large")
         if value < 0:
             raise self.error(elem, f"negative amount {text}")
         return value
