@@ -210,3 +210,24 @@ def test_response_error_script_on_a_trace_checked_by_hand():
     figures = json.loads(out.stdout)
     assert (figures["publications"], figures["compared"]) == (3, 2)
     assert (figures["mean_estimate_s"], figures["mean_wait_s"], figures["mean_abs_error_s"]) == (3300, 600, 2700)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["PhysicalCPUs", "LogicalCPUs", "Architecture/SMPSize", "MainMemory/RAMSize",
+                                 "MainMemory/VirtualSize", "Name"]), max_size=6),
+       st.lists(st.text(alphabet="0123456789-.e ²x", max_size=6), min_size=6, max_size=6),
+       st.integers(0, 3))
+def test_any_subcluster_gives_a_site_or_one_line(keys, values, hosts):
+    """Safety: whatever a subcluster's counts say, the reader gives a site or one line, never more than it can
+    plan for."""
+    def elem(key, value):
+        outer, _, inner = key.partition("/")
+        return f"<{outer}><{inner}>{value}</{inner}></{outer}>" if inner else f"<{key}>{value}</{key}>"
+    body = "".join(elem(k, v) for k, v in zip(keys, values)) + "<Host><Name>h</Name></Host>" * hosts
+    try:
+        site = parse_glue_site(f"<Cluster><SubCluster>{body}</SubCluster></Cluster>".encode())
+    except InputError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert 1 <= len(site.nodes) <= 100_000
+        assert all(n["CPU"] >= 100 and n["Memory"] >= 1 for n in site.nodes)
