@@ -231,3 +231,23 @@ def test_any_subcluster_gives_a_site_or_one_line(keys, values, hosts):
     else:
         assert 1 <= len(site.nodes) <= 100_000
         assert all(n["CPU"] >= 100 and n["Memory"] >= 1 for n in site.nodes)
+
+
+@pytest.mark.parametrize("stopping, down, status", [
+    (False, False, "Production"), (False, True, "Queueing"), (True, False, "Draining"), (True, True, "Closed"),
+], ids=["serving", "hosts-down", "stopping", "stopping-hosts-down"])
+def test_daemon_status_follows_its_hosts_and_its_stop(tmp_path, stopping, down, status):
+    from test_api import Daemon
+    d = Daemon(tmp_path, resources="2 CPU:100 Memory:1024").serve()
+    try:
+        with d.manager.lock:
+            if down:
+                for node in (1, 2):
+                    d.manager.sched.table.take_down(node)
+            if stopping:
+                d.manager.stopping.set()
+        root = etree.fromstring(d.proxy().get_glue("xml").encode())
+    finally:
+        d.close()
+    assert root.findtext("State/Status") == status
+    assert root.findtext("State/FreeCPUs") == ("0" if down else "2")

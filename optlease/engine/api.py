@@ -211,7 +211,7 @@ class Api:
             raise InputError(f"get_glue: format {str(fmt)[:30]!r} is not ldif or xml")
         m = self.m
         with m.lock:
-            ce = ce_state(m.sched, m.now(), *self.address)
+            ce = ce_state(m.sched, m.now(), *self.address, accepting=not m.stopping.is_set())
             return (write_ldif if fmt == "ldif" else write_xml)(ce, m.site)
 
     def test_func(self) -> int:

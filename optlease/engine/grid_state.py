@@ -44,11 +44,13 @@ def optlease_version() -> str:
         return "unknown"
 
 
-def ce_state(sched, now: int, host: str, port: int) -> CEState:
+def ce_state(sched, now: int, host: str, port: int, accepting: bool = True) -> CEState:
     """The CE at `now`: running = leases whose VMs run (Active, or being suspended, migrated or resumed), waiting
     = every other lease in the system (GLUE: "a state different than running"), free CPUs = whole free cores per
     node; estimated response = when a new 1-core lease would find room in the plan; worst = the latest planned
-    start of a lease still waiting to start (at least the estimate)."""
+    start of a lease still waiting to start (at least the estimate). Status (GLUE's four): Production, Queueing
+    when no host is up to serve leases, Draining when no lease is accepted any more (the daemon is stopping),
+    Closed when both."""
     table = sched.table
     leases = sorted(sched.leases.values(), key=lambda lease: lease.id)
     jobs = [(lease.id, JOB_STATUS.get(lease.state, "SUBMITTED")) for lease in leases]
@@ -66,7 +68,8 @@ def ce_state(sched, now: int, host: str, port: int) -> CEState:
         for lease in sched.queue:
             estimated = max(estimated, table.earliest_total_room(now, lease.remaining(), lease.total_demand))
     worst = max([estimated] + planned)
-    status = "Production" if up else "Queueing"
+    status = {(True, True): "Production", (True, False): "Queueing", (False, True): "Draining",
+              (False, False): "Closed"}[(accepting, bool(up))]
     return CEState(host, port, optlease_version(), total, running, len(jobs) - running, free,
                    _seconds(estimated, now), _seconds(worst, now), status, jobs=jobs)
 

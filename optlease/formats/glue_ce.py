@@ -17,7 +17,6 @@ from optlease.domain.site import Site
 from optlease.formats.glue import GLUE_LDAP
 
 SUFFIX = "mds-vo-name=resource,o=grid"
-STATUSES = ("Production", "Queueing", "Draining", "Closed")
 
 
 @dataclass
