@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import socket
 import sys
+import time
 import xmlrpc.client
 from pathlib import Path
 from typing import Annotated, Optional
@@ -16,6 +17,7 @@ from optlease.cli.app import app
 
 DEFAULT_SERVER = "http://localhost:42493"
 TIMEOUT = 30.0
+DECISION_WAIT = 5.0     # seconds request-lease waits for the first round to accept or reject the lease
 Server = Annotated[str, typer.Option("-s", "--server", help="URL of the optlease (or Haizea) XML-RPC server.",
                                      envvar="OPTLEASE_SERVER")]
 Debug = Annotated[bool, typer.Option("-D", "--debug", help="Accepted for Haizea compatibility.", hidden=True)]
@@ -56,22 +58,34 @@ def public_url(server: str) -> str:
     return f"{parts.scheme}://{host}/..." if secret else f"{parts.scheme}://{host}{parts.path}"
 
 
+class _Refused(Exception):
+    """A call that failed, with the one line that says why."""
+
+
 def call(server: str, method: str, *args):
     """One XML-RPC call; a daemon that is not there or a refusal becomes one line and exit 1."""
+    try:
+        return _rpc(server, method, *args)
+    except _Refused as exc:
+        raise _fail(str(exc)) from None
+
+
+def _rpc(server: str, method: str, *args):
     if not server.startswith(("http://", "https://")):
-        raise _fail(f"server {public_url(server) if '://' in server else 'URL'} is not an http:// URL")
+        raise _Refused(f"server {public_url(server) if '://' in server else 'URL'} is not an http:// URL")
     shown = public_url(server)
     transport = xmlrpc.client.SafeTransport() if server.startswith("https://") else _Transport()
     try:
         proxy = xmlrpc.client.ServerProxy(server, transport=transport, allow_none=True)
         return getattr(proxy, method)(*args)
     except xmlrpc.client.Fault as exc:
-        raise _fail(_redact(str(exc.faultString).replace("\n", " "), server)) from None
+        raise _Refused(_redact(str(exc.faultString).replace("\n", " "), server)) from None
     except xmlrpc.client.ProtocolError as exc:
-        raise _fail(f"{shown}: {exc.errcode} {_redact(exc.errmsg, server)}") from None
+        raise _Refused(f"{shown}: {exc.errcode} {_redact(exc.errmsg, server)}") from None
     except (OSError, http.client.HTTPException, socket.timeout, ValueError) as exc:
         why = _redact(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__, server)
-        raise _fail(f"cannot reach the lease manager at {shown} ({why}); is `optlease serve` running?") from None
+        raise _Refused(f"cannot reach the lease manager at {shown} ({why}); is `optlease serve` running?") \
+            from None
 
 
 def _redact(text: str, server: str) -> str:
@@ -121,8 +135,9 @@ def request_lease(
                                                     help="Number of nodes.")] = None,
     preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--non-preemptible",
                                                         help="Whether the lease may be preempted.")] = None,
-    cpu: Annotated[int, typer.Option("-c", "--cpu", parser=whole(1, 100), help="CPU percentage per node "
-                                     "(0 < c <= 100).")] = 100,
+    cpu: Annotated[int, typer.Option("-c", "--cpu", parser=whole(1, MAX_AMOUNT), help="CPU per node, 100 = one "
+                                     "core (Haizea's unit, as list-hosts shows): 50 is half a core, 400 four "
+                                     "vCPUs.")] = 100,
     mem: Annotated[int, typer.Option("-m", "--mem", parser=whole(1, MAX_AMOUNT), help="Memory per node (MB).")] = 1024,
     vmimage: Annotated[Optional[str], typer.Option("-i", "--vmimage", help="Disk image identifier.")] = None,
     vmimagesize: Annotated[Optional[int], typer.Option("-z", "--vmimagesize", parser=whole(1, MAX_AMOUNT),
@@ -141,8 +156,31 @@ def request_lease(
             raise _fail(f"give -f FILE, or {', '.join(missing)} (with -t, -d and -n)")
         xml = lease_xml(start, duration, numnodes, preemptible, cpu, mem, vmimage, vmimagesize)
     lease_id = call(server, "create_lease", xml)
+    state, reason = _first_decision(server, lease_id)
+    if state == "Rejected":
+        raise _fail(f"lease {lease_id} was rejected: {reason or 'no reason given'}")
     print("Lease submitted correctly.")
     print(f"Lease ID: {lease_id}")
+
+
+def _first_decision(server: str, lease_id) -> tuple[str | None, str | None]:
+    """The lease's state and reason once the lease manager's first round has seen it (at most DECISION_WAIT
+    seconds; a server without `get_lease`, such as Haizea's, says nothing)."""
+    from lxml import etree
+
+    from optlease.formats.lease_states import label_of_code
+    from optlease.formats.lwf import safe_parser
+
+    deadline = time.monotonic() + DECISION_WAIT
+    while True:
+        try:
+            elem = etree.fromstring(_rpc(server, "get_lease", lease_id).encode(), safe_parser())
+        except (_Refused, etree.XMLSyntaxError, AttributeError, ValueError):
+            return None, None   # submitted all the same: only what the lease manager says next is unknown
+        state = label_of_code(elem.get("state", "?"))
+        if state not in ("New", "Pending") or time.monotonic() > deadline:
+            return state, elem.get("reason")
+        time.sleep(0.05)
 
 
 @app.command("cancel-lease")
@@ -157,7 +195,9 @@ def cancel_lease(
     print(f"Lease {lease} cancelled.")
 
 
-HEADER = (("ID", 5), ("Type", 14), ("State", 11), ("Starting time", 24), ("Duration", 14), ("Nodes", 7))
+HEADER = (("ID", 5), ("Type", 14), ("State", 11), ("Starting time", 24), ("Ending time", 24), ("Duration", 14),
+          ("Nodes", 7))
+PLANNED = ("Scheduled", "Active")   # states in which a best-effort lease has a planned start and end
 
 
 def lease_rows(xmls: list[str]) -> list[tuple[str, ...]]:
@@ -178,10 +218,15 @@ def lease_rows(xmls: list[str]) -> list[tuple[str, ...]]:
         exact = elem.find("start/exact")
         now = elem.find("start/now")
         start = exact.get("time") if exact is not None else ("Now" if now is not None else "Unspecified")
+        state = label_of_code(elem.get("state", "?"))
+        planned = state in PLANNED
+        if exact is None and planned and elem.get("start-time"):
+            start = elem.get("start-time")
+        end = elem.get("end-time") or (elem.get("planned-end") if planned else None) or "Unspecified"
         kind = elem.get("type") or ("AR" if exact is not None else "Immediate" if now is not None
                                     else "Best-effort")
         dur = elem.find("duration")
-        rows.append((elem.get("id", "?"), kind, label_of_code(elem.get("state", "?")), start,
+        rows.append((elem.get("id", "?"), kind, state, start, end,
                      dur.get("time", "?") if dur is not None else "?", numnodes))
     return rows
 

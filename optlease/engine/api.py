@@ -95,7 +95,8 @@ def _check_numbers(root, site: Site) -> None:
 
 def lease_to_xml(lease, origin: datetime) -> str:
     """A lease as Haizea's get_leases returns it (its request's <lease> XML with `id` and `state`, Haizea's numeric
-    code), plus optlease's own attributes: `type`, `start-time` (planned or actual start), `end-time`."""
+    code), plus optlease's own attributes: `type`, `start-time` (planned or actual start), `end-time`, else
+    `planned-end`."""
     req = lease.req
     elem = etree.Element("lease", id=str(req.id), state=str(HAIZEA_CODE[lease.state]),
                          preemptible="true" if req.preemptible else "false", type=req.kind.label)
@@ -105,6 +106,8 @@ def lease_to_xml(lease, origin: datetime) -> str:
         elem.set("start-time", format_time(origin, start))
     if lease.end is not None:
         elem.set("end-time", format_time(origin, lease.end))
+    elif vmrr is not None and vmrr.state in ("scheduled", "active"):   # where the plan ends it
+        elem.set("planned-end", format_time(origin, vmrr.end))
     if lease.reason:
         elem.set("reason", lease.reason)
     nodes = etree.SubElement(elem, "nodes")

@@ -176,6 +176,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "datafile": O("str", None),
         "probes": O("str", ""),
         "attributes": O("str", ""),
+        "schedule-file": O("str", None),
     },
     "deploy-imagetransfer": {
         "transfer-mechanism": O("choice", "unicast", "unicast", "multicast"),
@@ -215,17 +216,19 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "username": O("str", None),
         "password": O("str", None),
         "tls-ca": O("str", None),
+        # yes: run mode fast on a broker without credentials or TLS (anyone who reaches it can command the hosts)
+        "insecure": O("bool", False),
         "keepalive": O("int", 30, low=1, high=65535),     # MQTT's own limit
         "task-timeout": O("float", 30.0, positive=True, high=3600),    # seconds to wait for a task's result before a retry
         "task-retries": O("int", 2),
-        # seconds without a message (agents beat every 10 s) before a host is silent; 0: never
+        # seconds without a message or an answer to a probe before a host is silent; 0: only a task or probe left
+        # unanswered tells
         "host-timeout": O("float", 30.0, high=DAY),
         "hosts": O("str", None),    # mode fast: the agents' host names, in node order (node 1 is the first)
         # resources: from-agents: seconds the daemon waits at startup for every host's announcement
         "hosts-wait": O("float", 30.0, positive=True, high=3600),
     },
 }
-KNOWN_PROBES = ("ar", "best-effort", "immediate", "cpu-utilization", "disk-usage")
 # Sections a configuration must have, as the manual says.
 REQUIRED_SECTIONS = ("general", "scheduling", "accounting")
 
@@ -314,11 +317,27 @@ def _check_required(cfg: Config, values: dict[str, dict[str, Any]], path: str) -
     if cfg.get("general", "lease-preparation") == "imagetransfer":
         raise InputError("[general] lease-preparation: imagetransfer is not supported yet "
                          "(allowed now: unmanaged)", path)
-    probes = cfg.get("accounting", "probes").split()
-    for probe in probes:
-        if probe not in KNOWN_PROBES and "." not in probe:
+    from optlease.accounting.probes import BUILTIN
+
+    for probe in cfg.get("accounting", "probes").split():
+        if probe not in BUILTIN and "." not in probe:
             raise InputError(f"[accounting] probes: unknown probe {probe!r} "
-                             f"(known: {', '.join(KNOWN_PROBES)} or a dotted path)", path)
+                             f"(built in: {', '.join(BUILTIN)}; or a dotted path module.Class)", path)
+    accounting_attributes(cfg)
+
+
+def accounting_attributes(cfg: Config) -> dict[str, str]:
+    """`[accounting] attributes`: `name=value` pairs separated by commas that label the run in its data file (a
+    multi-configuration run's profile, trace and injection, as Haizea sets them)."""
+    attrs: dict[str, str] = {}
+    text = cfg.get("accounting", "attributes").strip()
+    for pair in filter(None, (p.strip() for p in text.split(","))) if text else ():
+        name, eq, value = pair.partition("=")
+        if not eq or not name.strip() or not name.strip().replace("-", "_").isidentifier():
+            raise InputError(f"[accounting] attributes: expected name=value pairs separated by commas, "
+                             f"got {pair[:40]!r}", cfg.path)
+        attrs[name.strip()] = value.strip()
+    return attrs
 
 
 def render_config(sections: Mapping[str, Mapping[str, Any]]) -> str:

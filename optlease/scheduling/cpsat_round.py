@@ -209,13 +209,12 @@ class CpsatRound(HintCompletion, PlanCommit):
     def _solve(self, now: int, movable: list[Lease]) -> tuple[RoundStats, int, int | None]:
         from optlease.scheduling.cpsat.objective import plan_cost
         from optlease.scheduling.cpsat.prepare import prepare
-        from optlease.scheduling.cpsat.solve import solve_round
 
         running = self._suspendable(now)
         snap, greedy, hint = self.snapshot(now, movable, running)
         data = prepare(snap, self.options.weights, self.options.lookahead)
         greedy_cost = plan_cost(data, greedy)   # the hint completes greedy's plan: greedy's own cost is the bar
-        plan = solve_round(snap, replace(self.options, deadline=self._deadline()), hint, data)
+        plan = self._plan(snap, replace(self.options, deadline=self._deadline()), hint, data)
         stats = plan.stats
         if stats.source == "hint":
             stats = replace(stats, source="completion")
@@ -245,7 +244,6 @@ class CpsatRound(HintCompletion, PlanCommit):
         the model moves and the suspensions it makes, where the model accepts it; all or nothing
         (models/cpsat-round.md, step 6)."""
         from optlease.scheduling.cpsat.prepare import prepare
-        from optlease.scheduling.cpsat.solve import solve_round
 
         sched = self.sched
         if not sched.opts.solver_admit:
@@ -269,7 +267,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         greedy, hint = Plan((*greedy.leases, refused)), Plan((*hint.leases, refused))
         data = prepare(snap, self.options.weights, self.options.lookahead)
         budget = replace(self.options, deadline=wall + (1 - COMMIT_SHARE) * self.options.time_limit)
-        plan = solve_round(snap, budget, hint, data)
+        plan = self._plan(snap, budget, hint, data)
         got, before = plan.by_id, greedy.by_id
         new = got[lease.id]
         accepted = new.outcome is Outcome.ACCEPTED and new.start is not None \
@@ -287,6 +285,14 @@ class CpsatRound(HintCompletion, PlanCommit):
             sched.log.info("LSCHED", "Lease #%i admitted by the round model, moving leases %s, suspending leases %s" % (
                 lease.id, [other.id for other in moves], [other.id for other in stops]))
         return admitted
+
+    @staticmethod
+    def _plan(snap: RoundSnapshot, options, hint: Plan, data) -> Plan:
+        """The solver's plan of a round: the one call whose answer depends on the wall clock besides the hint's
+        completion (`_complete`), so that a daemon can journal both answers and replay them."""
+        from optlease.scheduling.cpsat.solve import solve_round
+
+        return solve_round(snap, options, hint, data)
 
     def _deadline(self, keep: float = COMMIT_SHARE) -> float:
         """solver-time-limit is the whole round's budget: the completion and the search get what the greedy pass,
