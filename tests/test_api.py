@@ -287,3 +287,18 @@ def test_optlease_client_names_the_states_again(busy_site):
     states = {line.split()[0]: line.split()[2] for line in listed.stdout.splitlines()[1:]}
     assert states == {"1": "Active", "2": "Queued", "3": "Scheduled"}
     assert [line.split()[2] for line in queue.stdout.splitlines()[1:]] == ["Queued"]
+
+
+def test_bench_daemon_prints_its_figures_with_no_failed_call():
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_daemon.py"), "--requests", "64",
+                          "--preload", "50", "--clients", "32"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["accepted"] == 64 and figures["failed_calls"] == {} and figures["started"] == 64
+    assert figures["leases_before"] == 50 and figures["request_to_start_ms"]["p95"] is not None
