@@ -63,7 +63,7 @@ def load_runs(paths: list[Path]) -> list[Run]:
 def write_report(paths: list[Path], out: Path, title: str = "optlease report", notes: tuple[str, ...] = ()) -> Path:
     """Reads the runs, writes `report.html`, `report.md` and the Markdown's SVG figures into `out` (made if need
     be); returns the HTML file's path."""
-    from optlease.cli.check_cmd import load_schedule
+    from optlease.formats.schedule_json import load_schedule
     from optlease.report.render import Source, build_report
 
     sources = []
