@@ -162,6 +162,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "datafile": O("str", None),
         "probes": O("str", ""),
         "attributes": O("str", ""),
+        "schedule-file": O("str", None),
     },
     "deploy-imagetransfer": {
         "transfer-mechanism": O("choice", "unicast", "unicast", "multicast"),
@@ -211,7 +212,6 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "hosts-wait": O("float", 30.0, positive=True),
     },
 }
-KNOWN_PROBES = ("ar", "best-effort", "immediate", "cpu-utilization", "disk-usage")
 # Sections a configuration must have, as the manual says.
 REQUIRED_SECTIONS = ("general", "scheduling", "accounting")
 
@@ -301,11 +301,27 @@ def _check_required(cfg: Config, values: dict[str, dict[str, Any]], path: str) -
     if cfg.get("general", "lease-preparation") == "imagetransfer":
         raise InputError("[general] lease-preparation: imagetransfer is not supported yet "
                          "(allowed now: unmanaged)", path)
-    probes = cfg.get("accounting", "probes").split()
-    for probe in probes:
-        if probe not in KNOWN_PROBES and "." not in probe:
+    from optlease.accounting.probes import BUILTIN
+
+    for probe in cfg.get("accounting", "probes").split():
+        if probe not in BUILTIN and "." not in probe:
             raise InputError(f"[accounting] probes: unknown probe {probe!r} "
-                             f"(known: {', '.join(KNOWN_PROBES)} or a dotted path)", path)
+                             f"(built in: {', '.join(BUILTIN)}; or a dotted path module.Class)", path)
+    accounting_attributes(cfg)
+
+
+def accounting_attributes(cfg: Config) -> dict[str, str]:
+    """`[accounting] attributes`: `name=value` pairs separated by commas that label the run in its data file (a
+    multi-configuration run's profile, trace and injection, as Haizea sets them)."""
+    attrs: dict[str, str] = {}
+    text = cfg.get("accounting", "attributes").strip()
+    for pair in filter(None, (p.strip() for p in text.split(","))) if text else ():
+        name, eq, value = pair.partition("=")
+        if not eq or not name.strip() or not name.strip().replace("-", "_").isidentifier():
+            raise InputError(f"[accounting] attributes: expected name=value pairs separated by commas, "
+                             f"got {pair[:40]!r}", cfg.path)
+        attrs[name.strip()] = value.strip()
+    return attrs
 
 
 def render_config(sections: Mapping[str, Mapping[str, Any]]) -> str:
