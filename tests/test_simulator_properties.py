@@ -4,7 +4,6 @@ on arrival, and nothing is lost: every lease ends done or rejected, and done lea
 (also where best-effort bookings hold run-time estimates that leases run past)."""
 from __future__ import annotations
 
-import dataclasses
 import io
 from datetime import datetime
 
@@ -17,10 +16,8 @@ from optlease.domain.site import Site
 from optlease.eventlog import EventLog
 from optlease.engine.simulator import Simulator
 from optlease.formats.schedule_json import schedule_document
-from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import Lease, NotSchedulable
 from optlease.scheduling.snapshot import Weights
 
 ORIGIN = datetime(2006, 11, 25, 13, 0, 0)

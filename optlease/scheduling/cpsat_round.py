@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import BOOKED, MIGRATE, SHUTDOWN, SUSPEND, Lease, NotSchedulable
+from optlease.scheduling.records import BOOKED, MIGRATE, RR, SHUTDOWN, SUSPEND, Lease, NotSchedulable
 from optlease.scheduling.round_commit import PlanCommit
 from optlease.scheduling.round_hint import HintCompletion
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
@@ -279,7 +279,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         """The round as the solver sees it, the greedy plan of it, and the hint: the greedy plan with every lease
         it left queued booked at its earliest fit after the others (conservative backfilling, not committed).
         `running`: the running leases the round may suspend (`_suspendable`), as they are, not as occupancies."""
-        sched, opts = self.sched, self.sched.opts
+        sched = self.sched
         ids = {lease.id for lease in (*movable, *running)}
         types = sched.table.types
         # every reservation still to hold capacity, per lease: one envelope per lease, per node its largest use
