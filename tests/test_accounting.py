@@ -6,8 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import INSTANCES, REPO, simulated_config
+from inproc import optlease
 from optlease.accounting.collection import AccountingDataCollection as ADC, with_averages
 from optlease.accounting.datafile import read_run
 from optlease.domain.lease import LeaseKind, LeaseRequest
@@ -86,15 +88,18 @@ def write_case(tmp_path, probes: str, requests=ADMISSIONS, resources: str = "2 C
     return conf
 
 
-def simulate(conf, cwd=REPO / "tests") -> subprocess.CompletedProcess:
-    """The CLI in a fresh interpreter started in tests/, so that `accounting_probes` is importable."""
-    return subprocess.run([sys.executable, "-m", "optlease.cli.main", "simulate", "-c", str(conf), "-q"], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+def simulate(conf, fresh: bool = False) -> subprocess.CompletedProcess:
+    """`optlease simulate -c CONF -q`: in this process, or (`fresh`) in a new interpreter started in tests/, as a
+    user whose probe module is in the current directory runs it."""
+    if not fresh:
+        return optlease("simulate", "-c", conf, "-q")
+    return subprocess.run([sys.executable, "-m", "optlease.cli.main", "simulate", "-c", str(conf), "-q"],
+                          cwd=REPO / "tests", capture_output=True, text=True, timeout=120)
 
 
 def test_builtin_probes_count_each_lease_once(tmp_path):
     conf = write_case(tmp_path, "ar best-effort immediate lease")
-    proc = simulate(conf)
+    proc = simulate(conf, fresh=True)
     assert proc.returncode == 0, proc.stderr
     run = read_run(tmp_path / "case.parquet")
     stats = run.per_run
@@ -138,7 +143,7 @@ def test_cpu_utilization_counter_matches_the_run_figure(tmp_path):
 
 def test_a_probe_of_ones_own_by_dotted_path(tmp_path):
     conf = write_case(tmp_path, "best-effort accounting_probes.OddEven")
-    proc = simulate(conf)
+    proc = simulate(conf, fresh=True)
     assert proc.returncode == 0, proc.stderr
     run = read_run(tmp_path / "case.parquet")
     assert {row["id"]: row["Odd or even?"] for row in run.per_lease} == \
@@ -192,3 +197,61 @@ def test_cpsat_rounds_are_in_the_data_file(tmp_path):
     assert stats["round_wall_time_max"] == pytest.approx(max(values), abs=1e-4)
     assert run.counter_kinds["Round gap"] == "AVERAGE_NORMAL"
     assert "round wall time, p95:" in proc.stderr
+
+
+def test_all_best_effort_is_the_last_completion_not_the_runs_end():
+    """An AR that runs on after the last best-effort lease completed does not move "all-best-effort" (Haizea's
+    counter row at the run's end did)."""
+    from types import SimpleNamespace
+
+    from optlease.accounting.probes import BEProbe
+    from optlease.domain.lease import LeaseState
+
+    acct = ADC()
+    acct.add_probe("best-effort", BEProbe)
+    acct.start(0)
+    for lease_id, end in ((1, 500), (2, 800)):
+        acct.now = end
+        acct.at_lease_done(SimpleNamespace(id=lease_id, kind=LeaseKind.BEST_EFFORT, state=LeaseState.DONE,
+                                           first_start=0, end=end, req=SimpleNamespace(arrival=0,
+                                                                                       actual_duration=end)))
+    acct.stop(5000)   # an AR kept the run going
+    assert acct.stats["all-best-effort"] == 800 and acct.stats["Total best-effort completed"] == 2
+    assert [(t, v) for t, v, _ in acct.counters["Best-effort completed"]] == [(0, 0), (500, 1), (800, 2), (5000, 2)]
+
+
+def test_haizeas_full_probe_names_run_unchanged(tmp_path):
+    conf = write_case(tmp_path, "haizea.pluggable.accounting.leases.ARProbe "
+                                "haizea.pluggable.accounting.utilization.CPUUtilizationProbe")
+    assert simulate(conf).returncode == 0
+    run = read_run(tmp_path / "case.parquet")
+    assert run.per_run["Total rejected AR"] == 1 and "CPU utilization" in run.counters
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 50), st.integers(-5, 5), st.sampled_from([None, 1, 2])),
+                      max_size=20),
+       tail=st.integers(0, 50))
+def test_any_counter_is_a_step_function_and_its_averages_agree(steps, tail):
+    """Whatever the appends: times strictly increase, the time-weighted average at the end is the step function's
+    integral over the run divided by its length, and the normal average the mean of the rows."""
+    acct = ADC()
+    for kind in (ADC.AVERAGE_NORMAL, ADC.AVERAGE_TIMEWEIGHTED):
+        acct.create_counter(kind, kind)
+    acct.start(0)
+    now, timeline = 0, {0: 0}
+    for gap, value, lease in steps:
+        now += gap
+        acct.now = now
+        for kind in (ADC.AVERAGE_NORMAL, ADC.AVERAGE_TIMEWEIGHTED):
+            acct.append_to_counter(kind, value, lease)
+        timeline[now] = value
+    acct.stop(now + tail)
+    rows = acct.counters[ADC.AVERAGE_TIMEWEIGHTED]
+    assert all(a[0] < b[0] for a, b in zip(rows, rows[1:]))
+    end = rows[-1][0]
+    changes = sorted(timeline.items())
+    integral = sum(v * (min(t2, end) - t1) for (t1, v), (t2, _) in zip(changes, changes[1:] + [(end, 0)]) if t1 < end)
+    assert rows[-1][2] == pytest.approx(integral / end if end else rows[-1][1])
+    normal = acct.counters[ADC.AVERAGE_NORMAL]
+    assert normal[-1][2] == pytest.approx(sum(v for _, v, _ in normal) / len(normal))

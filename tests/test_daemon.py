@@ -97,7 +97,7 @@ def test_leases_go_scheduled_active_done_and_serve_stop(site):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Started optlease daemon with pid")
     try:
-        assert request(server, "-t", "+00:00:08", "-d", "00:00:02", "-n", "1", "--non-preemptible",
+        assert request(server, "-t", "+00:00:15", "-d", "00:00:02", "-n", "1", "--non-preemptible",
                        "-c", "100", "-m", "512", "-i", "foobar.img", "-z", "600") == 1
         rows = table(server)
         assert rows[1][1:3] == ["AR", "Scheduled"] and rows[1][-2:] == ["00:00:02.00", "1"]
@@ -106,7 +106,9 @@ def test_leases_go_scheduled_active_done_and_serve_stop(site):
         assert request(server, "-t", "best_effort", "-d", "01:00:00", "-n", "4") == 4
         rows = table(server, "--all")
         assert rows[2][1] == "Best-effort" and rows[2][2] in ("Scheduled", "Active", "Done")
-        assert rows[2][3] == "Unspecified" and rows[4][2] == "Queued"
+        # a best-effort lease shows where the plan starts and ends it once it has one; a queued one has none
+        assert rows[2][3] != "Unspecified" or rows[2][2] == "Done"
+        assert rows[4][2] == "Queued" and rows[4][3:5] == ["Unspecified", "Unspecified"]
         queue = run_cli("show-queue", "-s", server)
         assert "4" in [line.split()[0] for line in queue.stdout.splitlines()[1:]]
         hosts = run_cli("list-hosts", "-s", server).stdout.splitlines()
@@ -142,10 +144,10 @@ def test_kill9_then_restart_loses_nothing(site):
     conf, server = site
     proc = start_fg(conf)
     try:
-        request(server, "-t", "+00:00:02", "-d", "00:00:03", "-n", "2", "--non-preemptible")
+        request(server, "-t", "+00:00:02", "-d", "00:00:08", "-n", "2", "--non-preemptible")
         request(server, "-t", "best_effort", "-d", "00:00:03", "-n", "2")
         request(server, "-t", "best_effort", "-d", "00:00:02", "-n", "4")
-        request(server, "-t", "now", "-d", "00:00:02", "-n", "1")
+        request(server, "-t", "best_effort", "-d", "00:00:02", "-n", "1")
         wait_until(lambda: states(server)[1] == "Active", 10, "the AR to start")
         before = states(server)
         proc.send_signal(signal.SIGKILL)
@@ -157,10 +159,7 @@ def test_kill9_then_restart_loses_nothing(site):
         for i, state in before.items():
             assert after[i] == state or (state in order and after[i] in order[order.index(state):]), (before, after)
         assert request(server, "-t", "best_effort", "-d", "00:00:01", "-n", "1") == 5
-        wait_until(lambda: set(states(server).values()) <= {"Done", "Rejected"}, 30,
-                   "the run to finish after the restart")
-        final = states(server)
-        assert all(final[i] == "Done" for i in (1, 2, 3, 5)), final
+        wait_until(lambda: set(states(server).values()) == {"Done"}, 30, "the run to finish after the restart")
     finally:
         proc.kill()
         proc.wait(timeout=10)

@@ -94,6 +94,17 @@ def test_failed_write_leaves_the_old_file_whole(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["run.parquet"]
 
 
+def test_the_file_has_the_users_permissions(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        write_run(tmp_path / "run.parquet", sample())
+    finally:
+        os.umask(old)
+    assert (tmp_path / "run.parquet").stat().st_mode & 0o777 == 0o644
+
+
 def _with_format(path, fmt: bytes | None):
     table = pq.read_table(path)
     meta = dict(table.schema.metadata)
@@ -113,6 +124,13 @@ def _foreign_parquet(path):
     pq.write_table(pa.table({"x": [1, 2]}), path)
 
 
+def _value_as_text(path):
+    table = pq.read_table(path)
+    column = table.schema.get_field_index("value")
+    table = table.set_column(column, "value", pa.array([str(v) for v in table.column("value").to_pylist()]))
+    pq.write_table(table, path)
+
+
 def _old_json(path):
     path.write_text(json.dumps({"summary": {"leases": 2}, "leases": []}))
 
@@ -130,7 +148,8 @@ def _csv(path):
     (lambda p: _with_format(p, b"optlease-data/0"), "older optlease (format optlease-data/0)"),
     (lambda p: _with_format(p, b"optlease-data/2"), "newer optlease (format optlease-data/2)"),
     (lambda p: _with_format(p, b"something-else"), "unknown data format"),
-], ids=["missing", "csv", "foreign-parquet", "truncated", "old-json", "older", "newer", "unknown"])
+    (_value_as_text, "column 'value' holds string, not double"),
+], ids=["missing", "csv", "foreign-parquet", "truncated", "old-json", "older", "newer", "unknown", "wrong-type"])
 def test_what_is_not_a_data_file_gets_one_line(tmp_path, spoil, words):
     path = tmp_path / "run.parquet"
     write_run(path, sample())

@@ -89,7 +89,7 @@ def test_admission_policy_no_ars(tmp_path):
 
 def test_no_preemption_policy_rejects_the_ar(tmp_path):
     result, log = quickstart(tmp_path, {"scheduling": {"policy-preemption": "no-preemption"}})
-    assert "Lease #2 has been rejected: not enough resources in the requested interval" in log
+    assert "Lease request #2 cannot be scheduled: Not enough resources in specified interval" in log
 
 
 def test_custom_host_policy_by_dotted_path(tmp_path, monkeypatch):

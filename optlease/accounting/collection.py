@@ -104,7 +104,10 @@ class AccountingDataCollection:
         return self._counter(counter_id)[-1][0]
 
     def get_last_counter_value(self, counter_id: str) -> float:
+        """The counter's value now (0 for a counter created after the run started that has no row yet)."""
         rows = self._counter(counter_id)
+        if not rows:
+            return 0
         return rows[-1][1] if self.stopped else rows[-1][2]  # (time, value, average) once stopped
 
     def _counter(self, counter_id: str) -> list:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -21,6 +21,9 @@ REQUIRED_ATTRS = ("profile", "tracefile", "injectionfile", "configuration")
 # every column, in order; the first three repeat the run's attrs so that many runs' rows can be stacked
 COLUMNS = ("profile", "tracefile", "injectionfile", "section", "name", "lease_id", "time", "value", "average",
            "text")
+COLUMN_TYPES = {"profile": "string", "tracefile": "string", "injectionfile": "string", "section": "string",
+                "name": "string", "lease_id": "int64", "time": "int64", "value": "double", "average": "double",
+                "text": "string"}
 # Parquet schema metadata keys
 META_FORMAT = b"optlease.format"
 META_ATTRS = b"optlease.attrs"
@@ -130,7 +133,9 @@ def write_run(path: str | Path, run: RunData) -> None:
     path = Path(path)
     table = _table(run)  # a bad RunData fails here, before anything touches the disk
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # a temporary name of our own rather than mkstemp's, so that the file gets the user's umask, not 0600
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as out:
             pq.write_table(table, out, compression="zstd")
@@ -192,6 +197,11 @@ def _read_table(path: Path):
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing:
         raise InputError(f"an {FORMAT} file without the column {missing[0]!r}", str(path))
+    for column, kind in COLUMN_TYPES.items():
+        found = schema.field(column).type
+        # strings may come back dictionary-encoded or as large strings from other writers: compare the values' type
+        if str(getattr(found, "value_type", found)).replace("large_", "") != kind:
+            raise InputError(f"column {column!r} holds {found}, not {kind}", str(path))
     try:
         return pq.read_table(path, columns=list(COLUMNS))
     except (pa.ArrowException, OSError) as exc:

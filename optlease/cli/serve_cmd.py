@@ -71,6 +71,7 @@ def _url(cfg) -> str:
 
 def serve_foreground(cfg, out) -> int:
     from optlease.engine.api import make_server
+    from optlease.engine.atomic import Stopped
     from optlease.engine.daemon import Manager
 
     pidf = pid_file(cfg)
@@ -79,6 +80,13 @@ def serve_foreground(cfg, out) -> int:
         raise InputError(f"an optlease daemon already runs with pid {other} (pid file {pidf})")
     _log_enactment(out, cfg.get("general", "loglevel"))
     manager = Manager(cfg, out)
+    for note in manager.notes:
+        manager.log.status("RM", note)
+    try:
+        manager.catch_up()   # before anyone is served: no request lands between the instants missed while down
+    except Stopped:
+        manager.stop()
+        raise InputError(manager.fatal) from None
     try:
         server = make_server(manager, cfg.get("daemon", "listen"), cfg.get("daemon", "token"))
     except OSError as exc:
@@ -92,8 +100,6 @@ def serve_foreground(cfg, out) -> int:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    for note in manager.notes:
-        manager.log.status("RM", note)
     manager.log.status("RM", f"Started optlease daemon with pid {os.getpid()}, listening on "
                              f"{cfg.get('daemon', 'listen')}")
     manager.start()
@@ -112,9 +118,9 @@ def serve_foreground(cfg, out) -> int:
         if out is not None:
             out.flush()
     if manager.fatal is not None:
-        # lease-failure-handling exit / exit-raise: the log has the line; exit-raise also fails the process
+        # an error, or lease-failure-handling exit / exit-raise: the log has the line, and so does stderr
         print(f"optlease: {manager.fatal}", file=sys.stderr)
-        return 1 if cfg.get("general", "lease-failure-handling") == "exit-raise" else 0
+        return manager.fatal_rc
     return 0
 
 

@@ -3,6 +3,10 @@
 A `Manager` owns one LeaseScheduler. All access to it goes through `manager.lock`. Its loop thread sleeps on the
 real clock until the next planned event, a new request or the wakeup interval, then runs the step the simulator
 runs, commits what changed, and hands enactment the tasks that bring the hosts to the new plan.
+
+Every change is atomic: applied in memory and committed to the journal, or the daemon stops. A change that raises
+or cannot be written leaves memory ahead of the disk, so the manager then refuses every caller (one line) and
+stops; a restart replays the journal, which holds every change up to the one before, and catches up.
 """
 from __future__ import annotations
 
@@ -17,7 +21,10 @@ from optlease.enact import base as task
 from optlease.engine.clock import RealClock
 from optlease.engine.daemon_site import FROM_AGENTS, make_enactor, site_from_agents, site_from_config
 from optlease.eventlog import LEVELS, EventLog
+from optlease.engine.atomic import Atomic, GuardedLock, Stopped
+from optlease.engine.decisions import Decisions
 from optlease.engine.loop import Stepper, cancel, fail, leases_on, node_down, node_up, requeue
+from optlease.engine.recovery import Recovery
 from optlease.reconcile import _REPORTED as REPORTED_STATES, desired_state, reconcile, rows_of_leases
 from optlease.engine.persist import Store
 from optlease.errors import InputError
@@ -32,7 +39,7 @@ ENACT_POLL = 0.1          # seconds between enactment passes while the scheduler
 MAX_REQUEUES = 3          # a best-effort lease whose host died is requeued this often, then it fails
 
 
-class Manager:
+class Manager(Atomic, Recovery):
     def __init__(self, cfg: Config, out: TextIO | None = None, enactor=None) -> None:
         self.cfg = cfg
         if cfg.get("simulation", "resources") == FROM_AGENTS:
@@ -58,22 +65,25 @@ class Manager:
         self.log = EventLog(self.origin, cfg.get("general", "loglevel"), None)
         self.sched = LeaseScheduler(self.site, self.opts, policies, self.log)
         self.stepper = Stepper(self.sched)
+        self.decisions = Decisions(None if self.stepper.planner.name == "greedy" else self.stepper.planner)
         self.all: dict[int, Lease] = {}
         self.inbox: list[Lease] = []
         self.last_t = 0
         self._finished_seen = 0
         self.notes: list[str] = []
+        self.lock = GuardedLock()
         self._replay(journal)
         self.next_id = self.store.next_id()
         self._set_log(out)
         self.clock = RealClock(self.epoch, cfg.get("simulation", "time-scale"),
                                cfg.get("scheduling", "wakeup-interval"))
-        self.clock.current = max(self.clock.current, self.last_t)
-        self.lock = threading.RLock()
+        # the clock resumes at the last journaled step: the instants missed since are stepped, not skipped
+        self.clock.current = self.last_t
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.enact_wake = threading.Event()
-        self.fatal: str | None = None          # set when lease-failure-handling says exit: why the daemon stopped
+        self.fatal: str | None = None          # why the daemon stopped (an error, or lease-failure-handling: exit)
+        self.fatal_rc = 0                      # the exit status that goes with it
         self.migration_type = "warm"           # Haizea migrates suspended images only; they always move warm
         self._said: set[str] = set()
         self._dirty = True            # a step happened since the last enactment pass
@@ -119,35 +129,6 @@ class Manager:
         self.all[req.id] = lease
         return lease
 
-    def _replay(self, journal) -> None:
-        """Rebuild the scheduler from the journal: the same inputs at the same instants."""
-        for t, kind, lease_id in journal.events:
-            if kind == "request":
-                self.inbox.append(self._new_lease(journal.requests[lease_id]))
-            elif kind == "cancel":
-                self._cancel(self.all[lease_id], t)
-            elif kind == "fail":
-                self._fail(self.all[lease_id], t, journal.reasons.get(lease_id) or "enactment failed")
-            elif kind == "requeue":
-                self._requeue(self.all[lease_id], t)
-            elif kind == "down":        # lease_id holds the node here
-                self.log.now = t
-                node_down(self.sched, lease_id, t)
-            elif kind == "up":
-                self.log.now = t
-                node_up(self.sched, lease_id, t)
-            else:
-                self._run_step(t)
-        self._finished_seen = len(self.sched.finished)
-        self.store.remember(list(self.all.values()))
-        for lease_id, state in journal.states.items():
-            lease = self.all.get(lease_id)
-            if lease is None or lease.state.value != state:
-                self.notes.append(f"lease {lease_id}: recorded as {state}, replayed as "
-                                  f"{lease.state.value if lease else 'missing'}")
-        if journal.events:
-            self.notes.append(f"reloaded {len(self.all)} leases from {len(journal.events)} journal entries")
-
     def _run_step(self, t: int) -> list[Lease]:
         arrivals = [lease for lease in self.inbox if lease.req.arrival <= t]
         if arrivals:
@@ -175,7 +156,8 @@ class Manager:
         with self.lock:
             arrival = self.now()
             req = make_request(self.next_id, arrival)
-            self.store.add_request(req, xml)
+            with self._atomic(f"storing request {self.next_id}"):
+                self.store.add_request(req, xml)
             self.next_id += 1
             self.inbox.append(self._new_lease(req))
             self.submitted_at[req.id] = time.time()
@@ -190,35 +172,52 @@ class Manager:
             if lease.state in (S.DONE, S.CANCELLED, S.REJECTED, S.FAILED):
                 raise InputError(f"lease {lease_id} is already {lease.state.value}")
             t = self.now()
-            self._cancel(lease, t)
-            self.store.add_cancel(t, lease)
-            self._enact()
+            with self._atomic(f"cancelling lease {lease_id}"):
+                self._cancel(lease, t)
+                self.store.add_cancel(t, lease)
+                self._enact()
         self.wake.set()
 
     # -- the loop ----------------------------------------------------------------------------------------------
-    def step(self, t: int) -> None:
+    def step(self, t: int, catching_up: bool = False) -> None:
+        """One step at t, committed with what its round decided, then an enactment pass (none while catching up:
+        the hosts are brought to the plan at now, not to each missed instant's)."""
         with self.lock:
-            self._dirty = True
-            changed = self._run_step(t)
-            self.store.add_step(t, changed)
-            self._enact()
+            late = self.clock.now() - t if catching_up else self._late(t)
+            before = {i: lease.state for i, lease in self.sched.leases.items()} if late else {}
+            with self._atomic(f"the scheduling step at {self.log.t(t)}"):
+                self._dirty = True
+                self.decisions.begin()
+                changed = self._run_step(t)
+                self.store.add_step(t, changed, self.decisions.recorded)
+            if late:
+                self._say_late(t, late, before, changed)
+            if not catching_up:
+                with self._atomic("enactment"):
+                    self._enact()
         self.enact_wake.set()
 
     def run(self) -> None:
+        """The scheduling thread. Anything it raises stops the daemon with one line: never a frozen state."""
+        try:
+            self._run()
+        except Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - the thread dies: say why, and take the daemon down with it
+            try:
+                self._die(f"the scheduling thread stopped: {type(exc).__name__}: {exc}")
+            except Stopped:
+                pass
+
+    def _run(self) -> None:
         self.log.status("CLOCK", "Starting real clock")
         while not self.stopping.is_set():
             with self.lock:
-                nxt = self.stepper.next_event(self.last_t)
-                if self.inbox:
-                    nxt = self.last_t if nxt is None else min(nxt, max(self.last_t, self.clock.now()))
+                nxt = self.next_instant()
             t = self.clock.advance(nxt, self.wake)
             if self.stopping.is_set():
                 break
-            try:
-                self.step(max(t, self.last_t))
-            except Exception as exc:  # a bug in one round must not take the daemon down: say it and go on
-                self.log.status("RM", f"scheduling step at {self.log.t(t)} failed: {type(exc).__name__}: {exc}")
-                time.sleep(0.05)
+            self.step(max(t, self.last_t))
         self.log.status("CLOCK", "Real clock has stopped")
 
     def start(self) -> None:
@@ -234,7 +233,7 @@ class Manager:
         for thread in (self._thread, self._enact_thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=10)
-        with self.lock:
+        with self.lock.raw:
             self.enactor.close()
             self.store.close()
 
@@ -278,18 +277,18 @@ class Manager:
             self.enactor.submit(buckets.tasks)
 
     def _enact_loop(self) -> None:
-        """Enactment between steps: outcomes arrive and in-flight tasks finish while the scheduler sleeps."""
+        """Enactment between steps: outcomes arrive and in-flight tasks finish while the scheduler sleeps. What it
+        raises stops the daemon, as a failed step does."""
         while not self.stopping.is_set():
             self.enact_wake.wait(ENACT_POLL)
             self.enact_wake.clear()
             if self.stopping.is_set():
                 break
             try:
-                with self.lock:
+                with self.lock, self._atomic("enactment"):
                     self._enact(only_on_news=True)
-            except Exception as exc:  # noqa: BLE001 - say it and go on, as a failed step does
-                self.log.status("RM", f"enactment failed: {type(exc).__name__}: {exc}")
-                time.sleep(0.2)
+            except Stopped:
+                break
 
     def _say(self, line: str) -> None:
         """A log line said once (a pass repeats itself until things change)."""
@@ -385,6 +384,7 @@ class Manager:
         handling = self.cfg.get("general", "lease-failure-handling")
         if handling != "cancel":
             self.fatal = f"lease {lease.id}: {why} (lease-failure-handling: {handling})"
+            self.fatal_rc = 1 if handling == "exit-raise" else 0
             self.log.status("RM", f"stopping: {self.fatal}")
             self.stopping.set()
             self.wake.set()

@@ -1,25 +1,33 @@
 """The daemon's durable state: SQLite in WAL mode at `[general] persistence-file` (`none`: in memory).
 
-Four tables. `requests` holds every accepted request (its JSON, and the XML it came as); `events` is the ordered
+Five tables. `requests` holds every accepted request (its JSON, and the XML it came as); `events` is the ordered
 journal of what changed the scheduler (a request arriving, a cancellation, a scheduling step at an instant,
 enactment failing or requeueing a lease, and a node going `down` when its host went silent or coming back `up`;
 the leases a node took down with it are journaled first, as their own `fail` and `requeue` events);
-`leases` and `reservations` hold every lease's state, progress and planned reservations as of the last step.
-Each write is committed before the daemon acknowledges anything that depends on it.
+`decisions` holds what a step's round model decided (`mapper: cpsat`), in the order the step asked, so that a
+replay takes the same decisions instead of solving again; `leases` and `reservations` hold every lease's state,
+progress and planned reservations as of the last step.
+Each write is one transaction, committed before the daemon acknowledges anything that depends on it.
 
-On restart the daemon replays the journal into a fresh LeaseScheduler (the scheduler is deterministic: the same
-inputs at the same instants give the same state), then checks the result against the `leases` rows.
+On restart the daemon replays the journal into a fresh LeaseScheduler (the scheduler is deterministic given the
+journaled decisions: the same inputs at the same instants give the same state), then checks the result against
+the `leases` rows. A file that is not an optlease persistence file, or that cannot be opened or written, is a
+one-line `StoreError` naming the file.
 """
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
+from optlease.errors import InputError
 from optlease.scheduling.records import Lease
 
-SCHEMA_VERSION = "3"     # 2: enactment's `fail` and `requeue` events; 3: a node going `down` and coming `up`
+# 2: enactment's `fail` and `requeue` events; 3: a node going `down` and coming `up`; 4: the rounds' decisions
+SCHEMA_VERSION = "4"
+TABLES = {"meta", "requests", "events", "leases", "reservations", "decisions"}
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, arrival INTEGER NOT NULL, body TEXT NOT NULL,
@@ -34,7 +42,17 @@ CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, s
 CREATE TABLE IF NOT EXISTS reservations (lease_id INTEGER NOT NULL, n INTEGER NOT NULL, kind TEXT NOT NULL,
                                          start INTEGER NOT NULL, end_time INTEGER NOT NULL, state TEXT NOT NULL,
                                          mapping TEXT NOT NULL, PRIMARY KEY (lease_id, n));
+CREATE TABLE IF NOT EXISTS decisions (seq INTEGER NOT NULL, n INTEGER NOT NULL, body TEXT NOT NULL,
+                                      PRIMARY KEY (seq, n));
 """
+
+
+class StoreError(InputError):
+    """The persistence file cannot be used (unreadable, read-only, full, corrupt, another program's): one line."""
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def request_to_json(req: LeaseRequest) -> str:
@@ -73,27 +91,62 @@ class Journal:
 
     epoch: int | None
     requests: dict[int, LeaseRequest]
-    events: list[tuple[int, str, int | None]]     # (t, kind, lease_id); for `down` and `up`: (t, kind, node)
+    events: list[tuple[int, int, str, int | None]]   # (seq, t, kind, lease_id); `down`, `up`: (seq, t, kind, node)
     states: dict[int, str]                        # lease id -> state recorded at the last step
     reasons: dict[int, str | None] = None         # lease id -> its recorded reason (why it failed)
+    decisions: dict[int, list] = field(default_factory=dict)   # step seq -> its round decisions (JSON), in order
 
 
 class Store:
     def __init__(self, path: str | None) -> None:
         self.path = None if path in (None, "", "none") else path
-        self.db = sqlite3.connect(self.path or ":memory:", check_same_thread=False, isolation_level=None)
+        self._seen: dict[int, tuple] = {}
         if self.path:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(DDL)
-        row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            folder = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.isdir(folder):
+                raise StoreError("its folder does not exist", self.path)
+            if not os.access(folder, os.W_OK) or (os.path.exists(self.path) and not os.access(self.path, os.W_OK)):
+                # SQLite would open it and fail at the first write, or say only "unable to open database file"
+                raise StoreError("it is read-only (or its folder is): the daemon writes every change to it",
+                                 self.path)
+        try:
+            self.db = sqlite3.connect(self.path or ":memory:", check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open it: {_why(exc)}", self.path) from None
+        try:
+            self._open()
+        except sqlite3.Error as exc:
+            self.db.close()
+            raise StoreError(f"cannot use it as a persistence file: {_why(exc)}", self.path) from None
+        except StoreError:
+            self.db.close()
+            raise
+
+    def _open(self) -> None:
+        db = self.db
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables.discard("sqlite_sequence")
+        if tables and "meta" not in tables or tables - TABLES:
+            # never write into another program's database
+            raise StoreError(f"not an optlease persistence file (it has tables {' '.join(sorted(tables))})",
+                             self.path)
+        row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() if tables else None
+        if tables and row is None:
+            raise StoreError("not an optlease persistence file (no schema version)", self.path)
+        if row is not None and row[0] not in ("2", "3", SCHEMA_VERSION):
+            raise StoreError(f"persistence file has schema {row[0]}, this optlease writes {SCHEMA_VERSION}",
+                             self.path)
+        if self.path:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+        db.executescript(DDL)
         if row is None:
-            self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
         elif row[0] == "2":
             self._upgrade_from_2()
-        elif row[0] != SCHEMA_VERSION:
-            raise ValueError(f"persistence file has schema {row[0]}, this optlease writes {SCHEMA_VERSION}")
-        self._seen: dict[int, tuple] = {}
+        elif row[0] == "3":   # 3 -> 4: the decisions table, created above
+            with self._tx():
+                db.execute("UPDATE meta SET value=? WHERE key='schema'", (SCHEMA_VERSION,))
 
     def _upgrade_from_2(self) -> None:
         """Schema 2 -> 3: the events table learns the `down` and `up` kinds and a node column (same rows)."""
@@ -106,14 +159,27 @@ class Store:
 
     # -- reading ----------------------------------------------------------------------------------------------
     def load(self) -> Journal:
+        """The whole journal; StoreError (one line) when the file cannot be read or a row is not what optlease
+        writes."""
         db = self.db
-        epoch = db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()
-        requests = {i: request_from_json(body) for i, body in db.execute("SELECT id, body FROM requests")}
-        events = [(t, kind, lid if node is None else node)
-                  for t, kind, lid, node in db.execute("SELECT t, kind, lease_id, node FROM events ORDER BY seq")]
-        states = dict(db.execute("SELECT id, state FROM leases"))
-        reasons = dict(db.execute("SELECT id, reason FROM leases"))
-        return Journal(None if epoch is None else int(epoch[0]), requests, events, states, reasons)
+        try:
+            epoch = db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()
+            requests = {}
+            for i, body in db.execute("SELECT id, body FROM requests"):
+                try:
+                    requests[i] = request_from_json(body)
+                except (ValueError, KeyError, TypeError, IndexError) as exc:
+                    raise StoreError(f"request {i} is not one optlease wrote ({_why(exc)})", self.path) from None
+            events = [(seq, t, kind, lid if node is None else node) for seq, t, kind, lid, node in
+                      db.execute("SELECT seq, t, kind, lease_id, node FROM events ORDER BY seq")]
+            states = dict(db.execute("SELECT id, state FROM leases"))
+            reasons = dict(db.execute("SELECT id, reason FROM leases"))
+            decisions: dict[int, list] = {}
+            for seq, body in db.execute("SELECT seq, body FROM decisions ORDER BY seq, n"):
+                decisions.setdefault(seq, []).append(body)
+            return Journal(None if epoch is None else int(epoch[0]), requests, events, states, reasons, decisions)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read it: {_why(exc)}", self.path) from None
 
     def next_id(self) -> int:
         return (self.db.execute("SELECT MAX(id) FROM requests").fetchone()[0] or 0) + 1
@@ -143,9 +209,12 @@ class Store:
         with self._tx():
             self.db.execute("INSERT INTO events (t, kind, node) VALUES (?, ?, ?)", (t, kind, node))
 
-    def add_step(self, t: int, leases: list[Lease]) -> None:
+    def add_step(self, t: int, leases: list[Lease], decisions: list[str] = ()) -> None:
+        """A step at t, the leases it changed and what its round model decided (JSON texts, in order)."""
         with self._tx():
-            self.db.execute("INSERT INTO events (t, kind) VALUES (?, 'step')", (t,))
+            seq = self.db.execute("INSERT INTO events (t, kind) VALUES (?, 'step')", (t,)).lastrowid
+            self.db.executemany("INSERT INTO decisions VALUES (?, ?, ?)",
+                                [(seq, n, body) for n, body in enumerate(decisions)])
             self._write_leases(leases)
 
     def remember(self, leases: list[Lease]) -> None:
@@ -169,18 +238,38 @@ class Store:
                             for n, rr in enumerate(reservations_of(lease))])
 
     def _tx(self):
-        return _Transaction(self.db)
+        return _Transaction(self.db, self.path)
 
     def close(self) -> None:
         self.db.close()
 
 
 class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
+    """One write, all or nothing; a write SQLite refuses (a full disk, a read-only file) is a StoreError."""
+
+    def __init__(self, db: sqlite3.Connection, path: str | None) -> None:
         self.db = db
+        self.path = path
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write it: {_why(exc)}", self.path) from None
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        try:
+            if exc_type is None:
+                self.db.execute("COMMIT")
+                return
+            if self.db.in_transaction:   # SQLite may have rolled back already (a full disk, an I/O error)
+                self.db.execute("ROLLBACK")
+        except sqlite3.Error as failed:
+            if self.db.in_transaction:
+                try:
+                    self.db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass   # the connection is unusable: the daemon stops, and the file keeps its last commit
+            raise StoreError(f"cannot write it: {_why(failed)}", self.path) from None
+        if isinstance(exc, sqlite3.Error):
+            raise StoreError(f"cannot write it: {_why(exc)}", self.path) from None

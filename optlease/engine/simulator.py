@@ -41,6 +41,13 @@ def kinds_breakdown(kinds: list[LeaseKind]) -> str:
     return " + ".join(f"{n} {k.label}" for k, n in counts.items())
 
 
+# Haizea's summary lists states in the order of its state codes (Rejected before Done, Cancelled after Queued).
+SUMMARY_ORDER = (LeaseState.NEW, LeaseState.PENDING, LeaseState.REJECTED, LeaseState.SCHEDULED, LeaseState.QUEUED,
+                 LeaseState.CANCELLED, LeaseState.ACTIVE, LeaseState.SUSPENDING, LeaseState.SUSPENDED_PENDING,
+                 LeaseState.SUSPENDED_QUEUED, LeaseState.SUSPENDED_SCHEDULED, LeaseState.MIGRATING,
+                 LeaseState.RESUMING, LeaseState.DONE, LeaseState.FAILED)
+
+
 class Simulator:
     def __init__(self, site: Site, requests: list[LeaseRequest], opts: SchedulingOptions, policies: Policies,
                  log: EventLog, stop_when: str = "all-leases-done", status_interval: int | None = None,
@@ -128,9 +135,10 @@ class Simulator:
                 by_state.setdefault(lease.state, []).append(lease.kind)
         self.log.status("RM", "--- Haizea status summary ---")
         total = 0
-        for state, kinds in by_state.items():
+        for state in sorted(by_state, key=SUMMARY_ORDER.index):
+            kinds = by_state[state]
             label = state.value.replace("-", " ").capitalize() + ":"
-            self.log.status("RM", f"{label:<25}{len(kinds)} ({kinds_breakdown(kinds)})")
+            self.log.status("RM", f"{label:<20}{len(kinds):>6} ({kinds_breakdown(kinds)})")
             total += len(kinds)
         self.log.status("RM", " " * 20 + "------")
         self.log.status("RM", f"{'TOTAL:':>20}{total:>6}")

@@ -187,13 +187,12 @@ class CpsatRound(HintCompletion, PlanCommit):
     def _solve(self, now: int, movable: list[Lease]) -> tuple[RoundStats, int, int | None]:
         from optlease.scheduling.cpsat.objective import plan_cost
         from optlease.scheduling.cpsat.prepare import prepare
-        from optlease.scheduling.cpsat.solve import solve_round
 
         running = self._suspendable(now)
         snap, greedy, hint = self.snapshot(now, movable, running)
         data = prepare(snap, self.options.weights, self.options.lookahead)
         greedy_cost = plan_cost(data, greedy)   # the hint completes greedy's plan: greedy's own cost is the bar
-        plan = solve_round(snap, self.options, hint, data)
+        plan = self._plan(snap, self.options, hint, data)
         stats = plan.stats
         if stats.source == "hint":
             stats = replace(stats, source="completion")
@@ -217,7 +216,6 @@ class CpsatRound(HintCompletion, PlanCommit):
         new. Booked, with the bookings the model moves and the suspensions it makes, where the model accepts it;
         all or nothing (models/cpsat-round.md, step 6)."""
         from optlease.scheduling.cpsat.prepare import prepare
-        from optlease.scheduling.cpsat.solve import solve_round
 
         sched = self.sched
         movable, running = self._movable(now), self._preemptible_for(lease)
@@ -233,7 +231,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         refused = LeasePlan(lease.id, Outcome.REJECTED, reason="refused by the greedy pass")
         greedy, hint = Plan((*greedy.leases, refused)), Plan((*hint.leases, refused))
         data = prepare(snap, self.options.weights, self.options.lookahead)
-        plan = solve_round(snap, self.options, hint, data)
+        plan = self._plan(snap, self.options, hint, data)
         got, before = plan.by_id, greedy.by_id
         new = got[lease.id]
         accepted = new.outcome is Outcome.ACCEPTED and new.start is not None
@@ -246,6 +244,14 @@ class CpsatRound(HintCompletion, PlanCommit):
             sched.log.info("LSCHED", "Lease #%i admitted by the round model, moving leases %s, suspending leases %s" % (
                 lease.id, [other.id for other in moves], [other.id for other in stops]))
         return admitted
+
+    @staticmethod
+    def _plan(snap: RoundSnapshot, options, hint: Plan, data) -> Plan:
+        """The solver's plan of a round (one call, so that a daemon can journal its answer with the hint's
+        completion, `_complete`, and replay both)."""
+        from optlease.scheduling.cpsat.solve import solve_round
+
+        return solve_round(snap, options, hint, data)
 
     # -- the snapshot -----------------------------------------------------------------------------------------
     def _movable(self, now: int) -> list[Lease]:

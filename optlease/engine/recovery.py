@@ -1,0 +1,129 @@
+"""The daemon coming back: replaying its journal, then catching up on the instants it missed while it was down.
+
+Replay feeds a fresh LeaseScheduler the journaled inputs at their instants, with the round model's journaled
+decisions (engine.decisions), so the state is the one the daemon had acknowledged. A journal the daemon wrote
+always replays; one that does not (edited by hand, another program's rows) is a one-line StoreError.
+
+Catch-up then steps every instant between the last journaled step and now, in order, as the live clock would have:
+what should have started starts, what should have ended ends, suspensions and resumes happen, each change logged
+with how late it is. An advance reservation or immediate lease whose whole window passed while the daemon was down
+cannot run any more: it fails, with that reason, before the first step. Best-effort leases follow their plan late
+(a lease booked inside the gap runs, as planned, from its planned instant).
+"""
+from __future__ import annotations
+
+import time
+
+from optlease.domain.lease import LeaseKind, LeaseState
+from optlease.engine.loop import node_down, node_up
+from optlease.engine.persist import Journal, StoreError
+from optlease.formats.timefmt import format_duration
+
+S = LeaseState
+LATE_REAL = 1.0     # a step in the live loop more than this many real seconds late is logged as late
+
+
+class Recovery:
+    """The replay and catch-up half of the Manager (a mixin: it needs the Manager's scheduler, store and log)."""
+
+    def _replay(self, journal: Journal) -> None:
+        """Rebuild the scheduler from the journal: the same inputs at the same instants, the same decisions."""
+        for seq, t, kind, lease_id in journal.events:
+            try:
+                self._replay_one(journal, seq, t, kind, lease_id)
+            except StoreError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure here means the file is not what optlease wrote
+                raise StoreError(f"journal entry {seq} ({kind} at {t}) does not replay: "
+                                 f"{type(exc).__name__}: {exc}".replace("\n", " "), self.store.path) from None
+        self.decisions.begin()
+        self._finished_seen = len(self.sched.finished)
+        self.store.remember(list(self.all.values()))
+        for lease_id, state in journal.states.items():
+            lease = self.all.get(lease_id)
+            if lease is None or lease.state.value != state:
+                self.notes.append(f"lease {lease_id}: recorded as {state}, replayed as "
+                                  f"{lease.state.value if lease else 'missing'}")
+        if self.decisions.diverged:
+            self.notes.append(f"{self.decisions.diverged} replayed steps had no journaled round decisions: "
+                              "they were solved again")
+        if journal.events:
+            self.notes.append(f"reloaded {len(self.all)} leases from {len(journal.events)} journal entries")
+
+    def _replay_one(self, journal: Journal, seq: int, t: int, kind: str, lease_id: int | None) -> None:
+        if kind == "request":
+            self.inbox.append(self._new_lease(journal.requests[lease_id]))
+        elif kind == "cancel":
+            self._cancel(self.all[lease_id], t)
+        elif kind == "fail":
+            self._fail(self.all[lease_id], t, journal.reasons.get(lease_id) or "enactment failed")
+        elif kind == "requeue":
+            self._requeue(self.all[lease_id], t)
+        elif kind == "down":        # lease_id holds the node here
+            self.log.now = t
+            node_down(self.sched, lease_id, t)
+        elif kind == "up":
+            self.log.now = t
+            node_up(self.sched, lease_id, t)
+        else:
+            self.decisions.begin(journal.decisions.get(seq, []))
+            self._run_step(t)
+
+    # -- catching up --------------------------------------------------------------------------------------------
+    def next_instant(self) -> int | None:
+        """The next instant to step at: the next planned event, or the arrival of the first request not yet
+        stepped, whichever comes first (lock held)."""
+        nxt = self.stepper.next_event(self.last_t)
+        if self.inbox:
+            first = max(self.last_t, min(lease.req.arrival for lease in self.inbox))
+            nxt = first if nxt is None else min(nxt, first)
+        return nxt
+
+    def catch_up(self) -> None:
+        """Step every instant missed since the last journaled step, in order, then step at now (before the API
+        serves anyone, so that no request lands between missed instants)."""
+        now = self.clock.now()
+        if now <= self.last_t:
+            return
+        since, missed = self.last_t, 0
+        with self.lock:
+            missed += self._fail_missed_windows(since, now)
+        while (t := self.next_instant()) is not None and t < now:
+            self.step(t, catching_up=True)
+            missed += 1
+        self.step(now)
+        if missed:
+            self.log.status("RM", f"caught up from {self.log.t(since)} to {self.log.t(now)} "
+                                  f"({format_duration(now - since)} while the lease manager was down): {missed} "
+                                  "missed instants stepped or windows failed")
+
+    def _fail_missed_windows(self, since: int, now: int) -> int:
+        """An AR or immediate lease planned to start after the last step and to end by now never ran: it fails.
+        How many did."""
+        failed = 0
+        for lease in sorted(self.sched.leases.values(), key=lambda lease: lease.id):
+            vmrr = lease.last_vmrr()
+            if lease.kind is LeaseKind.BEST_EFFORT or lease.state is not S.SCHEDULED or vmrr is None \
+                    or vmrr.end > now:
+                continue
+            why = (f"its window {self.log.t(vmrr.start)} to {self.log.t(vmrr.end)} passed while the lease manager "
+                   f"was down ({self.log.t(since)} to {self.log.t(now)})")
+            with self._atomic(f"failing lease {lease.id}"):
+                self._fail(lease, since, why)
+                self.store.add_event(since, "fail", lease)
+            self.log.status("RM", f"lease {lease.id} is {lease.state.value}: {why}")
+            failed += 1
+        return failed
+
+    def _late(self, t: int) -> int | None:
+        """How late (simulated seconds) a step at t is, when it is worth saying: more than LATE_REAL late."""
+        if time.time() - self.clock.real_time(t) <= LATE_REAL:
+            return None
+        return self.clock.now() - t
+
+    def _say_late(self, t: int, late: int, before: dict[int, LeaseState], changed) -> None:
+        for lease in changed:
+            old = before.get(lease.id)
+            if old is not None and old is not lease.state:
+                self.log.status("RM", f"lease {lease.id} {old.value} -> {lease.state.value} at {self.log.t(t)}, "
+                                      f"{format_duration(late)} late")

@@ -1,0 +1,296 @@
+"""The daemon coming back after downtime, as operators run it: `optlease serve` as a process on a real clock (sped
+up with `time-scale`), stopped with `serve --stop` or kill -9, started again later. Every missed instant is stepped
+in order and said late; an AR whose whole window was missed fails with the reason; a restart after that replays
+cleanly; with `mapper: cpsat` a restart rebuilds the plan that was enacted."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import xmlrpc.client
+
+import pytest
+from lxml import etree
+
+from conftest import REPO, run_cli, wait_until
+from test_daemon import free_port
+
+SCALE = 10      # simulated seconds per real second
+CONF = """[general]
+loglevel: INFO
+mode: simulated
+persistence-file: {db}
+logfile: d.log
+
+[scheduling]
+suspension: all
+suspend-rate: 32
+resume-rate: 32
+wakeup-interval: {wakeup}
+backfilling: aggressive
+policy-preemption: ar-preempts-everything
+{scheduling}
+[simulation]
+clock: real
+time-scale: {scale}
+resources: {nodes} CPU:100 Memory:1024
+imagetransfer-bandwidth: 100
+
+[accounting]
+
+[daemon]
+listen: 127.0.0.1:{port}
+"""
+
+
+class Daemon:
+    """`optlease serve --fg` on a configuration of its own, with an XML-RPC client."""
+
+    def __init__(self, tmp_path, nodes: int = 4, scheduling: str = "", db: str = "state.db", wakeup: int = 5) -> None:
+        self.port = free_port()
+        self.dir = tmp_path
+        self.db = tmp_path / db
+        self.conf = tmp_path / "d.conf"
+        self.conf.write_text(CONF.format(db=db, scheduling=scheduling, scale=SCALE, nodes=nodes, port=self.port,
+                                         wakeup=wakeup))
+        self.proxy = xmlrpc.client.ServerProxy(f"http://127.0.0.1:{self.port}", allow_none=True)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Daemon":
+        self.proc = subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(self.conf), "--fg"],
+                                     cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wait_until(lambda: self.proc.poll() is not None or self.up(), 20, "daemon start")
+        assert self.proc.poll() is None, self.proc.stderr.read()
+        return self
+
+    def up(self) -> bool:
+        try:
+            return self.proxy.test_func() == 0
+        except OSError:
+            return False
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def request(self, start: str, duration: str, numnodes: int, preemptible: bool | None = None, mem: int = 64) -> int:
+        from optlease.cli.lease_cmds import lease_xml
+
+        return self.proxy.create_lease(lease_xml(start, duration, numnodes, preemptible, 100, mem, None, None))
+
+    def leases(self) -> dict[int, etree._Element]:
+        return {int(e.get("id")): e for e in (etree.fromstring(x) for x in self.proxy.get_leases(True))}
+
+    def states(self) -> dict[int, str]:
+        return {i: e.get("state") for i, e in self.leases().items()}
+
+    def log(self) -> str:
+        return (self.dir / "d.log").read_text()
+
+    def sim_now(self) -> float:
+        """The daemon's simulated time (its epoch is in the persistence file)."""
+        import sqlite3
+
+        with sqlite3.connect(self.db) as db:
+            epoch = int(db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()[0])
+        return (time.time() - epoch) * SCALE
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    made: list[Daemon] = []
+
+    def make(**kw) -> Daemon:
+        made.append(Daemon(tmp_path, **kw))
+        return made[-1]
+    yield make
+    for d in made:
+        d.close()
+
+
+def sleep_until_sim(d: Daemon, t: float) -> None:
+    time.sleep(max(0.0, (t - d.sim_now()) / SCALE))
+
+
+def late_lines(log: str) -> list[str]:
+    return [line.split("RM", 1)[1].strip() for line in log.splitlines() if " late" in line and " RM " in line]
+
+
+def test_missed_starts_and_ends_are_stepped_late_and_a_missed_ar_window_fails(daemon):
+    d = daemon().start()
+    t0 = d.sim_now()
+    assert d.request("+00:00:00:40", "00:01:00", 1, False) == 1      # AR start missed, still on after the restart
+    assert d.request("+00:00:00:20", "00:00:10", 1, False) == 2      # AR whose whole window is missed
+    assert d.request("best_effort", "00:00:15", 3) == 3              # best-effort whose end is missed
+    assert d.request("best_effort", "00:02:00", 2) == 4              # the next one, which starts late
+    wait_until(lambda: d.states()[4] == "Scheduled", 10, "the plan")
+    plan = {i: e.get("start-time") for i, e in d.leases().items()}
+    d.proc.terminate()                                                  # what `serve --stop` sends
+    assert d.proc.wait(timeout=15) == 0
+    sleep_until_sim(d, t0 + 50)
+    d.start()
+    leases = d.leases()
+    assert {i: e.get("state") for i, e in leases.items()} == {1: "Active", 2: "Failed", 3: "Done", 4: "Active"}
+    assert "passed while the lease manager was down" in leases[2].get("reason")
+    assert leases[1].get("start-time") == plan[1] and leases[4].get("start-time") == plan[4]
+    late = late_lines(d.log())
+    for lease, change in ((3, "active -> done"), (4, "scheduled -> active"), (1, "scheduled -> active")):
+        assert any(line.startswith(f"lease {lease} {change} at ") for line in late), (lease, late)
+    # in the order the instants came: lease 3 ends and 4 starts before the AR starts
+    order = [int(line.split()[1]) for line in late]
+    assert order.index(4) < order.index(1) and order.index(3) < order.index(1), late
+    # the journal written by all this replays cleanly after a kill -9
+    d.kill9()
+    d.start()
+    assert d.states() == {1: "Active", 2: "Failed", 3: "Done", 4: "Active"}
+    assert "recorded as" not in d.log() and "Traceback" not in d.log()
+
+
+def test_missed_suspension_and_resume_are_stepped_late(daemon):
+    d = daemon(nodes=1).start()
+    t0 = d.sim_now()
+    assert d.request("best_effort", "00:01:00", 1, True) == 1
+    assert d.request("+00:00:00:15", "00:01:00", 1, False) == 2      # suspends lease 1 for its window
+    wait_until(lambda: d.states()[1] == "Active", 10, "lease 1 to start")
+    d.kill9()
+    sleep_until_sim(d, t0 + 20)                                         # inside the AR's window
+    d.start()
+    assert d.states() == {1: "Suspended-Scheduled", 2: "Active"}
+    late = late_lines(d.log())
+    assert any(line.startswith("lease 1 active -> suspending") for line in late), late
+    assert any(line.startswith("lease 2 scheduled -> active") for line in late), late
+    d.kill9()
+    sleep_until_sim(d, t0 + 80)                                         # after the AR ended and lease 1 resumed
+    d.start()
+    assert d.states()[2] == "Done" and d.states()[1] in ("Resuming", "Active")
+    assert any(line.startswith("lease 1 suspended-scheduled -> resuming") for line in late_lines(d.log()))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MB tmpfs of the test's own, to fill for real (root only: skipped elsewhere)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def fill(mnt) -> None:
+    """Take every free byte of the file system."""
+    fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_with_the_disk_full_no_client_is_told_what_is_not_committed(daemon, small_disk):
+    # no wakeups: the next write after the disk fills is the step that starts the AR
+    d = daemon(db="mnt/state.db", wakeup=3600).start()
+    assert d.request("+00:00:00:20", "00:10:00", 1, False) == 1
+    wait_until(lambda: d.states()[1] == "Scheduled", 10, "the AR to be scheduled")
+    fill(small_disk)
+    seen = set()
+
+    def gone():
+        try:
+            seen.update(d.states().values())
+        except (OSError, xmlrpc.client.Fault):
+            pass
+        return d.proc.poll() is not None
+    wait_until(gone, 20, "the daemon to stop on the full disk")
+    err = d.proc.stderr.read()
+    assert d.proc.returncode == 1 and err.count("\n") == 1, err
+    assert "the scheduling step at" in err and "cannot write it" in err and "full" in err, err
+    assert "Active" not in seen           # the start was never committed, so no client was told of it
+    (small_disk / "filler").unlink()
+    d.start()
+    assert d.states() == {1: "Active"}     # caught up: started late, from what was on disk
+    late = late_lines(d.log())
+    assert any(line.startswith("lease 1 scheduled -> active") for line in late), late
+    # a request that cannot be committed is refused, never acknowledged
+    fill(small_disk)
+    out = subprocess.run([sys.executable, "-m", "optlease.cli.main", "request-lease", "-s",
+                          f"http://127.0.0.1:{d.port}", "-t", "best_effort", "-d", "00:00:10", "-n", "1"],
+                         cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Lease ID" not in out.stdout, out
+    assert "cannot write it" in out.stderr
+    d.proc.wait(timeout=20)
+    (small_disk / "filler").unlink()
+    d.start()
+    assert d.states() == {1: "Active"}
+
+
+def foreign(path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("INSERT INTO customers VALUES (1, 'kept as it was')")
+
+
+def optlease_db(path) -> None:
+    from optlease.engine.persist import Store
+
+    Store(str(path)).close()
+
+
+@pytest.mark.parametrize("db, make, message", [
+    ("gone/state.db", None, "its folder does not exist"),
+    ("state.db", lambda p: p.write_bytes(b"SQLite format 3\0" + os.urandom(4096)), "cannot"),
+    ("state.db", lambda p: p.write_text("not a database at all\n" * 100), "file is not a database"),
+    ("state.db", foreign, "not an optlease persistence file (it has tables customers)"),
+    ("mnt/state.db", optlease_db, "read-only"),
+], ids=["missing-folder", "corrupt", "not-sqlite", "foreign", "read-only"])
+def test_an_unusable_persistence_file_is_one_line(daemon, tmp_path, db, make, message, request):
+    d = daemon(db=db)
+    if make is not None:
+        if db.startswith("mnt/"):
+            mnt = request.getfixturevalue("small_disk")
+            make(d.db)
+            subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        else:
+            make(d.db)
+    before = d.db.read_bytes() if d.db.exists() else None
+    out = subprocess.run([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(d.conf), "--fg"], cwd=REPO,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("optlease: error: "), out.stderr
+    assert str(d.db) in out.stderr and message in out.stderr, out.stderr
+    assert (d.db.read_bytes() if d.db.exists() else None) == before    # left as it was
+
+
+def test_a_lease_rejected_at_once_is_said_rejected_and_planned_times_are_listed(daemon):
+    d = daemon(nodes=1).start()
+    server = f"http://127.0.0.1:{d.port}"
+    ok = run_cli("request-lease", "-s", server, "-t", "best_effort", "-d", "01:00:00", "-n", "1", timeout=30)
+    assert ok.returncode == 0 and ok.stdout == "Lease submitted correctly.\nLease ID: 1\n", ok
+    # the only node is taken for an hour: an immediate lease is refused by the first round
+    refused = run_cli("request-lease", "-s", server, "-t", "now", "-d", "00:00:10", "-n", "1", timeout=30)
+    assert refused.returncode == 1 and refused.stdout == "", refused
+    assert refused.stderr == "optlease: error: lease 2 was rejected: no room for it at this time\n"
+    queued = run_cli("request-lease", "-s", server, "-t", "best_effort", "-d", "00:30:00", "-n", "1", timeout=30)
+    assert queued.returncode == 0, queued
+    rows = run_cli("list-leases", "-s", server, "--all", timeout=30).stdout.splitlines()
+    assert rows[0].split() == ["ID", "Type", "State", "Starting", "time", "Ending", "time", "Duration", "Nodes"]
+    leases = d.leases()
+    # the best-effort leases show the plan's start and end: lease 3 starts where lease 1 ends
+    one, three = (next(r for r in rows[1:] if r.split()[0] == i) for i in ("1", "3"))
+    assert leases[1].get("start-time") in one and leases[1].get("planned-end") in one
+    assert leases[3].get("start-time") == leases[1].get("planned-end") and leases[3].get("planned-end") in three
+    assert one.split()[2] == "Active" and three.split()[2] == "Scheduled"
