@@ -235,6 +235,60 @@ def test_the_objective_weights_come_from_the_configuration(cli, tmp_path):
     assert res.returncode != 0 and "weight-preemption" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_compare_schedulers_prints_json_and_a_table(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    table = tmp_path / "table.md"
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--limit-days", "0.5",
+                          "--modes", "greedy-aggressive,cpsat,offline", "--work-limit", "0.02",
+                          "--offline-time-limit", "5", "--markdown", str(table)],
+                         capture_output=True, text=True, check=True, timeout=300)
+    doc = json.loads(out.stdout)
+    results = doc["results"]
+    # the cpsat run's options are reported with its figures
+    assert doc["solver"] == {"solver-work-limit": 0.02, "solver-time-limit": 10.0}
+    # by default greedy books what leases ask for, as Haizea does, and cpsat its run-time estimates
+    assert doc["runtime_estimate"]["greedy-aggressive"] == "requested"
+    assert doc["runtime_estimate"]["cpsat"] == "user-history"
+    assert set(results) == {"greedy-aggressive", "cpsat", "offline"}
+    for r in results.values():
+        assert r["checker_violations"] == 0 and r["ar_total"] > 0
+    assert results["cpsat"]["ar_accepted"] >= results["greedy-aggressive"]["ar_accepted"]
+    assert results["cpsat"]["capped_rounds"] == 0
+    offline = results["offline"]   # the Blue site is 144 alike slots: the whole half day is one cumulative
+    assert offline["formulation"] == "slots" and offline["best_bound"] <= offline["objective"]
+    assert table.read_text().count("\n") == 5
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--runtime-estimate",
+                          "guess"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "'guess'" in bad.stderr
+
+
+def test_compare_schedulers_runs_every_online_mode_with_the_runtime_estimate_asked_for():
+    """--runtime-estimate user-history reaches greedy and cpsat runs alike (their bookings hold estimates and
+    leases run past them), and the report says which estimate the figures are of."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    def overruns(estimate: str) -> dict:
+        out = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_schedulers.py"), "--limit-days", "1",
+                              "--modes", "greedy-aggressive,cpsat", "--work-limit", "0.02",
+                              "--runtime-estimate", estimate], capture_output=True, text=True, check=True, timeout=300)
+        doc = json.loads(out.stdout)
+        assert set(doc["runtime_estimate"].values()) == {estimate}
+        assert all(r["checker_violations"] == 0 for r in doc["results"].values())
+        return {mode: r["estimate_overruns"] for mode, r in doc["results"].items()}
+
+    assert overruns("requested") == {"greedy-aggressive": 0, "cpsat": 0}
+    assert all(n > 0 for n in overruns("user-history").values())
+
+
 def blue_simulator(days: float, **scheduling: str) -> tuple[Simulator, object]:
     """The first `days` of 30days.swf + work_10 on the Blue site with mapper cpsat and these [scheduling] options."""
     blue = INSTANCES / "blue"
