@@ -45,6 +45,19 @@ listen: 127.0.0.1:{port}
 """
 
 
+class Timeout(xmlrpc.client.Transport):
+    """A client that gives up after 10 s: a daemon that stops answering fails the test, never hangs it."""
+
+    def make_connection(self, host):
+        conn = super().make_connection(host)
+        conn.timeout = 10
+        return conn
+
+
+def client(port: int) -> xmlrpc.client.ServerProxy:
+    return xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}", transport=Timeout(), allow_none=True)
+
+
 class Daemon:
     """`optlease serve --fg` on a configuration of its own, with an XML-RPC client."""
 
@@ -55,13 +68,14 @@ class Daemon:
         self.conf = tmp_path / "d.conf"
         self.conf.write_text(CONF.format(db=db, scheduling=scheduling, scale=SCALE, nodes=nodes, port=self.port,
                                          wakeup=wakeup))
-        self.proxy = xmlrpc.client.ServerProxy(f"http://127.0.0.1:{self.port}", allow_none=True)
+        self.proxy = client(self.port)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Daemon":
+        self.launched = time.time()   # the restart catches up at least to here before it answers anyone
         self.proc = subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(self.conf), "--fg"],
                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        wait_until(lambda: self.proc.poll() is not None or self.up(), 20, "daemon start")
+        wait_until(lambda: self.proc.poll() is not None or self.up(), 60, "daemon start")
         assert self.proc.poll() is None, self.proc.stderr.read()
         return self
 
@@ -294,3 +308,21 @@ def test_a_lease_rejected_at_once_is_said_rejected_and_planned_times_are_listed(
     assert leases[1].get("start-time") in one and leases[1].get("planned-end") in one
     assert leases[3].get("start-time") == leases[1].get("planned-end") and leases[3].get("planned-end") in three
     assert one.split()[2] == "Active" and three.split()[2] == "Scheduled"
+
+
+def test_with_mapper_cpsat_a_restart_after_kill9_rebuilds_the_enacted_plan(daemon):
+    d = daemon(scheduling="mapper: cpsat\nsolver-interval: 0\nsolver-time-limit: 0.5\nsolver-workers: 1").start()
+    for n, length in [(4, "00:30:00"), (3, "00:50:00"), (1, "00:05:00"), (2, "00:10:00"), (1, "00:40:00"),
+                      (4, "00:03:00"), (2, "00:07:00")]:
+        d.request("best_effort", length, n)
+    wait_until(lambda: "New" not in d.states().values(), 10, "the first rounds")
+    d.request("best_effort", "00:02:00", 1)      # a round with bookings to move
+    wait_until(lambda: "New" not in d.states().values(), 10, "the next round")
+
+    def plan():
+        return {i: (e.get("state"), e.get("start-time"), e.get("planned-end")) for i, e in d.leases().items()}
+    before = plan()
+    d.kill9()
+    d.start()
+    assert plan() == before
+    assert "recorded as" not in d.log() and "solved again" not in d.log()

@@ -149,3 +149,77 @@ def test_bad_requests_are_one_line_input_errors(tmp_path, xml, message):
         parse_lease_xml(xml, 1, 0, m.origin, m.site)
     assert "\n" not in str(exc.value)
     m.stop()
+
+
+CPSAT = CONF.replace("[simulation]", "mapper: cpsat\nsolver-interval: 0\nsolver-time-limit: 0.5\nsolver-workers: 1\n"
+                     "[simulation]")
+
+
+def plan_of(m):
+    return {i: [(rr.kind, rr.start, rr.end, rr.state, dict(rr.mapping)) for v in lease.vmrrs
+                for rr in (*v.pre, v, *v.post)] for i, lease in m.all.items()}
+
+
+def test_cpsat_replay_takes_the_journaled_decisions_and_never_solves_again(tmp_path, monkeypatch):
+    from optlease.scheduling.cpsat_round import CpsatRound
+
+    cfg = parse_config(CPSAT.format(db="state.db"), str(tmp_path / "d.conf"), tmp_path)
+    m = Manager(cfg)
+    for n, mins in [(4, 30), (3, 50), (1, 5), (2, 10), (1, 40), (4, 3), (2, 7)]:
+        submit(m, BE.format(n=n, m=mins))
+    m.step(m.now())
+    m.step(m.last_t + 60)
+    submit(m, BE.format(n=1, m=2))
+    m.step(m.last_t + 60)
+    solved = [r for r in m.sched.round_hook.records if r.stats.source == "cpsat" and r.changed]
+    assert solved, "the scenario must have rounds the solver changed"
+    before = plan_of(m)
+    m.stop()
+
+    def no_solver(*args, **kw):
+        raise AssertionError("replay solved a round again")
+    monkeypatch.setattr(CpsatRound, "_plan", no_solver)
+    monkeypatch.setattr(CpsatRound, "_complete", no_solver)
+    again = Manager(cfg)
+    assert plan_of(again) == before
+    assert not [n for n in again.notes if "recorded as" in n or "solved again" in n], again.notes
+    again.stop()
+
+
+def test_a_failing_step_stops_the_manager_and_nothing_uncommitted_is_served(tmp_path):
+    from optlease.engine.atomic import Stopped
+
+    m = manager(tmp_path)
+    submit(m, BE.format(n=1, m=5))
+    real_step = m.stepper.step
+
+    def broken(now, arrivals=()):
+        real_step(now, arrivals)      # the step changes the scheduler, then a bug strikes
+        raise RuntimeError("a bug in a round")
+    m.stepper.step = broken
+    m.start()
+    m.wake.set()
+    m._thread.join(timeout=10)
+    assert not m._thread.is_alive() and m.stopping.is_set()
+    assert m.fatal.startswith("the scheduling step at ") and "RuntimeError: a bug in a round" in m.fatal
+    assert m.fatal_rc == 1 and "\n" not in m.fatal
+    with pytest.raises(Stopped, match="has stopped"):   # the lease is Active in memory, never committed: refused
+        with m.lock:
+            pass
+    m.stop()
+    again = manager(tmp_path)
+    assert states(again) == {1: LeaseState.NEW}           # what the disk holds, replayed without complaint
+    again.stop()
+
+
+def test_a_dying_scheduling_thread_takes_the_daemon_down(tmp_path):
+    m = manager(tmp_path)
+
+    def dead(next_event, wake=None):
+        raise OverflowError("cannot convert float infinity to integer")
+    m.clock.advance = dead
+    m.start()
+    m._thread.join(timeout=10)
+    assert m.stopping.is_set() and m.fatal_rc == 1
+    assert m.fatal == "the scheduling thread stopped: OverflowError: cannot convert float infinity to integer"
+    m.stop()
