@@ -326,3 +326,30 @@ def test_with_mapper_cpsat_a_restart_after_kill9_rebuilds_the_enacted_plan(daemo
     d.start()
     assert plan() == before
     assert "recorded as" not in d.log() and "solved again" not in d.log()
+
+
+def test_the_shipped_daemon_configurations_run_as_documented(tmp_path):
+    from conftest import INSTANCES
+    from optlease.formats.config import load_config
+
+    fast = load_config(INSTANCES / "daemon/fast.conf")
+    assert fast.get("general", "mode") == "fast" and fast.get("simulation", "clock") == "real"
+    assert len(fast.get("mqtt", "hosts").split()) == int(fast.get("simulation", "resources").split()[0])
+    # the simulated one, as docs/daemon.md runs it (on a free port, its state in a folder of its own)
+    port = free_port()
+    conf = tmp_path / "simulated.conf"
+    conf.write_text((INSTANCES / "daemon/simulated.conf").read_text().replace("127.0.0.1:42493", f"127.0.0.1:{port}"))
+    server = f"http://127.0.0.1:{port}"
+    started = run_cli("serve", "-c", conf, timeout=60)
+    assert started.returncode == 0 and started.stdout.startswith("Started optlease daemon"), started
+    try:
+        ar = run_cli("request-lease", "-s", server, "-t", "+00:00:02:00", "-d", "00:10:00", "-n", "2",
+                     "--non-preemptible", timeout=30)
+        be = run_cli("request-lease", "-s", server, "-t", "best_effort", "-d", "00:30:00", "-n", "2", timeout=30)
+        assert ar.stdout.endswith("Lease ID: 1\n") and be.stdout.endswith("Lease ID: 2\n"), (ar, be)
+        rows = [line.split() for line in run_cli("list-leases", "-s", server, timeout=30).stdout.splitlines()[1:]]
+        assert [row[:3] for row in rows] == [["1", "AR", "Scheduled"], ["2", "Best-effort", "Active"]]
+    finally:
+        stop = run_cli("serve", "-c", conf, "--stop", timeout=60)
+    assert stop.returncode == 0, stop.stderr
+    assert (tmp_path / "daemon-state.db").exists()
