@@ -55,6 +55,7 @@ class _Resv:
     mapping: dict[str, str]  # vnode -> node key
     source: dict[str, str]  # a migrate's or transfer's `from` mapping
     requeued: bool
+    holds: bool = True  # holds node capacity: not a transfer, nor the cold copy of a suspended VM's memory image
 
     def label(self) -> str:
         return f"reservation {self.index} ({self.kind})"
@@ -226,7 +227,10 @@ class _Reader:
         outcome = raw.get("outcome")
         if outcome is not None and not isinstance(outcome, str):
             self.flag(lid, "format", f"{where} outcome {outcome!r} is not a string")
-        return _Resv(index, kind, start, end, mapping, source, outcome == REQUEUED)
+        # A `migrate` of a suspended VM's memory image ("what": "memory-image") moves a file: no VM runs on either
+        # node, so, like a transfer, it holds no capacity (the VM's demand is held again by its resume).
+        holds = kind != "transfer" and not (kind == "migrate" and raw.get("what") == "memory-image")
+        return _Resv(index, kind, start, end, mapping, source, outcome == REQUEUED, holds)
 
     def mapping(self, lid: int, where: str, raw: Any, key: str, vms: dict, site: _Site | None,
                 complete: bool) -> dict[str, str]:
@@ -309,7 +313,7 @@ def _check_capacity(leases: list[_Lease], site: _Site) -> list[Violation]:
     events: list[tuple[int, str, int, _Resv, dict[str, float]]] = []
     for lease in leases:
         for r in lease.reservations:
-            if r.kind == "transfer" or r.start >= r.end:
+            if not r.holds or r.start >= r.end:
                 continue
             held: dict[str, dict[str, float]] = {}
             for vnode, node in r.mapping.items():

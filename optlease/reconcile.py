@@ -10,7 +10,8 @@ host's disk, as in Haizea; the agent pauses it, which frees its CPUs). A host's 
 Ordering: a task that frees room on a host (stop, suspend, a running VM migrating out) is a *leaver* there; a task
 that takes room (start, resume, a running VM migrating in) is an *arriver*. Each arriver is paired with the leavers it
 needs: the arrivers of a host, in a fixed order, depend on the shortest prefix of its leavers whose freed room, with
-the room already free, covers every arriver up to and including it. These pairs are the edges of a networkx DiGraph
+the room already free, covers every arriver up to and including it; and whatever the capacities, a task that only
+leaves a host (stop, suspend) goes before every arriver there. These pairs are the edges of a networkx DiGraph
 (plus suspend -> migrate -> resume of one VM); its topological generations are the waves. A task of wave k may start
 only when every task of wave k-1 has succeeded, and a VM moves into a host only after what leaves it has left.
 
@@ -297,6 +298,13 @@ def _pair(ops: list[_Op], now_on: dict[str, VmPlacement], hosts: Mapping[str, Ho
             taken = taken_next
             for leaver in leavers[:j]:
                 graph.add_edge(leaver, a, room=True)
+        # whatever the capacities say (a host may not tell them, the plan's units may not be the host's), a stop or
+        # a suspension there goes before anything arrives (a paused VM is resumed to be stopped: it takes room for a
+        # moment); it needs nothing, so no cycle can form
+        for leaver in (i for i, o in enumerate(ops) if o.task.kind in (STOP, SUSPEND) and o.task.host == host):
+            for a in arrivers:
+                if not graph.has_edge(leaver, a):
+                    graph.add_edge(leaver, a)
     return graph, blocked
 
 

@@ -176,15 +176,18 @@ def test_each_broken_rule_is_named(mutate, rule):
     assert all("\n" not in str(v) for v in violations)
 
 
-@pytest.mark.parametrize("kind, flagged", [
-    pytest.param("migrate", {"1", "2"}, id="migrate-holds-source-and-destination"),
-    pytest.param("transfer", set(), id="transfer-holds-nothing"),
+@pytest.mark.parametrize("kind, what, flagged", [
+    pytest.param("migrate", None, {"1", "2"}, id="migrate-holds-source-and-destination"),
+    pytest.param("migrate", "memory-image", set(), id="memory-image-copy-holds-nothing"),
+    pytest.param("transfer", None, set(), id="transfer-holds-nothing"),
 ])
-def test_what_a_reservation_with_a_from_mapping_holds(kind, flagged):
+def test_what_a_reservation_with_a_from_mapping_holds(kind, what, flagged):
     doc = quickstart()
     doc["leases"].append(immediate([resv("vm", "14:00:00", "14:30:00", {"1": 2})]))
     lease(doc, 3)["vms"]["1"] = {"CPU": 100, "Memory": 1024}  # node 2 is full from 14:00
     lease(doc, 1)["reservations"][2].update({"kind": kind, "from": {"1": 2}})  # and node 1 too, by lease 1
+    if what is not None:
+        lease(doc, 1)["reservations"][2]["what"] = what
     lease(doc, 1)["reservations"].insert(2, resv("resume", "14:00:00", "14:00:32", {"1": 1}))
     violations = check_schedule(doc)
     assert {v.rule for v in violations} <= {"capacity"}

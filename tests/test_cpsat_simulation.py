@@ -838,7 +838,7 @@ def test_where_cpsat_differs_it_resumes_where_the_image_is_and_lets_a_waiting_le
     _, greedy, gdoc, theirs = run_requests("2 CPU:100 Memory:1024", reqs, mapper="greedy", **opts)
     sim, ours, doc, mine = run_requests("2 CPU:100 Memory:1024", reqs, mapper="cpsat", **opts)
     image = reservations(gdoc, 1)[1][3]   # where lease 1 was suspended
-    assert [r[:3] for r in reservations(gdoc, 1)[2:4]] == [("transfer", 300, 812), ("resume", 812, 844)]
+    assert [r[:3] for r in reservations(gdoc, 1)[2:4]] == [("migrate", 300, 812), ("resume", 812, 844)]
     assert reservations(gdoc, 4)[0][:2] == ("vm", 900)
     assert [r[:3] for r in reservations(doc, 1)[2:3]] == [("resume", 900, 932)]
     assert reservations(doc, 1)[2][3] == image
@@ -868,8 +868,8 @@ def test_where_cpsat_differs_it_copies_an_image_while_the_target_node_is_still_b
     _, greedy, gdoc, _ = run_requests("3 CPU:100 Memory:1024", reqs, mapper="greedy", **opts)
     sim, ours, doc, _ = run_requests("3 CPU:100 Memory:1024", reqs, mapper="cpsat", **opts)
     target = reservations(gdoc, 3)[0][3]   # lease 3's node
-    assert reservations(gdoc, 1)[2:4] == [("transfer", 400, 464, target), ("resume", 464, 496, target)]
-    assert reservations(doc, 1)[2:4] == [("transfer", 336, 400, target), ("resume", 400, 432, target)]
+    assert reservations(gdoc, 1)[2:4] == [("migrate", 400, 464, target), ("resume", 464, 496, target)]
+    assert reservations(doc, 1)[2:4] == [("migrate", 336, 400, target), ("resume", 400, 432, target)]
     assert (greedy[1].migrations, ours[1].migrations) == (1, 1)
     assert reservations(doc, 1)[4][:3] == ("vm", 432, reservations(gdoc, 1)[4][2] - 64)   # done 64 s sooner
     assert [(r.now, r.stats.source) for r in sim.sched.round_hook.records if r.changed] == [(300, "cpsat")]

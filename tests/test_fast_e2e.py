@@ -21,9 +21,11 @@ import pytest
 from lxml import etree
 
 from conftest import REPO, wait_until
+from fake_migfra import FakeMigfra
 from mqtt_broker import free_port, mosquitto  # noqa: F401 - the fixture
 from optlease.enact import fast
 from optlease.formats.daemon_config import fast_daemon_config
+from optlease.formats.lease_states import label_of_code
 
 SCALE = 300                  # simulated seconds per real second: the quickstart's 1 h 31 min in about 20 s
 TOL = 120                    # simulated seconds (0.4 s real) between a planned instant and what the watcher sees
@@ -145,9 +147,10 @@ class Cluster:
 
     def start_agent(self, host: str) -> subprocess.Popen:
         log = open(self.tmp / f"agent-{host}.log", "ab")
+        # no heartbeats, as migfra: the daemon knows the hosts alive by their answers and its probes
         return subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host, "--libvirt",
-                                 "test:///default", "--broker", self.broker.address, "--handoff-timeout", "3"],
-                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+                                 "test:///default", "--broker", self.broker.address, "--handoff-timeout", "3",
+                                 "--heartbeat", "0"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
     def start_daemon(self) -> None:
         log = self.tmp / f"daemon-{len(self.logs)}.log"
@@ -186,7 +189,7 @@ class Cluster:
         out = {}
         for text in proxy.get_leases(True):
             elem = etree.fromstring(text.encode())
-            out[int(elem.get("id"))] = dict(elem.attrib)
+            out[int(elem.get("id"))] = {**elem.attrib, "state": label_of_code(elem.get("state"))}
         return out
 
     def request(self, path: Path) -> int:
@@ -319,6 +322,44 @@ def test_quickstart_on_four_agents(cluster, tmp_path, kill):
     assert c.watcher.errors == []       # every host could always list its domains
     if kill:
         assert "reloaded 2 leases" in log and "hosts report" in log
+
+
+def test_quickstart_on_four_migfra_hosts(tmp_path, mosquitto):  # noqa: F811
+    """Hosts that behave as the real migfra (fake_migfra): never a status message, no `list vms`, stop and migrate
+    only RUNNING domains, start waits for SSH unless told not to. At the default host timeout (30 s) the daemon
+    knows them alive by their answers and its probes, and the quickstart runs to Done."""
+    c = Cluster(tmp_path, mosquitto, agents=())
+    world: dict = {}
+    hosts = {h: FakeMigfra(mosquitto, h, world, ssh_wait=60) for h in HOSTS}
+    try:
+        lease1, lease2 = quickstart_leases(tmp_path)
+        c.start_daemon()
+        assert c.request(lease1) == 1
+        c.sleep_until(900)
+        assert c.request(lease2) == 2
+        wait_until(lambda: all(a["state"] == "Done" for a in c.leases().values()) and len(c.leases()) == 2, 40,
+                   "both leases Done")
+        assert all(not fake.domains for fake in hosts.values())
+        table = cli("list-hosts", "-s", c.url)          # every host answered its probes: up
+        states = {row.split()[1]: row.split()[-1] for row in table.stdout.splitlines() if row.split()[1:2] and
+                  row.split()[1] in HOSTS}
+        assert states == {h: "up" for h in HOSTS}, table.stdout
+        log = c.log()
+        assert "failed" not in log and "timed out" not in log and " is down" not in log, log[-3000:]
+        # lease 1 was suspended for the AR and resumed after it: migfra saw each step once, in order
+        (home,) = [h for h, fake in hosts.items() if any(_names(d) == ["lease-1-vm-1"] for d in fake.tasks)]
+        steps = [d["task"] for d in hosts[home].tasks if _names(d) == ["lease-1-vm-1"]]
+        assert steps == ["start vm", "suspend vm", "resume vm", "stop vm"], steps
+    finally:
+        for fake in hosts.values():
+            fake.close()
+        c.close()
+
+
+def _names(doc: dict) -> list:
+    entries = doc.get("vm-configurations") or doc.get("list") or []
+    return [e.get("vm-name") or fast.VmConfig(xml=e.get("xml")).name for e in entries] if entries \
+        else [doc.get("vm-name")]
 
 
 BE = ('<lease preemptible="true"><nodes><node-set numnodes="{n}"><res type="CPU" amount="100"/>'

@@ -89,7 +89,7 @@ def test_admission_policy_no_ars(tmp_path):
 
 def test_no_preemption_policy_rejects_the_ar(tmp_path):
     result, log = quickstart(tmp_path, {"scheduling": {"policy-preemption": "no-preemption"}})
-    assert "Lease #2 has been rejected: not enough resources in the requested interval" in log
+    assert "Lease request #2 cannot be scheduled: Not enough resources in specified interval" in log
 
 
 def test_custom_host_policy_by_dotted_path(tmp_path, monkeypatch):
@@ -104,15 +104,16 @@ def test_unloadable_policy_is_named(tmp_path):
 
 
 def test_datafile_holds_the_run_and_every_lease(cli, tmp_path):
-    import json
+    from optlease.accounting.datafile import read_run
 
     conf = tmp_path / "qs.conf"
     conf.write_text((QS / "quickstart.conf").read_text().replace("tracefile: quickstart.lwf",
                                                                   f"tracefile: {QS / 'quickstart.lwf'}")
-                    .replace("[accounting]\n", "[accounting]\ndatafile: run.json\n"))
+                    .replace("[accounting]\n", "[accounting]\ndatafile: run.parquet\n"))
     proc = cli("simulate", "-c", conf, "-q")
     assert proc.returncode == 0, proc.stderr
-    data = json.loads((tmp_path / "run.json").read_text())
-    assert data["summary"]["best_effort"]["completed"] == 1
-    lease1 = data["leases"][0]
-    assert (lease1["wait"], lease1["end"], lease1["suspensions"]) == (0, 5464, 1)
+    data = read_run(tmp_path / "run.parquet")
+    assert data.per_run["best_effort_completed"] == 1
+    lease1 = data.per_lease[0]
+    assert (lease1["waiting_time"], lease1["end"], lease1["suspensions"]) == (0, 5464, 1)
+    assert data.attrs["configuration"] == conf.read_text()

@@ -55,16 +55,20 @@ def run_summary(site: Site, leases: list[Lease], end_time: int) -> dict[str, Any
 
 
 def lease_records(leases: list[Lease]) -> list[dict[str, Any]]:
-    """Per-lease accounting: what Haizea's lease probes collect (wait, slowdown, state, overheads)."""
+    """Per-lease accounting, one row per lease (the data file's per-lease rows): what it asked for, when it started
+    and ended, how long it waited (an AR: after its requested start), its bounded slowdown (leases that are not ARs,
+    when done) and what preemption cost it. Times in seconds."""
     out = []
     for lease in leases:
         started = lease.first_start
+        ready = lease.req.arrival if lease.req.start is None else lease.req.start
         out.append({
-            "id": lease.id, "type": lease.kind.value, "state": lease.state.value, "arrival": lease.req.arrival,
-            "start": started, "end": lease.end, "numnodes": lease.numnodes, "duration": lease.req.duration,
-            "real_duration": lease.req.actual_duration,
-            "wait": None if started is None else started - lease.req.arrival,
-            "bounded_slowdown": bounded_slowdown(lease) if lease.state is LeaseState.DONE else None,
+            "id": lease.id, "kind": lease.kind.value, "state": lease.state.value, "arrival": lease.req.arrival,
+            "requested_start": lease.req.start, "first_start": started, "end": lease.end,
+            "numnodes": lease.numnodes, "duration": lease.req.duration, "real_duration": lease.req.actual_duration,
+            "waiting_time": None if started is None else started - ready,
+            "bounded_slowdown": bounded_slowdown(lease)
+            if lease.state is LeaseState.DONE and lease.kind is not LeaseKind.AR else None,
             "preemptions": lease.preemptions, "suspensions": lease.suspensions, "migrations": lease.migrations,
             "requeues": lease.requeues, "reason": lease.reason,
         })

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -9,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from optlease.cli.app import app
+from optlease.enact.agent.owned import OPTLEASE_NAMES
 from optlease.enact.fast import FastProtocolError, check_host
 from optlease.errors import InputError
 
@@ -38,6 +40,9 @@ def agent(
                                              "(`task: heartbeat`) while connected, so the lease manager can tell "
                                              "that this host is alive; 0: announce on connect only.",
                                              envvar="OPTLEASE_AGENT_HEARTBEAT")] = 10.0,
+    adopt: Annotated[str, typer.Option("--adopt", help="Regular expression: the domains this agent did not start "
+                                       "itself but may manage (whole names). Any other domain on the host is left "
+                                       "alone whoever asks; '' adopts none.")] = OPTLEASE_NAMES,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every task on stderr.")] = False,
 ) -> None:
     """Run the agent of one host: take FAST migfra tasks from the broker, drive libvirt, publish the results."""
@@ -54,6 +59,10 @@ def agent(
         raise exc.located("--broker") from None
     if password is not None and username is None:
         raise InputError("a password needs a --username", "--password")
+    try:
+        re.compile(adopt)
+    except re.error as exc:
+        raise InputError(f"not a regular expression: {exc}", "--adopt") from None
     if migrate_uri is not None and "{host}" not in migrate_uri:
         raise InputError("the URI must contain {host}, where the destination goes", "--migrate-uri")
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
@@ -61,7 +70,7 @@ def agent(
     settings = Broker(address, port, username, password, None if tls_ca is None else str(tls_ca))
     try:
         run_agent(host, libvirt_uri, settings, handoff_timeout=handoff_timeout, migrate_uri=migrate_uri,
-                  heartbeat=heartbeat)
+                  heartbeat=heartbeat, adopt=adopt or None)
     except (AgentError, BrokerError) as exc:
         # not bad input: the outside world is not there; one line and exit 1, no traceback
         print(f"optlease: error: {exc}", file=sys.stderr)

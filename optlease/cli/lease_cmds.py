@@ -9,6 +9,7 @@ import time
 import xmlrpc.client
 from pathlib import Path
 from typing import Annotated, Optional
+from urllib.parse import urlsplit
 
 import typer
 
@@ -34,6 +35,15 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
+def public_url(server: str) -> str:
+    """The server URL as messages show it: the path (where the daemon's token goes) and any user:password
+    replaced by `...`, so that an error message pasted into a ticket gives no secret away."""
+    parts = urlsplit(server)
+    host = parts.netloc.rpartition("@")[2]
+    secret = parts.path not in ("", "/", "/RPC2") or "@" in parts.netloc or parts.query
+    return f"{parts.scheme}://{host}/..." if secret else f"{parts.scheme}://{host}{parts.path}"
+
+
 class _Refused(Exception):
     """A call that failed, with the one line that says why."""
 
@@ -48,19 +58,26 @@ def call(server: str, method: str, *args):
 
 def _rpc(server: str, method: str, *args):
     if not server.startswith(("http://", "https://")):
-        raise _Refused(f"server {server!r} is not an http:// URL")
+        raise _Refused(f"server {public_url(server) if '://' in server else 'URL'} is not an http:// URL")
+    shown = public_url(server)
     transport = xmlrpc.client.SafeTransport() if server.startswith("https://") else _Transport()
-    proxy = xmlrpc.client.ServerProxy(server, transport=transport, allow_none=True)
     try:
+        proxy = xmlrpc.client.ServerProxy(server, transport=transport, allow_none=True)
         return getattr(proxy, method)(*args)
     except xmlrpc.client.Fault as exc:
-        raise _Refused(str(exc.faultString).replace("\n", " ")) from None
+        raise _Refused(_redact(str(exc.faultString).replace("\n", " "), server)) from None
     except xmlrpc.client.ProtocolError as exc:
-        raise _Refused(f"{server}: {exc.errcode} {exc.errmsg}") from None
-    except (OSError, http.client.HTTPException, socket.timeout) as exc:
-        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise _Refused(f"cannot reach the lease manager at {server} ({why}); is `optlease serve` running?") \
+        raise _Refused(f"{shown}: {exc.errcode} {_redact(exc.errmsg, server)}") from None
+    except (OSError, http.client.HTTPException, socket.timeout, ValueError) as exc:
+        why = _redact(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__, server)
+        raise _Refused(f"cannot reach the lease manager at {shown} ({why}); is `optlease serve` running?") \
             from None
+
+
+def _redact(text: str, server: str) -> str:
+    path = urlsplit(server).path.strip("/")
+    text = text.replace(server, public_url(server))
+    return text.replace(path, "...") if path and path != "RPC2" else text
 
 
 def lease_xml(start: str, duration: str, numnodes: int, preemptible: Optional[bool], cpu: int, mem: int,
@@ -103,8 +120,8 @@ def request_lease(
     numnodes: Annotated[Optional[int], typer.Option("-n", "--numnodes", min=1, help="Number of nodes.")] = None,
     preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--non-preemptible",
                                                         help="Whether the lease may be preempted.")] = None,
-    cpu: Annotated[int, typer.Option("-c", "--cpu", min=1, max=100, help="CPU percentage per node "
-                                     "(0 < c <= 100).")] = 100,
+    cpu: Annotated[int, typer.Option("-c", "--cpu", min=1, help="CPU per node, 100 = one core (Haizea's unit, "
+                                     "as list-hosts shows): 50 is half a core, 400 four vCPUs.")] = 100,
     mem: Annotated[int, typer.Option("-m", "--mem", min=1, help="Memory per node (MB).")] = 1024,
     vmimage: Annotated[Optional[str], typer.Option("-i", "--vmimage", help="Disk image identifier.")] = None,
     vmimagesize: Annotated[Optional[int], typer.Option("-z", "--vmimagesize", min=1,
@@ -135,6 +152,7 @@ def _first_decision(server: str, lease_id) -> tuple[str | None, str | None]:
     seconds; a server without `get_lease`, such as Haizea's, says nothing)."""
     from lxml import etree
 
+    from optlease.formats.lease_states import label_of_code
     from optlease.formats.lwf import safe_parser
 
     deadline = time.monotonic() + DECISION_WAIT
@@ -143,7 +161,7 @@ def _first_decision(server: str, lease_id) -> tuple[str | None, str | None]:
             elem = etree.fromstring(_rpc(server, "get_lease", lease_id).encode(), safe_parser())
         except (_Refused, etree.XMLSyntaxError, AttributeError, ValueError):
             return None, None   # submitted all the same: only what the lease manager says next is unknown
-        state = elem.get("state")
+        state = label_of_code(elem.get("state", "?"))
         if state not in ("New", "Pending") or time.monotonic() > deadline:
             return state, elem.get("reason")
         time.sleep(0.05)
@@ -166,26 +184,33 @@ PLANNED = ("Scheduled", "Active")   # states in which a best-effort lease has a 
 
 
 def lease_rows(xmls: list[str]) -> list[tuple[str, ...]]:
+    """Table rows from the server's <lease> strings (Haizea's numeric states shown by name)."""
     from lxml import etree
 
+    from optlease.formats.lease_states import label_of_code
     from optlease.formats.lwf import safe_parser
+    from optlease.numbers import parse_whole
 
     rows = []
     for xml in xmls:
-        elem = etree.fromstring(xml.encode(), safe_parser())
+        try:
+            elem = etree.fromstring(xml.encode(), safe_parser())
+            numnodes = str(sum(parse_whole(ns.get("numnodes", "1")) for ns in elem.iter("node-set")))
+        except (etree.XMLSyntaxError, ValueError, AttributeError):
+            raise _fail("the server sent a lease that is not Haizea's <lease> XML") from None
         exact = elem.find("start/exact")
         now = elem.find("start/now")
         start = exact.get("time") if exact is not None else ("Now" if now is not None else "Unspecified")
-        planned = elem.get("state") in PLANNED
+        state = label_of_code(elem.get("state", "?"))
+        planned = state in PLANNED
         if exact is None and planned and elem.get("start-time"):
             start = elem.get("start-time")
         end = elem.get("end-time") or (elem.get("planned-end") if planned else None) or "Unspecified"
-        numnodes = sum(int(ns.get("numnodes", "1")) for ns in elem.iter("node-set"))
         kind = elem.get("type") or ("AR" if exact is not None else "Immediate" if now is not None
                                     else "Best-effort")
         dur = elem.find("duration")
-        rows.append((elem.get("id", "?"), kind, elem.get("state", "?"), start, end,
-                     dur.get("time", "?") if dur is not None else "?", str(numnodes)))
+        rows.append((elem.get("id", "?"), kind, state, start, end,
+                     dur.get("time", "?") if dur is not None else "?", numnodes))
     return rows
 
 

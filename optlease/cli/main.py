@@ -16,6 +16,11 @@ from optlease.cli import convert_cmd  # noqa: E402,F401
 from optlease.cli import optimize_cmd  # noqa: E402,F401
 from optlease.cli import serve_cmd  # noqa: E402,F401
 from optlease.cli import lease_cmds  # noqa: E402,F401
+from optlease.cli import convert_data_cmd  # noqa: E402,F401
+from optlease.cli import generate_workload_cmd  # noqa: E402,F401
+from optlease.cli import experiments_cmd  # noqa: E402,F401
+from optlease.cli import report_cmd  # noqa: E402,F401
+from optlease.cli import compare_cmd  # noqa: E402,F401
 
 
 def fail(message: str, code: int = 2) -> int:

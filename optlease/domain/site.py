@@ -4,8 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optlease.errors import InputError
+from optlease.numbers import parse_whole
 
 REQUIRED_TYPES = ("CPU", "Memory")
+MAX_NODES = 100_000          # a site of this size loads in about a second; ten million exhausted the daemon
+MAX_CAPACITY = 2**31 - 1     # per node and resource type, as for a lease's amounts
 
 
 class SiteError(InputError):
@@ -52,21 +55,16 @@ class Site:
         if not parts:
             raise SiteError("empty resources string")
         try:
-            numnodes = int(parts[0])
-        except ValueError:
-            raise SiteError(f"resources must start with the number of nodes, not {parts[0]!r}") from None
-        if numnodes <= 0:
-            raise SiteError(f"number of nodes must be positive, not {numnodes}")
+            numnodes = parse_whole(parts[0], 1, MAX_NODES)
+        except ValueError as exc:
+            raise SiteError(f"resources must start with the number of nodes: {exc}") from None
         capacity: dict[str, int] = {}
         for item in parts[1:]:
             name, sep, amount = item.partition(":")
             if not sep or not name:
                 raise SiteError(f"resource {item!r} is not of the form TYPE:AMOUNT")
             try:
-                value = int(amount)
-            except ValueError:
-                raise SiteError(f"resource {name}: amount {amount!r} is not a whole number") from None
-            if value <= 0:
-                raise SiteError(f"resource {name}: amount must be positive, not {value}")
-            capacity[name] = value
+                capacity[name] = parse_whole(amount, 1, MAX_CAPACITY)
+            except ValueError as exc:
+                raise SiteError(f"resource {name}: amount {exc}") from None
         return cls.homogeneous(numnodes, capacity)

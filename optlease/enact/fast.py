@@ -35,6 +35,7 @@ class VmConfig:
     vcpus: int | None = None
     transient: bool = False
     time_measurement: bool = False
+    probe_with_ssh: bool | None = None    # migfra waits for SSH into the new domain unless this is false
 
     @property
     def name(self) -> str:
@@ -46,7 +47,8 @@ class VmConfig:
 
     def to_doc(self) -> dict[str, Any]:
         pairs = [("vm-name", self.vm_name), ("xml", self.xml), ("memory", self.memory_kib), ("vcpus", self.vcpus),
-                 ("transient", self.transient or None), ("time-measurement", self.time_measurement or None)]
+                 ("transient", self.transient or None), ("time-measurement", self.time_measurement or None),
+                 ("probe-with-ssh", self.probe_with_ssh)]
         return {k: v for k, v in pairs if v is not None}
 
     @classmethod
@@ -54,9 +56,12 @@ class VmConfig:
         xml = doc.get("xml")
         if xml is not None and not isinstance(xml, str):
             raise FastProtocolError(f"xml: expected a string, got {type(xml).__name__}")
-        config = cls(vm_name=read_name(doc, "vm-name", required=False), xml=xml,
+        # migfra's start entries also accept `name:` for `vm-name`
+        name = read_name(doc, "vm-name", required=False) or read_name(doc, "name", required=False)
+        config = cls(vm_name=name, xml=xml,
                      memory_kib=read_uint(doc, "memory", U64, " of KiB"), vcpus=read_uint(doc, "vcpus", U32),
-                     transient=read_flag(doc, "transient"), time_measurement=read_flag(doc, "time-measurement"))
+                     transient=read_flag(doc, "transient"), time_measurement=read_flag(doc, "time-measurement"),
+                     probe_with_ssh=read_flag(doc, "probe-with-ssh") if "probe-with-ssh" in doc else None)
         if config.vm_name is None and config.xml is None:
             raise FastProtocolError("vm-configurations entry needs vm-name or xml")
         return config
@@ -64,13 +69,29 @@ class VmConfig:
 
 @dataclass(frozen=True)
 class StopEntry:
-    """One entry of a stop vm `list`: destroy instead of shutdown when forced, then undefine if asked."""
+    """One entry of a stop vm `list`: destroy instead of shutdown when forced, then undefine if asked. Instead of
+    a vm-name, migfra takes a `regex`: every running domain whose whole name matches."""
     vm_name: str | None
     force: bool = False
     undefine: bool = False
+    regex: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
-        return {"vm-name": self.vm_name, "force": self.force, "undefine": self.undefine}
+        name = {"vm-name": self.vm_name} if self.regex is None else {"regex": self.regex}
+        return {**name, "force": self.force, "undefine": self.undefine}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> "StopEntry":
+        regex = doc.get("regex")
+        if regex is not None:
+            if not isinstance(regex, str) or len(regex) > 256:
+                raise FastProtocolError("regex: expected a pattern of at most 256 characters")
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise FastProtocolError(f"regex: {exc}") from None
+        return cls(read_name(doc, "vm-name", required=False), read_flag(doc, "force"), read_flag(doc, "undefine"),
+                   regex)
 
 
 @dataclass(frozen=True)
@@ -110,8 +131,7 @@ class StopVm:
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], task_id: str | None) -> "StopVm":
         # A nameless entry is not a parse error: migfra answers it `status: error` for that VM alone.
-        entries = read_indexed(lambda e: StopEntry(read_name(e, "vm-name", required=False), read_flag(e, "force"),
-                                               read_flag(e, "undefine")), read_entries(doc, "list"), "list")
+        entries = read_indexed(StopEntry.from_doc, read_entries(doc, "list"), "list")
         return cls(tuple(entries), task_id)
 
 

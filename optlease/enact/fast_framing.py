@@ -9,8 +9,12 @@ import yaml
 
 from optlease.errors import InputError
 
-# A task payload is a few KiB of YAML; a bound keeps a hostile sender from making us parse megabytes.
-MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+# A task or result is a few KiB of YAML (a `vms listed` of 1,000 domains is ~80 KiB): the bounds keep a hostile
+# sender from making us build megabytes of objects. Nodes are what costs CPU (the constructor is Python), so they are
+# bounded too: 3 MB of YAML is ~3 s of CPU, while 20,000 nodes are a few tens of milliseconds.
+MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_NODES = 20_000
+_BINARY = "tag:yaml.org,2002:binary"
 MIGRATION_TYPES = ("live", "warm", "offline")
 SUCCESS, ERROR = "success", "error"
 ALL_RESULTS = "fast/migfra/+/result"
@@ -83,9 +87,56 @@ def encode(doc: Mapping[str, Any]) -> bytes:
     return ("---\n" + body + "---").encode("utf-8")
 
 
-def decode(payload: bytes | str, max_bytes: int = MAX_PAYLOAD_BYTES) -> dict[str, Any]:
-    """The one mapping a payload holds. Only safe_load_all: the trailing `---` of migfra's framing opens an empty
-    second document, which is dropped."""
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Doc(dict):
+    """A message's mapping, and the text of its top-level `id` as written (`yes` stays `yes`, not True)."""
+    raw_id: str | None = None
+
+
+def _check_events(text: str, max_nodes: int, binary: bool) -> str | None:
+    """Refuse what FAST never writes before anything is built: aliases and anchors (an alias bomb of 500 bytes
+    expands to 10^8 leaves), explicit tags (but !!binary where asked), and more than `max_nodes` nodes. The event
+    scan runs in libyaml, so a refusal costs little. Returns the text of the top-level `id` scalar."""
+    nodes = 0
+    raw_id = None
+    open_: list[list] = []       # per open collection: [is a mapping, a key comes next, the last key]
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.CollectionEndEvent):
+            open_.pop()
+            continue
+        if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent)) and open_ and open_[-1][0]:
+            parent = open_[-1]
+            if parent[1]:
+                parent[2] = event.value if isinstance(event, yaml.ScalarEvent) else None
+            elif len(open_) == 1 and parent[2] == "id" and isinstance(event, yaml.ScalarEvent):
+                raw_id = event.value
+            parent[1] = not parent[1]
+        if isinstance(event, yaml.CollectionStartEvent):
+            open_.append([isinstance(event, yaml.MappingStartEvent), True, None])
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise FastProtocolError(f"YAML anchors and aliases are not accepted{_where(event)}")
+        if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent)):
+            nodes += 1
+            if nodes > max_nodes:
+                raise FastProtocolError(f"too many YAML nodes (more than {max_nodes})")
+            tag = event.tag      # None unless written: `!` is a quoted scalar's non-specific tag
+            if tag not in (None, "!") and not (binary and tag == _BINARY):
+                raise FastProtocolError(f"YAML tag {tag[:40]!r} is not accepted{_where(event)}")
+    return raw_id
+
+
+def _where(event) -> str:
+    mark = event.start_mark
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+
+
+def decode(payload: bytes | str, max_bytes: int = MAX_PAYLOAD_BYTES, max_nodes: int = MAX_NODES,
+           binary: bool = False) -> dict[str, Any]:
+    """The one mapping a payload holds, read with safe loading only, no aliases, no tags (`binary`: but !!binary),
+    at most `max_bytes` and `max_nodes`. The trailing `---` of migfra's framing opens an empty second document,
+    which is dropped."""
     if isinstance(payload, (bytes, bytearray)):
         if len(payload) > max_bytes:
             raise FastProtocolError(f"payload too large ({len(payload)} bytes, at most {max_bytes})")
@@ -98,7 +149,8 @@ def decode(payload: bytes | str, max_bytes: int = MAX_PAYLOAD_BYTES) -> dict[str
     if not payload.strip():
         raise FastProtocolError("empty payload")
     try:
-        docs = [d for d in yaml.safe_load_all(payload) if d is not None]
+        raw_id = _check_events(payload, max_nodes, binary)
+        docs = [d for d in yaml.load_all(payload, Loader=_Loader) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -112,7 +164,9 @@ def decode(payload: bytes | str, max_bytes: int = MAX_PAYLOAD_BYTES) -> dict[str
         raise FastProtocolError(f"expected one YAML document, got {len(docs)}")
     if not isinstance(docs[0], dict):
         raise FastProtocolError(f"expected a YAML mapping, got {type(docs[0]).__name__}")
-    return docs[0]
+    doc = _Doc(docs[0])
+    doc.raw_id = raw_id
+    return doc
 
 
 # ----------------------------------------------------------------------------------------------- field readers
@@ -120,9 +174,14 @@ def decode(payload: bytes | str, max_bytes: int = MAX_PAYLOAD_BYTES) -> dict[str
 # for names and digit strings for counts, but a boolean is never a name and `lots` is never a size.
 
 def read_id(doc: Mapping[str, Any]) -> str | None:
+    """The id as it was written: migfra echoes ids unquoted, so `yes` or `042` must stay text, not become a
+    boolean or a number."""
     value = doc.get("id")
     if value is None:
         return None
+    raw = getattr(doc, "raw_id", None)
+    if raw is not None and isinstance(value, (bool, int, float)):
+        return raw
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (str, int, float)):

@@ -26,6 +26,7 @@ Nothing the network or a payload does raises into the caller: malformed messages
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -36,10 +37,11 @@ import paho.mqtt.client as mqtt
 from optlease.enact import fast
 from optlease.enact.agent.broker import Broker, make_client
 from optlease.enact.base import MIGRATE, RESUME, START, STOP, SUSPEND, HostInfo, TaskOutcome, VmTask, parse_vm_name
-from optlease.enact.mqtt_events import BrokerEvents
+from optlease.enact.mqtt_events import INBOX, BrokerEvents
+from optlease.enact.mqtt_timers import TICK, Timers
+from optlease.errors import InputError
 
 log = logging.getLogger("optlease.enact.mqtt")
-TICK = 0.05     # seconds between timer checks
 
 
 def minimal_domain_xml(task: VmTask, domain_type: str = "kvm") -> str:
@@ -51,19 +53,28 @@ def minimal_domain_xml(task: VmTask, domain_type: str = "kvm") -> str:
 
 @dataclass
 class _Part:
-    """One wire message of a job (a job is one VmTask; a swap sent as two migrations has two parts)."""
+    """One wire message of a job (a job is one VmTask; a swap sent as two migrations has two parts, and a paused VM
+    is resumed before migfra stops or migrates it). Stage k goes out once every part of stage k-1 succeeded."""
     job: "_Job"
     host: str
     build: Callable[[str], fast.Task]      # fresh id -> the task to publish
-    id: str = ""
+    stage: int = 0
+    id: str = ""                           # the latest attempt's id
+    ids: set[str] = field(default_factory=set)    # every attempt not yet answered: a late answer still counts
     attempt: int = 0
-    deadline: float = 0.0
+    deadline: float = 0.0                  # of the latest attempt
+    not_before: float = 0.0                # held back until then (backoff after the same task failed)
     result: fast.Result | None = None
+    error: fast.Result | None = None       # an attempt answered error: the part fails unless an earlier one succeeds
     timed_out: bool = False
 
     @property
     def done(self) -> bool:
         return self.result is not None or self.timed_out
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None and self.result.ok
 
 
 @dataclass
@@ -72,6 +83,17 @@ class _Job:
     batch: "_Batch"
     parts: list[_Part] = field(default_factory=list)
 
+    @property
+    def settled(self) -> bool:
+        """Every part has its outcome, or a stage failed and what was sent of it is done."""
+        for stage in sorted({p.stage for p in self.parts}):
+            parts = [p for p in self.parts if p.stage == stage]
+            if not all(p.done for p in parts):
+                return False
+            if not all(p.ok for p in parts):
+                return True
+        return True
+
 
 @dataclass
 class _Batch:
@@ -79,7 +101,7 @@ class _Batch:
     index: int = 0
 
 
-class MqttEnactor(BrokerEvents):
+class MqttEnactor(BrokerEvents, Timers):
     """The Enactor that speaks FAST over MQTT to one migfra(-compatible) agent per host."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 1883, username: str | None = None,
@@ -110,6 +132,12 @@ class MqttEnactor(BrokerEvents):
         self._hosts: dict[str, HostInfo] = {}
         self._running: dict[str, tuple[str, str]] = {}
         self._inventory: dict[str, str] = {}        # id of a `list vms` under way -> host
+        self._failures: dict[tuple, tuple[int, float]] = {}   # a task that failed -> (times in a row, held until)
+        self._probes: dict[str, list] = {}          # id of a probe under way -> [host, deadline]
+        self._probed: dict[str, float] = {}         # host -> when it was last probed
+        self.no_inventory: set[str] = set()         # hosts that do not know `list vms` (migfra)
+        self._last_tick = clock()
+        self._inbox: queue.Queue = queue.Queue(INBOX)
         self.listed: dict[str, float] = {}           # host -> when its last inventory arrived
         for name in hosts:
             self._hosts[fast.check_host(name)] = HostInfo(name, {}, False, 0.0)
@@ -123,20 +151,27 @@ class MqttEnactor(BrokerEvents):
         self.client.on_connect = self._guard(self._on_connect)
         self.client.on_disconnect = self._guard(self._on_disconnect)
         self.client.on_subscribe = self._guard(self._on_subscribe)
-        self.client.message_callback_add(fast.ALL_RESULTS, self._guard(self._on_result))
-        self.client.message_callback_add(fast.ALL_STATUS, self._guard(self._on_status))
+        self.client.message_callback_add(fast.ALL_RESULTS, self._guard(self._arrived))
+        self.client.message_callback_add(fast.ALL_STATUS, self._guard(self._arrived))
         self.client.connect_async(host, port, keepalive=keepalive)
         self.client.loop_start()
         self._ticker = threading.Thread(target=self._tick_loop, name="optlease-enactor-timers", daemon=True)
         self._ticker.start()
+        self._reader = threading.Thread(target=self._read_loop, name="optlease-enactor-reader", daemon=True)
+        self._reader.start()
         if not self._ready.wait(connect_timeout):
             log.warning("MQTT broker %s: not subscribed within %g s; tasks wait until it is", self.broker,
                         connect_timeout)
 
     @classmethod
     def from_config(cls, cfg, **options) -> "MqttEnactor":
-        """From a configuration's `[mqtt]` section (`hosts`: the agents' host names, expected from the start)."""
+        """From a configuration's `[mqtt]` section (`hosts`: the agents' host names, expected from the start).
+        Refuses a broker without credentials or TLS unless `insecure: yes`: whoever can publish there commands the
+        hosts."""
         get = lambda name: cfg.get("mqtt", name)   # noqa: E731
+        if get("username") is None and get("tls-ca") is None and not get("insecure"):
+            raise InputError("[mqtt] has neither username/password nor tls-ca: anyone who reaches the broker could "
+                             "command the hosts; set them (docs/enactment.md), or say insecure: yes", cfg.path)
         options.setdefault("hosts", tuple((get("hosts") or "").split()))
         return cls(get("host"), get("port"), get("username"), get("password"), get("tls-ca"), get("keepalive"),
                    get("task-timeout"), get("task-retries"), get("host-timeout") or None, **options)
@@ -165,7 +200,6 @@ class MqttEnactor(BrokerEvents):
 
     def hosts(self) -> dict[str, HostInfo]:
         with self._lock:
-            self._check_silence()
             return {h: replace(info, capacity=dict(info.capacity)) for h, info in self._hosts.items()}
 
     def running(self) -> dict[str, tuple[str, str]]:
@@ -202,6 +236,8 @@ class MqttEnactor(BrokerEvents):
     def close(self) -> None:
         self._closing = True
         self._ticker.join(2)
+        self._inbox.put(None)
+        self._reader.join(2)
         try:
             self.client.disconnect()
         finally:
@@ -241,51 +277,56 @@ class MqttEnactor(BrokerEvents):
     def _job(self, task: VmTask, batch: _Batch) -> _Job:
         job = _Job(task, batch)
         vm = task.vm
+
+        def part(host: str, build: Callable[[str], fast.Task], stage: int = 0) -> None:
+            job.parts.append(_Part(job, host, build, stage))
+
+        with self._lock:
+            paused = self._running.get(vm, ("", ""))[1] == "paused"
         if task.kind == START:
             xml = self.domain_xml(task) if self.domain_xml is not None else None
+            # probe-with-ssh: false: a real migfra would otherwise wait up to 60 s for SSH into the new domain
             config = fast.VmConfig(vm_name=None if xml else vm, xml=xml,
-                                   memory_kib=task.memory_mb * 1024 if task.memory_mb else None, vcpus=task.vcpus)
-            job.parts.append(_Part(job, task.host, lambda i: fast.StartVm((config,), id=i)))
+                                   memory_kib=task.memory_mb * 1024 if task.memory_mb else None, vcpus=task.vcpus,
+                                   probe_with_ssh=False)
+            part(task.host, lambda i: fast.StartVm((config,), id=i))
         elif task.kind == STOP:
-            entry = fast.StopEntry(vm, force=task.force or self.stop_force, undefine=True)
-            job.parts.append(_Part(job, task.host, lambda i: fast.StopVm((entry,), id=i)))
+            # migfra stops only a RUNNING domain: a paused one is resumed first, then destroyed at once
+            entry = fast.StopEntry(vm, force=task.force or self.stop_force or paused, undefine=True)
+            if paused:
+                part(task.host, lambda i: fast.ResumeVm((vm,), id=i))
+            part(task.host, lambda i: fast.StopVm((entry,), id=i), stage=int(paused))
         elif task.kind == SUSPEND:
-            job.parts.append(_Part(job, task.host, lambda i: fast.SuspendVm((vm,), id=i)))
+            part(task.host, lambda i: fast.SuspendVm((vm,), id=i))
         elif task.kind == RESUME:
-            job.parts.append(_Part(job, task.host, lambda i: fast.ResumeVm((vm,), id=i)))
+            part(task.host, lambda i: fast.ResumeVm((vm,), id=i))
         elif task.kind == MIGRATE:
             dest, mtype = task.destination, task.migration_type
             if task.swap_with is not None and self.swap_with:
                 swap = fast.SwapWith(task.swap_with)
-                job.parts.append(_Part(job, task.host, lambda i: fast.MigrateVm(vm, dest, mtype, swap_with=swap,
-                                                                                id=i)))
+                part(task.host, lambda i: fast.MigrateVm(vm, dest, mtype, swap_with=swap, id=i))
+            elif task.swap_with is not None:      # the partner moves back in the same wave
+                other = task.swap_with
+                part(task.host, lambda i: fast.MigrateVm(vm, dest, mtype, id=i))
+                part(dest, lambda i: fast.MigrateVm(other, task.host, mtype, id=i))
             else:
-                job.parts.append(_Part(job, task.host, lambda i: fast.MigrateVm(vm, dest, mtype, id=i)))
-                if task.swap_with is not None:      # the partner moves back in the same wave
-                    other = task.swap_with
-                    job.parts.append(_Part(job, dest, lambda i: fast.MigrateVm(other, task.host, mtype, id=i)))
+                # migfra migrates only a RUNNING domain: a suspended image is resumed, moved, suspended again
+                if paused:
+                    part(task.host, lambda i: fast.ResumeVm((vm,), id=i))
+                part(task.host, lambda i: fast.MigrateVm(vm, dest, mtype, id=i), stage=int(paused))
+                if paused:
+                    part(dest, lambda i: fast.SuspendVm((vm,), id=i), stage=2)
         else:
             raise ValueError(f"unknown task kind {task.kind!r}")
         return job
 
-    # ------------------------------------------------------------------------------------ waves and timers
+    # ------------------------------------------------------------------------------------ waves and stages
     def _start_wave(self, batch: _Batch, sends: list[_Part]) -> None:
-        """Send the batch's current wave (lock held)."""
+        """Send the first stage of every job of the batch's current wave (lock held)."""
         for job in batch.waves[batch.index]:
             for part in job.parts:
-                self._send(part, sends)
-
-    def _send(self, part: _Part, sends: list[_Part]) -> None:
-        """Give the part a fresh id and a fresh timer; publish now if subscribed, else when we are (lock held)."""
-        self._pending.pop(part.id, None)
-        part.id = fast.new_task_id()
-        part.attempt += 1
-        part.deadline = self.clock() + self.task_timeout
-        self._pending[part.id] = part
-        if self._ready.is_set():
-            sends.append(part)
-        else:
-            self._unsent.append(part)
+                if part.stage == 0:
+                    self._send(part, sends)
 
     def _publish(self, parts: list[_Part]) -> None:
         """Publish outside the lock (paho has its own)."""
@@ -301,68 +342,33 @@ class MqttEnactor(BrokerEvents):
             except Exception as exc:      # noqa: BLE001 - a bad host name fails this task, not the enactor
                 log.warning("cannot send %s to %s: %s", part.job.task.kind, part.host, exc)
                 with self._lock:
-                    self._pending.pop(part.id, None)
+                    self._forget(part)
                     part.result = fast.Result("unknown", (fast.VmResult(part.job.task.vm, fast.ERROR, str(exc)),))
                     more: list[_Part] = []
                     self._settled(part, more)
                 self._publish(more)
 
-    def _tick_loop(self) -> None:
-        while not self._closing:
-            try:
-                self._tick()
-            except Exception:      # noqa: BLE001 - the timers must keep running
-                log.exception("enactor timer failed")
-            time.sleep(TICK)
-
-    def _tick(self) -> None:
-        sends: list[_Part] = []
-        with self._lock:
-            now = self.clock()
-            for part in [p for p in self._pending.values() if p.deadline <= now]:
-                self._pending.pop(part.id, None)
-                if part.attempt <= self.task_retries:
-                    log.warning("no result for %s %s on %s within %g s (%s); sending it again", part.job.task.kind,
-                                part.job.task.vm, part.host, self.task_timeout, part.id)
-                    if part in self._unsent:
-                        self._unsent.remove(part)
-                    self._send(part, sends)
-                else:
-                    log.warning("%s %s on %s: no result after %d attempts", part.job.task.kind, part.job.task.vm,
-                                part.host, part.attempt)
-                    if part in self._unsent:
-                        self._unsent.remove(part)
-                    part.timed_out = True
-                    self._settled(part, sends)
-            if self._ready.is_set() and self._unsent:
-                sends.extend(self._unsent)
-                self._unsent.clear()
-            self._check_silence()
-        self._publish(sends)
-
-    def _check_silence(self) -> None:
-        if self.host_timeout is None:
-            return
-        now = self.clock()
-        for info in self._hosts.values():
-            if info.alive and now - info.last_seen > self.host_timeout:
-                info.alive = False
-                log.warning("host %s silent for %g s: not alive", info.name, now - info.last_seen)
-
     def _settled(self, part: _Part, sends: list[_Part]) -> None:
         """A part has its result or has timed out: settle its job, then its wave (lock held)."""
         job = part.job
-        if not all(p.done for p in job.parts):
+        if part.ok and any(p.stage == part.stage + 1 for p in job.parts):
+            if all(p.ok for p in job.parts if p.stage == part.stage):
+                for later in job.parts:
+                    if later.stage == part.stage + 1:
+                        self._send(later, sends)
             return
-        ok = all(p.result is not None and p.result.ok for p in job.parts)
+        if not job.settled:
+            return
+        ok = all(p.ok for p in job.parts)
         details = "; ".join(d for d in (self._details(p) for p in job.parts) if d)
         timed_out = any(p.timed_out for p in job.parts)
         self._outcomes.append(TaskOutcome(job.task, ok, details, timed_out))
+        self._failed_again(job.task, ok)
         if ok:
             self._record(job.task)
         batch = job.batch
         wave = batch.waves[batch.index]
-        if not all(all(p.done for p in j.parts) for j in wave):
+        if not all(j.settled for j in wave):
             return
         wave_ok = all(o.ok for o in self._outcomes_of(wave))
         batch.index += 1
@@ -379,9 +385,11 @@ class MqttEnactor(BrokerEvents):
 
     def _outcomes_of(self, wave: list[_Job]):
         for job in wave:
-            yield TaskOutcome(job.task, all(p.result is not None and p.result.ok for p in job.parts))
+            yield TaskOutcome(job.task, all(p.ok for p in job.parts))
 
     def _details(self, part: _Part) -> str:
+        if not part.done:
+            return ""           # a later stage never sent: an earlier one failed
         if part.timed_out:
             return f"no result from {part.host} after {part.attempt} attempts of {self.task_timeout:g} s"
         assert part.result is not None

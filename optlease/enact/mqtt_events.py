@@ -1,16 +1,25 @@
 """The broker's side of MqttEnactor: what it does when paho reports a connection, subscriptions, a lost broker, an
-agent's status, a task's result or a host's inventory (`vms listed`). Runs on paho's network thread; nothing raises
-out of it (`_guard`)."""
+agent's status, a task's result or a host's inventory (`vms listed`). Nothing raises out of it (`_guard`).
+
+Messages are read off paho's network thread: it only checks the size, notes that the host spoke and queues the
+payload; the reader thread parses it. So a hostile payload (an alias bomb, megabytes of YAML) can neither stall the
+connection that keeps us subscribed nor hold back the signs of life of other hosts.
+"""
 from __future__ import annotations
 
 import logging
+import queue
+import re
 
 import paho.mqtt.client as mqtt
 
 from optlease.enact import fast
-from optlease.enact.base import HostInfo
+from optlease.enact.base import STOP, HostInfo
 
 log = logging.getLogger("optlease.enact.mqtt")
+INBOX = 1024        # messages waiting to be read; beyond, a flood is dropped (and logged) rather than queued
+# libvirt's and migfra's words for a domain that is not there: a stop of it has reached its goal
+_NOT_FOUND = re.compile(r"domain not found|no domain with matching (name|uuid)", re.IGNORECASE)
 
 
 class BrokerEvents:
@@ -40,9 +49,13 @@ class BrokerEvents:
             return
         self._ready.set()
         with self._lock:
-            sends, self._unsent = self._unsent, []
+            now = self.clock()
+            sends = [p for p in self._unsent if p.not_before <= now]
+            self._unsent = [p for p in self._unsent if p.not_before > now]
+            hosts = list(self._hosts)
         self._publish(sends)
         self.request_inventory()
+        self._probe(hosts)      # migfra never announces itself: a probe is how we learn that it is there
 
     def _on_disconnect(self, _client, _userdata, _flags, reason_code, _properties) -> None:
         self._ready.clear()
@@ -59,8 +72,41 @@ class BrokerEvents:
         info.alive = True
         return info
 
-    def _on_status(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
-        host, status = _read(msg, fast.parse_status, "a status message")
+    def _arrived(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
+        """On paho's network thread: nothing here may take long."""
+        try:
+            host = fast.host_of_topic(msg.topic)
+        except fast.FastProtocolError as exc:
+            log.warning("dropped a message: %s", exc)
+            return
+        if len(msg.payload) > fast.MAX_PAYLOAD_BYTES:
+            log.warning("dropped %d bytes on %s: more than %d", len(msg.payload), msg.topic, fast.MAX_PAYLOAD_BYTES)
+            return
+        with self._lock:
+            info = self._hosts.get(host)
+            if info is not None and info.alive:
+                info.last_seen = self.clock()    # it speaks: whatever it says, it is there
+        try:
+            self._inbox.put_nowait((msg.topic, bytes(msg.payload)))
+        except queue.Full:
+            log.warning("dropped a message on %s: %d messages wait to be read", msg.topic, INBOX)
+
+    def _read_loop(self) -> None:
+        while True:
+            item = self._inbox.get()
+            if item is None:
+                return
+            topic, payload = item
+            try:
+                if topic.endswith("/status"):
+                    self._on_status(topic, payload)
+                else:
+                    self._on_result(topic, payload)
+            except Exception:      # noqa: BLE001 - the reader must survive anything a message does
+                log.exception("enactor: failed to handle a message on %s", topic)
+
+    def _on_status(self, topic: str, payload: bytes) -> None:
+        host, status = _read(topic, payload, fast.parse_status, "a status message")
         if status is None:
             return
         with self._lock:
@@ -80,33 +126,70 @@ class BrokerEvents:
         if status.task == "init" or (status.task == "heartbeat" and not was_alive):
             self.request_inventory([host])
 
-    def _on_result(self, _client, _userdata, msg: mqtt.MQTTMessage) -> None:
-        host, result = _read(msg, fast.parse_result, "a result")
+    def _on_result(self, topic: str, payload: bytes) -> None:
+        host, result = _read(topic, payload, fast.parse_result, "a result")
         if result is None:
             return
-        sends: list = []   # the parts of later waves that this result lets go out
         if result.kind == fast.ListVms.result_kind:
             self._on_inventory(host, result)
             return
+        sends: list = []   # the parts that this result lets go out
         with self._lock:
-            self._seen(host)
-            part = self._pending.get(result.id) if result.id is not None else None
+            probed = result.id is not None and self._probes.get(result.id, [None])[0] == host
+            if probed:
+                del self._probes[result.id]
+                back = not self._hosts.get(host, HostInfo(host, alive=False)).alive
+                self._seen(host)
+        if probed:
+            if back:
+                self.request_inventory([host])      # a host heard again: what does it run now?
+            return
+        with self._lock:
+            if result.id is None:
+                self._unmatched(host, result)
+                return
+            part = self._pending.get(result.id)
             if part is None:
                 log.info("result %s on %s matches no task under way (late, retried or not ours): dropped",
-                         result.id, msg.topic)
+                         result.id, topic)
                 return
             if part.host != host:
                 log.warning("result %s came from %s, but its task went to %s: dropped", result.id, host, part.host)
                 return
-            del self._pending[result.id]
-            part.result = result
-            if not result.ok:
+            self._seen(host)
+            result = _gone_is_stopped(part, result)
+            if result.ok:
+                self._forget(part)
+                part.result = result
+                self._settled(part, sends)
+            else:
                 log.warning("%s %s on %s failed: %s", part.job.task.kind, part.job.task.vm, host,
                             result.details or result.kind)
-            self._settled(part, sends)
+                part.ids.discard(result.id)
+                del self._pending[result.id]
+                part.error = result
+                if not part.ids:          # no earlier attempt may still succeed
+                    self._give_up(part, sends)
         self._publish(sends)
         if not result.ok:
             self.request_inventory([host])      # after a failure, what the host runs is worth asking again
+
+    def _unmatched(self, host: str, result: fast.Result) -> None:
+        """An answer without id: migfra's to what it cannot read. Only one is worth acting on: a migfra, which has
+        no `list vms`, answering ours (lock held)."""
+        self._seen(host)
+        asked = [i for i, h in self._inventory.items() if h == host]
+        if result.kind == "unknown" and "Unknown type of Task" in result.details and asked:
+            for i in asked:
+                del self._inventory[i]
+            if host not in self.no_inventory:
+                self.no_inventory.add(host)
+                log.warning("host %s does not know `list vms` (a migfra without optlease's extension): what runs "
+                            "there is known only from the tasks optlease sent it", host)
+            self.listed[host] = self.clock()
+            return
+        log.warning("host %s answered %s without an id (it could not read a message): %s", host, result.kind,
+                    result.details or "no details")
 
     def _on_inventory(self, host: str, result: fast.Result) -> None:
         """A host's answer to `list vms`: it replaces what we knew of that host, except for the VMs of tasks still
@@ -135,10 +218,20 @@ class BrokerEvents:
         log.info("host %s runs %d domains", host, len(result.vms))
 
 
-def _read(msg: mqtt.MQTTMessage, parse, what: str) -> tuple:
+def _read(topic: str, payload: bytes, parse, what: str) -> tuple:
     """The host a message came from and what it says, or (None, None) when it cannot be read (logged, dropped)."""
     try:
-        return fast.host_of_topic(msg.topic), parse(msg.payload)
+        return fast.host_of_topic(topic), parse(payload)
     except fast.FastProtocolError as exc:
-        log.warning("dropped %s on %s: %s", what, msg.topic, exc)
+        log.warning("dropped %s on %s: %s", what, topic, exc)
         return None, None
+
+
+def _gone_is_stopped(part, result: fast.Result) -> fast.Result:
+    """A stop answered `domain not found`: the domain is not there, which is what the stop was for."""
+    if part.job.task.kind != STOP or result.kind == "unknown" \
+            or not all(v.ok or _NOT_FOUND.search(v.details or "") for v in result.vms):
+        return result
+    vms = tuple(v if v.ok else fast.VmResult(v.vm_name, fast.SUCCESS, f"already gone ({v.details})")
+                for v in result.vms)
+    return fast.Result(result.kind, vms, result.id)

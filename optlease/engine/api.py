@@ -8,25 +8,25 @@ server answers only on the path `/<token>` (clients put it in the URL: `http://h
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import ipaddress
 from datetime import datetime
 from xmlrpc.client import Fault
-from xmlrpc.server import SimpleXMLRPCRequestHandler, SimpleXMLRPCServer
 
 from lxml import etree
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
+from optlease.engine.api_http import ApiServer
 from optlease.engine.daemon import Manager
 from optlease.errors import InputError
 from optlease.formats import lwf
+from optlease.formats.lease_states import HAIZEA_CODE
 from optlease.formats.timefmt import format_duration, format_time
+from optlease.numbers import parse_whole
 
 MAX_XML_BYTES = 64 * 1024
-MAX_BODY_BYTES = 256 * 1024
 MAX_SECONDS = 100 * 365 * 86400        # no lease lasts or starts more than a century from now
-MAX_AMOUNT = 2**31 - 1
+MAX_LEASE_ID = 2**63 - 1               # what SQLite stores
 
 
 def parse_lease_xml(xml: str, lease_id: int, arrival: int, origin: datetime, site: Site) -> LeaseRequest:
@@ -70,32 +70,35 @@ def parse_lease_xml(xml: str, lease_id: int, arrival: int, origin: datetime, sit
 
 
 def _check_numbers(root, site: Site) -> None:
-    """Before the reader expands node sets: no absurd counts or amounts."""
+    """Before the reader expands node sets: no absurd counts or amounts. A number the strict grammar refuses is
+    left to the reader, which says so with its place."""
     total = 0
     for node_set in root.iter("node-set"):
         raw = (node_set.get("numnodes") or "").strip()
-        if raw.isdigit():
-            if len(raw) > 12:
-                raise InputError(f"numnodes={raw[:20]} is far too large")
-            total += int(raw)
+        try:
+            total += parse_whole(raw, None)
+        except ValueError:
+            continue
+        if len(raw) > 12:
+            raise InputError(f"numnodes={raw[:20]} is far too large")
     if total > len(site.nodes):
         raise InputError(f"the lease asks for {total} nodes; the site has {len(site.nodes)}")
     for res in root.iter("res"):
         raw = (res.get("amount") or "").strip()
-        if raw.lstrip("-").isdigit() and (len(raw) > 12 or int(raw) > MAX_AMOUNT):
+        try:
+            amount = parse_whole(raw, None)
+        except ValueError:
+            continue
+        if len(raw) > 12 or amount > lwf.MAX_AMOUNT:
             raise InputError(f"amount={raw[:20]} of {res.get('type')} is far too large")
 
 
-def state_label(state: LeaseState) -> str:
-    """Haizea's spelling: Scheduled, Active, Suspended-Queued..."""
-    return "-".join(p.capitalize() for p in state.value.split("-"))
-
-
 def lease_to_xml(lease, origin: datetime) -> str:
-    """A lease as Haizea's get_leases returns it (its request's <lease> XML with `id` and `state`), plus
-    optlease's own attributes: `type`, `start-time` (planned or actual start), `end-time`, else `planned-end`."""
+    """A lease as Haizea's get_leases returns it (its request's <lease> XML with `id` and `state`, Haizea's numeric
+    code), plus optlease's own attributes: `type`, `start-time` (planned or actual start), `end-time`, else
+    `planned-end`."""
     req = lease.req
-    elem = etree.Element("lease", id=str(req.id), state=state_label(lease.state),
+    elem = etree.Element("lease", id=str(req.id), state=str(HAIZEA_CODE[lease.state]),
                          preemptible="true" if req.preemptible else "false", type=req.kind.label)
     vmrr = lease.last_vmrr()
     start = lease.first_start if lease.first_start is not None else (vmrr.start if vmrr is not None else None)
@@ -135,13 +138,14 @@ class Api:
     def _dispatch(self, method: str, params: tuple):
         func = getattr(self, method, None) if method in API_METHODS else None
         if func is None:
-            raise Fault(1, f"unknown method {method!r}")
+            raise Fault(1, f"unknown method {str(method)[:40]!r}")
         try:
             return func(*params)
         except Fault:
             raise
-        except TypeError as exc:
-            raise Fault(1, f"{method}: bad arguments ({exc})".replace("\n", " ")) from None
+        except TypeError:
+            # the exception names Python's own functions; the user needs the method's arguments
+            raise Fault(1, f"{method}: wrong arguments ({API_METHODS[method]})") from None
         except InputError as exc:
             raise Fault(1, str(exc).replace("\n", " ")) from None
 
@@ -196,23 +200,30 @@ class Api:
         return 0
 
 
-API_METHODS = ("create_lease", "cancel_lease", "get_leases", "get_lease", "get_queue", "get_hosts", "test_func")
+# each method and the arguments it takes, as a refusal states them
+API_METHODS = {"create_lease": "one lease XML string", "cancel_lease": "one lease id",
+               "get_leases": "none, or True to include finished leases", "get_lease": "one lease id",
+               "get_queue": "none", "get_hosts": "none", "test_func": "none"}
 
 
 def _lease_id(value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise InputError(f"lease id {value!r} is not a whole number")
+        raise InputError(f"lease id {str(value)[:24]!r} is not a whole number")
     try:
-        return int(value)
-    except ValueError:
-        raise InputError(f"lease id {value!r} is not a whole number") from None
+        return parse_whole(str(value).strip(), 1, MAX_LEASE_ID)
+    except ValueError as exc:
+        raise InputError(f"lease id {exc}") from None
 
 
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.strip().rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    try:
+        number = parse_whole(port, 0, 65535)
+    except ValueError as exc:
+        raise InputError(f"[daemon] listen: {text!r} is not HOST:PORT (port {exc})") from None
+    if not sep:
         raise InputError(f"[daemon] listen: {text!r} is not HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    return host.strip("[]") or "127.0.0.1", number
 
 
 def is_loopback(host: str) -> bool:
@@ -224,33 +235,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def make_server(manager: Manager, listen: str, token: str | None) -> SimpleXMLRPCServer:
+def make_server(manager: Manager, listen: str, token: str | None) -> ApiServer:
     host, port = parse_listen(listen)
     if not is_loopback(host) and not token:
         raise InputError(f"[daemon] listen: {host} is not loopback; set [daemon] token to let others in")
-    expected = "/" + token if token else None
-
-    class Handler(SimpleXMLRPCRequestHandler):
-        rpc_paths = ("/", "/RPC2")
-
-        def is_rpc_path_valid(self) -> bool:
-            if expected is None:
-                return self.path in self.rpc_paths
-            return hmac.compare_digest(self.path.encode(), expected.encode())
-
-        def do_POST(self) -> None:
-            length = self.headers.get("content-length", "")
-            if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-                self.send_response(413)
-                self.send_header("Content-length", "0")
-                self.end_headers()
-                return
-            super().do_POST()
-
-        def log_message(self, format: str, *args) -> None:
-            pass
-
-    server = SimpleXMLRPCServer((host, port), requestHandler=Handler, logRequests=False, allow_none=True,
-                                bind_and_activate=True)
+    server = ApiServer((host, port), token)
     server.register_instance(Api(manager))
     return server

@@ -89,7 +89,8 @@ def site_from_agents(cfg: Config, enactor) -> Site:
         time.sleep(0.05)
     if missing:
         raise InputError(f"[simulation] resources: from-agents: no announcement from {' '.join(missing)} within "
-                         f"{wait:g} s ([mqtt] hosts-wait); are their agents running on this broker?", cfg.path)
+                         f"{wait:g} s ([mqtt] hosts-wait); are their agents running on this broker? (a migfra never "
+                         f"announces itself: with migfra hosts, give [simulation] resources)", cfg.path)
     nodes = tuple({"CPU": 100 * known[n].capacity["vcpus"], "Memory": known[n].capacity["memory_mb"]}
                   for n in names)
     return Site(("CPU", "Memory"), nodes)

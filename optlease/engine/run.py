@@ -4,8 +4,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
+from optlease.accounting.probes import collection_for
+from optlease.accounting.rundata import record_rounds
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
 from optlease.domain.site import Site
 from optlease.eventlog import EventLog
@@ -17,8 +19,10 @@ from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 
 
-def load_workload(cfg: Config, tracefile: str | None = None) -> tuple[str, Workload]:
-    """The trace named by the configuration (or given instead), with the injection file merged in."""
+def load_workload(cfg: Config, tracefile: str | None = None,
+                  injection: str | None = None) -> tuple[str, Workload]:
+    """The trace named by the configuration (or given instead), with the injection file (the configuration's, or
+    the one given instead) merged in."""
     from optlease.formats.traces import inject, load_trace
 
     name = tracefile or cfg.get("tracefile", "tracefile")
@@ -29,9 +33,10 @@ def load_workload(cfg: Config, tracefile: str | None = None) -> tuple[str, Workl
                scale=cfg.get("tracefile", "swf-processor-scale"), memory=cfg.get("tracefile", "swf-memory"))
     path = Path(name) if tracefile else cfg.resolve(name)
     workload = load_trace(path, format=cfg.get("tracefile", "format"), origin=origin, **swf)
-    injection = cfg.get("tracefile", "injectionfile")
     if injection:
-        workload = inject(workload, load_trace(cfg.resolve(injection), origin=origin))
+        workload = inject(workload, load_trace(Path(injection), origin=origin))
+    elif cfg.get("tracefile", "injectionfile"):
+        workload = inject(workload, load_trace(cfg.resolve(cfg.get("tracefile", "injectionfile")), origin=origin))
     return name, workload
 
 
@@ -109,7 +114,10 @@ def check_demands(site: Site, requests: list[LeaseRequest]) -> None:
                                  req.extra.get("source"))
 
 
-def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = None) -> SimulationResult:
+def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = None, injection: str | None = None,
+             progress: Callable[[int, int], None] | None = None) -> SimulationResult:
+    """Run the configuration's simulation; the result carries the probes' data (`[accounting] probes`), stopped,
+    with the CP-SAT rounds' counters under `mapper: cpsat`. `progress` is told (requests arrived, in all)."""
     if cfg.get("general", "mode") != "simulated" or cfg.get("simulation", "clock") != "simulated":
         raise InputError("optlease simulate needs [general] mode: simulated and [simulation] clock: simulated "
                          "(a real clock is the daemon's: optlease serve)", cfg.path)
@@ -117,7 +125,8 @@ def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = Non
     log = EventLog(origin, cfg.get("general", "loglevel"), out)
     opts = SchedulingOptions.from_config(cfg)
     policies = Policies(opts.policy_admission, opts.policy_preemption, opts.policy_host_selection)
-    name, workload = load_workload(cfg, tracefile)
+    accounting = collection_for(cfg.get("accounting", "probes").split())
+    name, workload = load_workload(cfg, tracefile, injection)
     requests = apply_trace_options(cfg, workload.requests)
     site = site_of(cfg, workload)
     check_demands(site, requests)
@@ -126,11 +135,12 @@ def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = Non
     log.info("TFILE", f"Loaded workload with {len(requests)} requests "
                       f"({kinds_breakdown([r.kind for r in sorted(requests, key=lambda r: r.id)])})")
     sim = Simulator(site, requests, opts, policies, log, cfg.get("simulation", "stop-when"),
-                    cfg.get("simulation", "status-message-interval"))
+                    cfg.get("simulation", "status-message-interval"), accounting, progress)
     result = sim.run()
     if sim.sched.round_hook is not None:
         result.round_records = list(sim.sched.round_hook.records)
         result.admissions = list(sim.sched.round_hook.admissions)
+    record_rounds(accounting, result.round_records)
     log.status("RM", "Stopping resource manager gracefully...")
     sim.print_status()
     result.notes.extend(f"lease {lease.id} rejected: {lease.reason}" for lease in result.leases if lease.reason)

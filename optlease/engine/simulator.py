@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
+from optlease.accounting.collection import AccountingDataCollection
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
 from optlease.engine.clock import SimulatedClock
@@ -28,6 +30,7 @@ class SimulationResult:
     round_records: list | None = None   # CpsatRound.records under `mapper: cpsat`
     admissions: list | None = None      # CpsatRound.admissions under `mapper: cpsat`
     notes: list[str] = field(default_factory=list)
+    accounting: AccountingDataCollection | None = None   # the probes' data, stopped at the run's end
 
 
 def kinds_breakdown(kinds: list[LeaseKind]) -> str:
@@ -38,9 +41,18 @@ def kinds_breakdown(kinds: list[LeaseKind]) -> str:
     return " + ".join(f"{n} {k.label}" for k, n in counts.items())
 
 
+# Haizea's summary lists states in the order of its state codes (Rejected before Done, Cancelled after Queued).
+SUMMARY_ORDER = (LeaseState.NEW, LeaseState.PENDING, LeaseState.REJECTED, LeaseState.SCHEDULED, LeaseState.QUEUED,
+                 LeaseState.CANCELLED, LeaseState.ACTIVE, LeaseState.SUSPENDING, LeaseState.SUSPENDED_PENDING,
+                 LeaseState.SUSPENDED_QUEUED, LeaseState.SUSPENDED_SCHEDULED, LeaseState.MIGRATING,
+                 LeaseState.RESUMING, LeaseState.DONE, LeaseState.FAILED)
+
+
 class Simulator:
     def __init__(self, site: Site, requests: list[LeaseRequest], opts: SchedulingOptions, policies: Policies,
-                 log: EventLog, stop_when: str = "all-leases-done", status_interval: int | None = None) -> None:
+                 log: EventLog, stop_when: str = "all-leases-done", status_interval: int | None = None,
+                 accounting: AccountingDataCollection | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> None:
         self.site = site
         self.requests = sorted(requests, key=lambda r: r.arrival)
         self.opts = opts
@@ -52,6 +64,9 @@ class Simulator:
                        for r in self.requests]
         self.stepper = Stepper(self.sched)
         self.clock = SimulatedClock()
+        self.accounting = accounting
+        self.progress = progress   # told (requests arrived, requests in all) after each instant
+        self._done_seen = 0        # how many of sched.finished the probes were told about
 
     def _done(self, next_arrival: int) -> bool:
         sched = self.sched
@@ -72,11 +87,17 @@ class Simulator:
         log.status("CLOCK", "Starting simulated clock")
         now, i = clock.now(), 0
         last_status = 0
+        if self.accounting is not None:
+            self.accounting.start(now)
         while True:
             j = i
             while j < len(leases) and leases[j].req.arrival <= now:
                 j += 1
             stepper.step(now, leases[i:j])
+            if self.accounting is not None:
+                self._account(now, leases[i:j])
+            if self.progress is not None:
+                self.progress(j, len(leases))
             i = j
             if self.status_interval and now - last_status >= self.status_interval * 60:
                 self.print_status()
@@ -90,8 +111,21 @@ class Simulator:
                 raise RuntimeError(f"simulation is stuck at t={now}: leases remain but nothing will happen")
             now = clock.advance(nxt)
         log.status("CLOCK", "Simulated clock has stopped")
+        if self.accounting is not None:
+            self.accounting.stop(now)
         return SimulationResult(self.site, sorted(self.leases, key=lambda lease: lease.id), now,
-                                time.perf_counter() - wall, self.opts, stepper.rounds)
+                                time.perf_counter() - wall, self.opts, stepper.rounds, accounting=self.accounting)
+
+    def _account(self, now: int, arrivals: list[Lease]) -> None:
+        """The probes' hooks after an instant's step, in Haizea's order: requests, leases done, the time step."""
+        acct, finished = self.accounting, self.sched.finished
+        acct.now = now
+        for lease in arrivals:
+            acct.at_lease_request(lease)
+        for lease in finished[self._done_seen:]:
+            acct.at_lease_done(lease)
+        self._done_seen = len(finished)
+        acct.at_timestep(self.sched)
 
     def print_status(self) -> None:
         """Haizea's status summary: leases by state, each with its kinds."""
@@ -101,9 +135,10 @@ class Simulator:
                 by_state.setdefault(lease.state, []).append(lease.kind)
         self.log.status("RM", "--- Haizea status summary ---")
         total = 0
-        for state, kinds in by_state.items():
+        for state in sorted(by_state, key=SUMMARY_ORDER.index):
+            kinds = by_state[state]
             label = state.value.replace("-", " ").capitalize() + ":"
-            self.log.status("RM", f"{label:<25}{len(kinds)} ({kinds_breakdown(kinds)})")
+            self.log.status("RM", f"{label:<20}{len(kinds):>6} ({kinds_breakdown(kinds)})")
             total += len(kinds)
         self.log.status("RM", " " * 20 + "------")
         self.log.status("RM", f"{'TOTAL:':>20}{total:>6}")

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from optlease.errors import InputError
 from optlease.formats.timefmt import TimeFormatError, parse_duration, parse_iso
+from optlease.numbers import in_range, parse_decimal, parse_whole
 
 REQUIRED = object()  # marks an option without a default that must be given
 
@@ -23,6 +24,9 @@ class Option:
     default: Any = None
     choices: tuple[str, ...] = ()
     positive: bool = False
+    # the allowed range, where a value outside it would stall or kill the daemon rather than mean something
+    low: float | None = None
+    high: float | None = None
 
     def parse(self, raw: str) -> Any:
         text = raw.strip()
@@ -40,17 +44,9 @@ class Option:
                 return False
             raise ValueError(f"{text!r} is not True or False")
         if self.kind == "int":
-            try:
-                value = int(text)
-            except ValueError:
-                raise ValueError(f"{text!r} is not a whole number") from None
+            value = parse_whole(text, None)
         elif self.kind == "float":
-            try:
-                value = float(text)
-            except ValueError:
-                raise ValueError(f"{text!r} is not a number") from None
-            if value != value or value in (float("inf"), float("-inf")):
-                raise ValueError(f"{text!r} is not a finite number")
+            value = parse_decimal(text, None)
         elif self.kind == "duration":
             value = _seconds(text)
         elif self.kind == "datetime":
@@ -59,31 +55,36 @@ class Option:
             except TimeFormatError as exc:
                 raise ValueError(exc.message) from None
         elif self.kind == "intlist":
-            try:
-                return tuple(int(p) for p in text.replace(",", " ").split())
-            except ValueError:
-                raise ValueError(f"{text!r} is not a list of whole numbers") from None
+            return tuple(parse_whole(p) for p in text.replace(",", " ").split())
         else:  # pragma: no cover - schema typo
             raise AssertionError(self.kind)
         if value < 0 or (self.positive and value == 0):
             raise ValueError(f"{text!r} must be {'positive' if self.positive else 'zero or more'}")
+        if self.low is not None or self.high is not None:
+            in_range(value, self.low or 0, self.high, text)
         return value
 
 
 def _seconds(text: str) -> int:
     """A duration option: HH:MM:SS as the manual says, or plain seconds as Haizea's own sample files write it."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
+    if ":" not in text:
+        try:
+            return parse_whole(text, None)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a duration (HH:MM:SS or seconds)") from None
     try:
         return parse_duration(text)
     except TimeFormatError:
         raise ValueError(f"{text!r} is not a duration (HH:MM:SS or seconds)") from None
 
 
-def O(kind: str, default: Any = None, *choices: str, positive: bool = False) -> Option:
-    return Option(kind, default, tuple(choices), positive)
+def O(kind: str, default: Any = None, *choices: str, positive: bool = False, low: float | None = None,
+      high: float | None = None) -> Option:
+    return Option(kind, default, tuple(choices), positive, low, high)
+
+
+DAY = 86400
+PORT = {"low": 1, "high": 65535}
 
 
 # [scheduling] weight-NAME -> the round objective's weight (optlease.scheduling.snapshot.Weights) it sets
@@ -145,7 +146,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "policy-admission": O("policy", "accept-all", "accept-all", "no-ARs"),
         "policy-preemption": O("policy", "no-preemption", "no-preemption", "ar-preempts-everything"),
         "policy-host-selection": O("policy", "greedy", "no-policy", "greedy"),
-        "wakeup-interval": O("duration", 60, positive=True),
+        "wakeup-interval": O("duration", 60, positive=True, high=DAY),
         "backfilling": O("choice", "off", "off", "aggressive", "conservative", "intermediate"),
         "backfilling-reservations": O("int", None),
         "suspension": O("choice", REQUIRED, "none", "serial-only", "all"),
@@ -157,7 +158,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "override-resume-time": O("int", None),
         "force-scheduling-threshold": O("duration", None),
         "migration": O("choice", "no", "no", "yes", "yes-notransfer"),
-        "non-schedulable-interval": O("duration", 10),
+        "non-schedulable-interval": O("duration", 10, high=DAY),
         "shutdown-time": O("duration", 0),
         "enactment-overhead": O("duration", 0),
     },
@@ -168,12 +169,14 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "imagetransfer-bandwidth": O("int", REQUIRED, positive=True),
         "stop-when": O("choice", "all-leases-done", "all-leases-done", "besteffort-submitted", "besteffort-done"),
         "status-message-interval": O("int", None, positive=True),
-        "time-scale": O("float", 1.0, positive=True),
+        # simulated seconds per real second: past these the clock's sleeps and instants stop meaning anything
+        "time-scale": O("float", 1.0, low=0.001, high=10000),
     },
     "accounting": {
         "datafile": O("str", None),
         "probes": O("str", ""),
         "attributes": O("str", ""),
+        "schedule-file": O("str", None),
     },
     "deploy-imagetransfer": {
         "transfer-mechanism": O("choice", "unicast", "unicast", "multicast"),
@@ -202,28 +205,30 @@ SCHEMA: dict[str, dict[str, Option]] = {
     },
     "opennebula": {
         "host": O("str", "localhost"),
-        "port": O("int", 2633, positive=True),
+        "port": O("int", 2633, **PORT),
         "stop-when-no-more-leases": O("bool", False),
         "dry-run": O("bool", False),
     },
     # mode fast: the MQTT broker that carries FAST tasks to the hosts' agents, and how long to wait for them
     "mqtt": {
         "host": O("str", "127.0.0.1"),
-        "port": O("int", 1883, positive=True),
+        "port": O("int", 1883, **PORT),
         "username": O("str", None),
         "password": O("str", None),
         "tls-ca": O("str", None),
-        "keepalive": O("int", 30, positive=True),
-        "task-timeout": O("float", 30.0, positive=True),    # seconds to wait for a task's result before a retry
+        # yes: run mode fast on a broker without credentials or TLS (anyone who reaches it can command the hosts)
+        "insecure": O("bool", False),
+        "keepalive": O("int", 30, low=1, high=65535),     # MQTT's own limit
+        "task-timeout": O("float", 30.0, positive=True, high=3600),    # seconds to wait for a task's result before a retry
         "task-retries": O("int", 2),
-        # seconds without a message (agents beat every 10 s) before a host is silent; 0: never
-        "host-timeout": O("float", 30.0),
+        # seconds without a message or an answer to a probe before a host is silent; 0: only a task or probe left
+        # unanswered tells
+        "host-timeout": O("float", 30.0, high=DAY),
         "hosts": O("str", None),    # mode fast: the agents' host names, in node order (node 1 is the first)
         # resources: from-agents: seconds the daemon waits at startup for every host's announcement
-        "hosts-wait": O("float", 30.0, positive=True),
+        "hosts-wait": O("float", 30.0, positive=True, high=3600),
     },
 }
-KNOWN_PROBES = ("ar", "best-effort", "immediate", "cpu-utilization", "disk-usage")
 # Sections a configuration must have, as the manual says.
 REQUIRED_SECTIONS = ("general", "scheduling", "accounting")
 
@@ -281,6 +286,7 @@ def parse_config(text: str, path: str = "<config>", base_dir: Path | None = None
                 raise InputError(f"[{section}] {option}: {exc}", path) from None
     cfg = Config(values, path, base_dir or Path(path).resolve().parent)
     _check_required(cfg, values, path)
+    _check_policies(values, path)
     return cfg
 
 
@@ -311,11 +317,27 @@ def _check_required(cfg: Config, values: dict[str, dict[str, Any]], path: str) -
     if cfg.get("general", "lease-preparation") == "imagetransfer":
         raise InputError("[general] lease-preparation: imagetransfer is not supported yet "
                          "(allowed now: unmanaged)", path)
-    probes = cfg.get("accounting", "probes").split()
-    for probe in probes:
-        if probe not in KNOWN_PROBES and "." not in probe:
+    from optlease.accounting.probes import BUILTIN
+
+    for probe in cfg.get("accounting", "probes").split():
+        if probe not in BUILTIN and "." not in probe:
             raise InputError(f"[accounting] probes: unknown probe {probe!r} "
-                             f"(known: {', '.join(KNOWN_PROBES)} or a dotted path)", path)
+                             f"(built in: {', '.join(BUILTIN)}; or a dotted path module.Class)", path)
+    accounting_attributes(cfg)
+
+
+def accounting_attributes(cfg: Config) -> dict[str, str]:
+    """`[accounting] attributes`: `name=value` pairs separated by commas that label the run in its data file (a
+    multi-configuration run's profile, trace and injection, as Haizea sets them)."""
+    attrs: dict[str, str] = {}
+    text = cfg.get("accounting", "attributes").strip()
+    for pair in filter(None, (p.strip() for p in text.split(","))) if text else ():
+        name, eq, value = pair.partition("=")
+        if not eq or not name.strip() or not name.strip().replace("-", "_").isidentifier():
+            raise InputError(f"[accounting] attributes: expected name=value pairs separated by commas, "
+                             f"got {pair[:40]!r}", cfg.path)
+        attrs[name.strip()] = value.strip()
+    return attrs
 
 
 def render_config(sections: Mapping[str, Mapping[str, Any]]) -> str:
@@ -338,15 +360,38 @@ def load_config(path: str | Path, overrides: dict[str, dict[str, str]] | None = 
     return parse_config(text, str(path), p.resolve().parent, overrides)
 
 
+# What a policy class given by dotted path must have: the methods the scheduler calls (scheduling/policies.py).
+POLICY_METHODS = {"policy-admission": ("accept",), "policy-preemption": ("score",),
+                  "policy-host-selection": ("score",)}
+
+
 def policy_loader(name: str, builtins: dict[str, Callable[..., Any]], what: str) -> Callable[..., Any]:
-    """A policy factory by short name, or by dotted path `package.module.Class` (the manual's chapter 9)."""
+    """A policy factory by short name, or by dotted path `package.module.Class` (the manual's chapter 9): a class
+    with the methods of its kind, so that a wrong path is refused when the configuration is read, not when the
+    scheduler first calls it."""
     if name in builtins:
         return builtins[name]
     import importlib
+    import inspect
 
     module_name, _, attr = name.rpartition(".")
     try:
         module = importlib.import_module(module_name)
-        return getattr(module, attr)
+        found = getattr(module, attr)
     except (ImportError, AttributeError, ValueError) as exc:
         raise InputError(f"[scheduling] {what}: cannot load policy {name!r} ({exc})") from None
+    needs = POLICY_METHODS.get(what, ())
+    if not inspect.isclass(found) or any(not callable(getattr(found, method, None)) for method in needs):
+        raise InputError(f"[scheduling] {what}: {name!r} is not a policy class (a class with "
+                         f"{' and '.join(m + '()' for m in needs)})")
+    return found
+
+
+def _check_policies(values: dict[str, dict[str, Any]], path: str) -> None:
+    for option in POLICY_METHODS:
+        name = values.get("scheduling", {}).get(option)
+        if name is not None and "." in name:
+            try:
+                policy_loader(name, {}, option)
+            except InputError as exc:
+                raise exc.located(path) from None

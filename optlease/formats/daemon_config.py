@@ -32,7 +32,8 @@ def fast_daemon_config(*, port: int, broker_port: int, hosts: Iterable[str], per
                        mqtt: Mapping[str, Any] | None = None) -> str:
     """daemon_config in mode fast: enactment by the agents of `hosts` (node order) over the broker on the loopback
     `broker_port`, the clock running `time_scale` simulated seconds a real second; `mqtt` adds options such as
-    task-timeout."""
+    task-timeout. The loopback broker of tests and benchmarks has no credentials: `insecure: yes` says so."""
     return daemon_config(port=port, persistence_file=persistence_file, resources=resources, scheduling=scheduling,
                          mode="fast", general=general, simulation={"time-scale": time_scale},
-                         mqtt={"host": LOOPBACK, "port": broker_port, "hosts": " ".join(hosts), **(mqtt or {})})
+                         mqtt={"host": LOOPBACK, "port": broker_port, "hosts": " ".join(hosts), "insecure": "yes",
+                               **(mqtt or {})})

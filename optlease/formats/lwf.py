@@ -1,7 +1,9 @@
 """Haizea's LWF (lease workload file) XML: the <lease-workload>, <site>, <nodes> and <lease> elements, read safely.
 
 XML is parsed with entity resolution and network access off. Every error names the file and line.
-Lease ids are assigned 1, 2, ... in file order (the trace's own id, if any, is kept in `extra["trace-id"]`).
+A lease keeps the id its `<lease id=...>` gives (a positive whole number), as in Haizea; leases without one are
+numbered 1, 2, ... in file order, skipping the ids the file gives. An id given twice is an error naming both lines
+(Haizea would let the second lease overwrite the first in its lease table).
 """
 from __future__ import annotations
 
@@ -14,7 +16,12 @@ from lxml import etree
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest, check_vm_count
 from optlease.domain.site import Site, SiteError
 from optlease.errors import InputError
+from optlease.numbers import parse_whole
 from optlease.formats.timefmt import TimeFormatError, parse_duration, parse_time
+
+
+# Resource amounts and image sizes (MB) fit 32 bits: no node or disk optlease plans for has more.
+MAX_AMOUNT = 2**31 - 1
 
 
 @dataclass
@@ -49,15 +56,13 @@ class _Reader:
             raise self.error(elem, f"<{elem.tag}> has no {name}= attribute")
         return value.strip()
 
-    def positive_int(self, elem: etree._Element, name: str) -> int:
+    def positive_int(self, elem: etree._Element, name: str, high: int | None = MAX_AMOUNT) -> int:
+        """A count, amount or size: ASCII digits (optlease.numbers), at least 1 and at most `high`."""
         raw = self.attr(elem, name)
         try:
-            value = int(raw)
-        except ValueError:
-            raise self.error(elem, f"<{elem.tag}> {name}={raw!r} is not a whole number") from None
-        if value <= 0:
-            raise self.error(elem, f"<{elem.tag}> {name}={value} must be positive")
-        return value
+            return parse_whole(raw, 1, high)
+        except ValueError as exc:
+            raise self.error(elem, f"<{elem.tag}> {name}={exc}") from None
 
     def duration(self, elem: etree._Element, name: str = "time") -> int:
         try:
@@ -72,7 +77,7 @@ class _Reader:
             raise self.error(elem, "<nodes> has no <node-set>")
         out: list[dict[str, int]] = []
         for node_set in sets:
-            count = self.positive_int(node_set, "numnodes")
+            count = self.positive_int(node_set, "numnodes", high=None)    # check_vm_count says how many
             if check_vm_count(len(out) + count):
                 raise self.error(node_set, check_vm_count(len(out) + count))
             capacity: dict[str, int] = {}
@@ -122,8 +127,8 @@ class _Reader:
             except TimeFormatError as exc:
                 raise self.error(dl_el, str(exc)) from None
         extra = {"source": f"{self.path}:{elem.sourceline}"}
-        if elem.get("id"):
-            extra["trace-id"] = elem.get("id")
+        if elem.get("id") is not None:
+            extra["trace-id"] = str(lease_id)
         return LeaseRequest(id=lease_id, kind=kind, arrival=arrival, duration=duration, vms=vms,
                             preemptible=preemptible, start=start, real_duration=real,
                             software=self.software(elem.find("software")), deadline=deadline, extra=extra)
@@ -183,7 +188,10 @@ def parse_lwf(data: bytes, path: str = "<lwf>", origin: datetime | None = None) 
     if requests_el is None:
         raise reader.error(root, "<lease-workload> has no <lease-requests>")
     requests: list[LeaseRequest] = []
-    for req in requests_el:
+    given = _given_ids(reader, requests_el)
+    taken = set(given.values())
+    unnumbered = (n for n in range(1, len(requests_el) + len(taken) + 1) if n not in taken)
+    for index, req in enumerate(requests_el):
         if req.tag != "lease-request":
             raise reader.error(req, f"unexpected <{req.tag}> in <lease-requests>")
         try:
@@ -197,11 +205,28 @@ def parse_lwf(data: bytes, path: str = "<lwf>", origin: datetime | None = None) 
         lease_el = req.find("lease")
         if lease_el is None:
             raise reader.error(req, "<lease-request> has no <lease>")
-        requests.append(reader.lease(lease_el, len(requests) + 1, arrival, real))
+        lease_id = given.get(index) or next(unnumbered)
+        requests.append(reader.lease(lease_el, lease_id, arrival, real))
     # Requests are served in arrival order; ties keep file order (a stable sort).
     requests.sort(key=lambda r: r.arrival)
     return Workload(name=root.get("name", Path(path).stem), requests=requests, site=site,
                     description=(desc_el.text or "").strip() if desc_el is not None else "", source=path)
+
+
+def _given_ids(reader: _Reader, requests_el: etree._Element) -> dict:
+    """The ids the file gives its leases (position of the <lease-request> -> id); an id given twice is an error."""
+    given: dict[int, int] = {}
+    first_line: dict[int, int] = {}
+    for index, req in enumerate(requests_el):
+        lease_el = req.find("lease")
+        if lease_el is None or lease_el.get("id") is None:
+            continue
+        lease_id = reader.positive_int(lease_el, "id")
+        if lease_id in first_line:
+            raise reader.error(lease_el, f"lease id {lease_id} is given twice (first at line {first_line[lease_id]})")
+        first_line[lease_id] = lease_el.sourceline
+        given[index] = lease_id
+    return given
 
 
 def load_lwf(path: str | Path, origin: datetime | None = None) -> Workload:

@@ -7,7 +7,7 @@ from typing import Any
 
 from optlease.domain.site import Site
 from optlease.formats.timefmt import iso
-from optlease.scheduling.records import MIGRATE, Lease
+from optlease.scheduling.records import Lease
 
 FORMAT = "optlease-schedule/1"
 
@@ -21,7 +21,7 @@ def schedule_document(site: Site, leases: list[Lease], origin: datetime) -> dict
         req = lease.req
         reservations = []
         for held in sorted(lease.held, key=lambda h: (h.start, h.end)):
-            item: dict[str, Any] = {"kind": "transfer" if held.kind == MIGRATE else held.kind,
+            item: dict[str, Any] = {"kind": held.kind,
                                     "start": iso(origin, held.start), "end": iso(origin, held.end),
                                     "mapping": keyed(held.mapping)}
             if held.origin is not None:

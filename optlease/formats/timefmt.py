@@ -7,6 +7,7 @@ Everything is whole seconds inside optlease; fractions are rounded up, as Haizea
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta
 
 from optlease.errors import InputError
@@ -25,27 +26,21 @@ def check_seconds(seconds: float, text: str = "") -> None:
         raise TimeFormatError(f"{text or seconds!r} is more than 100 years")
 
 
+# [D:]HH:MM:SS[.ff] in ASCII digits: int() and float() would also take `1_0`, `+5`, `1e3` or Arabic-Indic digits.
+_DURATION = re.compile(r"(?:([0-9]{1,9}):)?([0-9]{1,9}):([0-9]{1,9}):([0-9]{1,9}(?:\.[0-9]{1,9})?)", re.ASCII)
+
+
 def parse_duration(text: str) -> int:
     """Seconds in a relative time or duration string."""
     raw = text.strip()
     body = raw[1:] if raw.startswith("+") else raw
     if body.startswith("-"):
         raise TimeFormatError(f"{text!r}: a duration cannot be negative")
-    parts = body.split(":")
-    if not 3 <= len(parts) <= 4 or any(p.strip() == "" for p in parts):
-        raise TimeFormatError(f"{text!r} is not a duration of the form [D:]HH:MM:SS[.ff]")
-    try:
-        *whole, secs = parts
-        numbers = [int(p) for p in whole]
-        seconds = float(secs)
-    except ValueError:
-        raise TimeFormatError(f"{text!r} is not a duration of the form [D:]HH:MM:SS[.ff]") from None
-    if any(n < 0 for n in numbers) or seconds < 0 or not math.isfinite(seconds):
-        raise TimeFormatError(f"{text!r}: a duration cannot be negative")
-    if len(numbers) == 3:
-        days, hours, minutes = numbers
-    else:
-        days, (hours, minutes) = 0, numbers
+    match = _DURATION.fullmatch(body)
+    if match is None:
+        raise TimeFormatError(f"{_cut(text)!r} is not a duration of the form [D:]HH:MM:SS[.ff]")
+    days, hours, minutes = (int(g or 0) for g in match.groups()[:3])
+    seconds = float(match.group(4))
     if minutes >= 60 or seconds >= 60:
         raise TimeFormatError(f"{text!r}: minutes and seconds must be below 60")
     total = days * 86400 + hours * 3600 + minutes * 60 + math.ceil(seconds - 1e-9)
@@ -53,8 +48,14 @@ def parse_duration(text: str) -> int:
     return total
 
 
+def _cut(text: str) -> str:
+    return text if len(text) <= 40 else text[:36] + "..."
+
+
 def parse_iso(text: str) -> datetime:
     raw = text.strip().replace("T", " ")
+    if not raw.isascii():     # strptime's %Y would read other scripts' digits too
+        raise TimeFormatError(f"{_cut(text)!r} is not an ISO timestamp (YYYY-MM-DD HH:MM:SS)")
     for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
         try:
             return datetime.strptime(raw, fmt)

@@ -86,17 +86,16 @@ class LeaseScheduler:
                 self.enqueue(lease)
                 self.log.info("LSCHED", "Queued lease request #%i, %i nodes for %s." % (
                     lease.id, lease.numnodes, format_duration(lease.req.duration)))
-        for lease in pending:
-            if lease.kind is LeaseKind.IMMEDIATE:
-                self.log.info("LSCHED", "Scheduling lease #%i (%i nodes) -- IM" % (lease.id, lease.numnodes))
-                self._schedule_or_reject(lease, now)
-        for lease in pending:
-            if lease.kind is LeaseKind.AR:
-                self.log.info("LSCHED", "Scheduling lease #%i (%i nodes) -- AR" % (lease.id, lease.numnodes))
-                if self.log.info_on:
-                    self.log.info("LSCHED", "From %s to %s" % (
-                        self.log.t(lease.req.start), self.log.t(lease.req.start + lease.req.duration)))
-                self._schedule_or_reject(lease, now)
+        # ARs and immediate leases in one pass, by id, as Haizea walks its lease table
+        for lease in sorted(pending, key=lambda lease: lease.id):
+            if lease.kind is LeaseKind.BEST_EFFORT:
+                continue
+            self.log.info("LSCHED", "Scheduling lease #%i (%i nodes) -- %s" % (lease.id, lease.numnodes,
+                                                                            lease.kind.label))
+            if lease.kind is LeaseKind.AR and self.log.info_on:
+                self.log.info("LSCHED", "From %s to %s" % (
+                    self.log.t(lease.req.start), self.log.t(lease.req.start + lease.req.duration)))
+            self._schedule_or_reject(lease, now)
         self.process_queue(now)
         if self.round_hook is not None:
             self.round_hook(now)
@@ -112,7 +111,7 @@ class LeaseScheduler:
                      and self._displace_promises(lease, now, stretch=True)):
                 self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
                 return
-            self.log.info("LSCHED", "Lease #%i has been rejected: %s" % (lease.id, exc))
+            self.log.info("LSCHED", "Lease request #%i cannot be scheduled: %s" % (lease.id, exc))
             self.reject(lease, now, str(exc))
 
     def process_queue(self, now: int) -> None:
@@ -136,8 +135,8 @@ class LeaseScheduler:
             except NotSchedulable:
                 lease.cache["failed"] = attempt
                 kept.append(lease)
-                if self.log.debug_on:
-                    self.log.debug("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
+                if self.log.info_on:
+                    self.log.info("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
                 if self.opts.backfilling == "off":
                     break
         self.queue[:0] = kept
@@ -171,15 +170,14 @@ class LeaseScheduler:
         resuming = lease.state in SUSPENDED
         fixed = None
         nodes = self.table.nodes
-        mtime = 0
         if not resuming:
             earliest = None  # every node, from now
         elif self.opts.migration == "no":
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}
         else:
-            mtime = oh.migration_time(lease, self.opts)
-            earliest = {n: now + mtime for n in nodes}
+            # Haizea: the resume waits for its estimate of the copies, wherever it goes
+            earliest = {n: now + oh.migration_estimate(lease, self.opts) for n in nodes}
         vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting, anytime)
         if preempt:
             self.log.info("LSCHED", "Must preempt leases %s to make room for lease #%i" % (
@@ -190,7 +188,7 @@ class LeaseScheduler:
             if self.opts.migration == "yes-notransfer":
                 self.move_images(lease, vmrr.mapping, now)
             else:
-                self.copy_images(vmrr, now, now + mtime)
+                self.copy_in_rounds(vmrr, now)
         if vmrr.backfill:
             self.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
@@ -207,12 +205,25 @@ class LeaseScheduler:
 
     def copy_images(self, vmrr: RR, start: int, end: int) -> None:
         """Book the copy of a lease's memory images to the nodes of its resume `vmrr` (`migration: yes`) on
-        [start, end), before the resume; the copy holds no node capacity."""
-        lease = vmrr.lease
-        mig = self.vm.rr(lease, MIGRATE, start, end, vmrr.mapping)
-        mig.demand = {}
-        mig.origin = dict(lease.image_nodes)
-        vmrr.pre.insert(0, mig)
+        [start, end), before the resume, all at once; the copy holds no node capacity."""
+        vmrr.pre.insert(0, self._copy(vmrr, start, end, dict(vmrr.lease.image_nodes)))
+
+    def copy_in_rounds(self, vmrr: RR, start: int) -> None:
+        """Book the copies of the memory images that move for the resume `vmrr`, from `start`, in Haizea's rounds
+        (`overheads.migration_rounds`), one after another before the resume."""
+        copies = []
+        for duration, moves in oh.migration_rounds(vmrr.lease, vmrr.mapping, self.opts):
+            copies.append(self._copy(vmrr, start, start + duration, moves))
+            start += duration
+        for i, copy in enumerate(copies):
+            copy.first, copy.last = i == 0, i == len(copies) - 1
+        vmrr.pre[:0] = copies
+
+    def _copy(self, vmrr: RR, start: int, end: int, origin: dict[int, int]) -> RR:
+        copy = self.vm.rr(vmrr.lease, MIGRATE, start, end, vmrr.mapping)
+        copy.demand = {}
+        copy.origin = origin   # the images it moves: vnode -> where from
+        return copy
 
     # -- preemption -----------------------------------------------------------------------------------------
     def preempt(self, lease: Lease, t: int, now: int) -> None:
@@ -289,9 +300,9 @@ class LeaseScheduler:
         again (Haizea: back to the queue where they no longer fit); a CP-SAT round's plan moves earlier or stays
         (`_move_up`), and its promise stays where it is."""
         future = [lease for lease in self.leases.values()
-                  if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED)
+                  if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
                   and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
-                  and all(rr.state == "scheduled" for rr in lease.last_vmrr().pre)
+                  and self._replannable(lease)
                   # a round's promise stays where it is (the next round may move it earlier): re-scheduled
                   # greedily it would go back to the queue whenever greedy keeps another future reservation
                   and not lease.round_promise(now)]
@@ -302,12 +313,24 @@ class LeaseScheduler:
                 continue
             self.cancel_vmrr(lease.last_vmrr(), now)
             lease.vmrrs.pop()
+            if lease.state is S.MIGRATING:
+                lease.set_state(S.SUSPENDED_SCHEDULED)   # the copy under way is given up: its image stays put
             lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
             try:
                 self.schedule_lease(lease, now)
             except NotSchedulable:
                 lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
                 self.enqueue(lease)
+
+    @staticmethod
+    def _replannable(lease: Lease) -> bool:
+        """Whether a future booking may be booked again after a premature end: nothing of it has begun, except,
+        for a greedy booking, copies of its memory images (Haizea: the lease stays suspended-scheduled while they
+        run; the copies done stay done, the one under way is given up)."""
+        pre = lease.last_vmrr().pre
+        if lease.round_plan() is None:
+            return all(rr.state == "scheduled" or rr.kind == MIGRATE for rr in pre)
+        return all(rr.state == "scheduled" for rr in pre)
 
     def _move_up(self, lease: Lease, now: int) -> None:
         """A round's booking moves earlier where the lease now fits whole sooner, and stays where it does not: it is
@@ -482,8 +505,10 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("VMSCHED", "Stopped VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.accumulated += rr.end - rr.start
-        elif rr.kind == SUSPEND and rr.last:
-            self.log.info("VMSCHED", "Lease %i suspended." % lease.id)
+        elif rr.kind == SUSPEND:
+            self.log.info("VMSCHED", "Lease %i suspended." % lease.id)   # after each step, as Haizea logs it
+            if not rr.last:
+                return
             lease.set_state(S.SUSPENDED_PENDING)
             lease.image_nodes = dict(rr.vm.mapping)
             lease.suspensions += 1
@@ -493,8 +518,8 @@ class LeaseScheduler:
             self.log.info("VMSCHED", "Resumed lease %i" % lease.id)
         elif rr.kind == MIGRATE:
             self.log.info("VMSCHED", "Migrated lease %i..." % lease.id)
-            lease.image_nodes = dict(rr.mapping)
-            lease.migrations += 1
+            lease.image_nodes = {**lease.image_nodes, **{v: rr.mapping[v] for v in rr.origin}}
+            lease.migrations += rr.last
             lease.set_state(S.SUSPENDED_SCHEDULED)
         elif rr.kind == SHUTDOWN:
             self.log.info("VMSCHED", "Lease %i's VMs have shutdown." % lease.id)

@@ -124,10 +124,48 @@ def migration_time(lease: Lease, opts: SchedulingOptions, images: dict[int, int]
     images = lease.image_nodes if images is None else images
     if opts.migration != "yes" or not images:
         return 0
+    return transfer_time(max(_memory_per_node(lease, images).values()), opts)
+
+
+def _memory_per_node(lease: Lease, images: dict[int, int]) -> dict[int, int]:
     per_node: dict[int, int] = {}
     for vnode, pnode in images.items():
         per_node[pnode] = per_node.get(pnode, 0) + lease.req.memory_of(vnode)
-    return math.ceil(max(per_node.values()) * 8 / opts.bandwidth - 1e-9)
+    return per_node
+
+
+def transfer_time(memory: int, opts: SchedulingOptions) -> int:
+    """Copying `memory` MB at the migration bandwidth (Mbit/s), in whole seconds (rounded up)."""
+    return math.ceil(memory * 8 / opts.bandwidth - 1e-9)
+
+
+def migration_estimate(lease: Lease, opts: SchedulingOptions) -> int:
+    """How long a greedy resume elsewhere waits for the lease's memory images (`migration: yes`): Haizea's
+    conservative estimate, every VM copied one after another, each counted with all the lease's memory on its node."""
+    if opts.migration != "yes" or not lease.image_nodes:
+        return 0
+    per_node = _memory_per_node(lease, lease.image_nodes)
+    return sum(transfer_time(per_node[pnode], opts) for pnode in lease.image_nodes.values())
+
+
+def migration_rounds(lease: Lease, mapping: dict[int, int], opts: SchedulingOptions) -> list[tuple[int, dict]]:
+    """The copies of the memory images that must move to resume on `mapping`, in rounds in which no node sends or
+    receives twice (VMs taken in vnode order, each into the first round that has neither of its nodes), each
+    round as long as its largest image: [(duration, {vnode: origin})]."""
+    rounds: list[tuple[set[int], dict[int, int]]] = []
+    for vnode in sorted(mapping):
+        origin, dest = lease.image_nodes[vnode], mapping[vnode]
+        if origin == dest:
+            continue
+        for busy, moves in rounds:
+            if origin not in busy and dest not in busy:
+                break
+        else:
+            busy, moves = set(), {}
+            rounds.append((busy, moves))
+        busy.update((origin, dest))
+        moves[vnode] = origin
+    return [(transfer_time(max(lease.req.memory_of(v) for v in moves), opts), moves) for _, moves in rounds]
 
 
 def scheduling_threshold(lease: Lease, opts: SchedulingOptions, resuming: bool) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from optlease.domain.lease import LeaseKind
+from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.formats.config import policy_loader
 from optlease.scheduling.records import Lease
 from optlease.scheduling.slottable import SlotTable
@@ -52,8 +52,8 @@ class ARPreemptsEverything:
     def score(self, preemptor: Lease, preemptee: Lease, time: int) -> float:
         if preemptor.kind is not LeaseKind.AR or preemptee.kind is not LeaseKind.BEST_EFFORT:
             return -1
-        if not preemptee.req.preemptible:
-            return -1
+        if not preemptee.req.preemptible and preemptee.state is not LeaseState.SCHEDULED:
+            return -1   # a booking not yet begun gives way by going back to the queue (Haizea): it never ran
         age = time - preemptee.req.arrival
         promised_from = preemptee.round_plan()
         if promised_from is not None:

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState, check_transition
 
 # Reservation kinds. `migrate` is the copy of a suspended lease's memory image between nodes: it holds no node
-# capacity (the VM is not running) and is written to schedule files as a `transfer` with a `from` mapping.
+# capacity (the VM is not running) and is written to schedule files as a `migrate` with a `from` mapping and
+# `"what": "memory-image"`.
 VM, SUSPEND, RESUME, SHUTDOWN, MIGRATE = "vm", "suspend", "resume", "shutdown", "migrate"
 
 

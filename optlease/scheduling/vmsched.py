@@ -56,7 +56,7 @@ class VMScheduler:
         mapping, _, preempt = self.mapper.map(lease, start, end, strictend=True,
                                               allow_preemption=preempting and self.policies.preemption_enabled)
         if mapping is None:
-            raise NotSchedulable("not enough resources in the requested interval")
+            raise NotSchedulable("Not enough resources in specified interval")
         return self.whole_run(lease, start, mapping), preempt
 
     def whole_run(self, lease: Lease, start: int, mapping: dict[int, int]) -> RR:
@@ -71,6 +71,7 @@ class VMScheduler:
              fixed: dict[int, int] | None, strict: bool = False) -> RR:
         remaining, shutdown, duration, min_duration, strictend, window = self.shape(lease, resuming, strict)
         need = lease.total_demand
+        firsts = {now} if earliest is None else set(earliest.values())
         room_from = -INF   # no candidate before this has room on the site as a whole over its window
         for t in self._candidates(now, earliest, allow_in_future, fixed):
             if t < room_from:
@@ -90,18 +91,20 @@ class VMScheduler:
                 mapping, actualend, _ = self.mapper.map(lease, t, end, strictend, onlynodes)
             if mapping is None or (actualend < end and actualend - t < min_duration):
                 continue
+            if actualend < end and actualend - t > duration:
+                continue   # room for the run but not its shutdown: Haizea will not suspend a shutdown
             try:
                 vmrr = self.build(lease, t, actualend, mapping, resuming, remaining, shutdown)
             except NotSchedulable:
                 continue
-            if t > now:
-                vmrr.backfill = True
+            if t not in firsts:
+                vmrr.backfill = True   # a start found among later ends (Haizea's "in the future")
             if self.log.info_on:
                 self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s%s to %s%s" % (
                     lease.id, vmrr.nodes(), self.log.t(t), " (resuming)" if resuming else "",
                     self.log.t(actualend), " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
             return vmrr
-        raise NotSchedulable("no room for it at this time")
+        raise NotSchedulable("Could not find enough resources for this request")
 
     def shape(self, lease: Lease, resuming: bool, strict: bool = False) -> tuple[int, int, int, int, bool, int]:
         """What an as-soon-as-possible booking of the lease holds: the run it books, its shutdown, the time it
@@ -114,7 +117,9 @@ class VMScheduler:
         duration = remaining + (self.resume_allowance(lease) if resuming else 0)
         min_duration = oh.scheduling_threshold(lease, opts, resuming)
         strictend = strict or not oh.can_be_suspended(lease, opts)
-        window = duration + shutdown if strictend else max(min_duration, 1)
+        # A start that fits the whole booking is taken whatever the threshold (Haizea): the window is never longer
+        # than the booking itself.
+        window = duration + shutdown if strictend else min(duration + shutdown, max(min_duration, 1))
         return remaining, shutdown, duration, min_duration, strictend, window
 
     def may_begin_before(self, vmrr: RR, now: int, resuming: bool) -> bool:

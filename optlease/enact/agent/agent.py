@@ -2,20 +2,23 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import libvirt
 import paho.mqtt.client as mqtt
 
-from optlease.enact.fast import (ERROR, SUCCESS, AgentStatus, FastProtocolError, MigrateVm, Quit, Result, Task,
+from optlease.enact.fast import (EMPTY_CONTAINER, ERROR, SUCCESS, AgentStatus, FastProtocolError, MigrateVm, Quit, Result, Task,
                                  VmResult, check_host, parse_task, quit_result, result_topic, status_topic,
                                  task_topic, unknown_result)
 from optlease.enact.agent.broker import Broker, connect, make_client
 from optlease.enact.agent.handoff import Offer, Reply, offer_topic, parse_offer, parse_reply, reply_topic
-from optlease.enact.agent.hypervisor import Hypervisor, HypervisorError
+from optlease.enact.agent.hypervisor import UNDEFINED, Hypervisor, HypervisorError
+from optlease.enact.agent.owned import OPTLEASE_NAMES, Owned
 
 log = logging.getLogger("optlease.agent")
 
@@ -25,10 +28,13 @@ class Agent:
     (parsing, never blocking) and on worker threads (libvirt), so results can come out of order, as with migfra."""
 
     def __init__(self, host: str, hypervisor: Hypervisor, broker: Broker, *, handoff_timeout: float = 30.0,
-                 workers: int = 8, migrate_uri: str | None = None, heartbeat: float = 10.0) -> None:
+                 workers: int = 8, migrate_uri: str | None = None, heartbeat: float = 10.0,
+                 adopt: str | None = OPTLEASE_NAMES) -> None:
         """`heartbeat`: seconds between two status messages while connected (`task: heartbeat`, the capacity of
-        `task: init`), so a lease manager can tell a silent host from a quiet one; 0 = announce on connect only."""
+        `task: init`), so a lease manager can tell a silent host from a quiet one; 0 = announce on connect only.
+        `adopt`: the names of domains it did not start but may manage (a regular expression; see `Owned`)."""
         self.host = check_host(host)
+        self.owned = Owned(adopt)
         self.heartbeat = float(heartbeat)
         self.hv = hypervisor
         self.broker = broker
@@ -54,15 +60,18 @@ class Agent:
         self._up = False     # connected now: only then is a disconnect news worth a warning
         self._capacity = hypervisor.capacity()
         self._handlers: dict[str, Callable[[Task], tuple[VmResult, ...]]] = {
-            "start vm": lambda t: tuple(self._each(c.name, lambda c=c: self.hv.start(c), c.time_measurement)
+            "start vm": lambda t: tuple(self._each(c.name, lambda c=c: self._start(c), c.time_measurement)
                                         for c in t.configs),
-            "stop vm": lambda t: tuple(self._each(e.vm_name or "", lambda e=e: self.hv.stop(e)) for e in t.entries),
-            "suspend vm": lambda t: tuple(self._each(n, lambda n=n: self.hv.suspend(n)) for n in t.vm_names),
-            "resume vm": lambda t: tuple(self._each(n, lambda n=n: self.hv.resume(n)) for n in t.vm_names),
-            "repin vm": lambda t: (self._each(t.vm_name, lambda: self.hv.repin(t.vm_name, t.vcpu_map)),),
-            "migrate vm": lambda t: (self._each(t.vm_name, lambda: self._migrate(t), t.time_measurement),),
+            "stop vm": lambda t: tuple(r for e in t.entries for r in self._stop(e)),
+            "suspend vm": lambda t: tuple(self._each(n, lambda n=n: self.hv.suspend(n), owned=True)
+                                          for n in t.vm_names),
+            "resume vm": lambda t: tuple(self._each(n, lambda n=n: self.hv.resume(n), owned=True)
+                                         for n in t.vm_names),
+            "repin vm": lambda t: (self._each(t.vm_name, lambda: self.hv.repin(t.vm_name, t.vcpu_map), owned=True),),
+            "migrate vm": lambda t: (self._each(t.vm_name, lambda: self._migrate(t), t.time_measurement, True),),
             # optlease extension: what this host really runs, so a restarted lease manager can reconcile
-            "list vms": lambda t: tuple(VmResult(name, SUCCESS, state=state) for name, state in self.hv.list_vms()),
+            "list vms": lambda t: tuple(VmResult(name, SUCCESS, state=state) for name, state in self.hv.list_vms()
+                                        if self.owned.mine(name)),
         }
 
     # -------------------------------------------------------------------------------------------- lifecycle
@@ -130,12 +139,19 @@ class Agent:
             log.warning("%s: lost the broker (%s); reconnecting", self.host, reason_code)
 
     def _on_task(self, msg: mqtt.MQTTMessage) -> None:
+        """On paho's network thread: the payload is read on a worker, so no message can stall the connection."""
+        if not self._quitting:
+            self._tasks.submit(self._run, bytes(msg.payload))
+
+    def _run(self, payload: bytes) -> None:
         if self._quitting:
             return
         try:
-            task = parse_task(msg.payload)
+            task = parse_task(payload)
         except FastProtocolError as exc:
-            log.warning("%s: cannot parse task: %s", self.host, exc)
+            # an empty container is how a lease manager asks whether we are there: not worth a warning
+            (log.debug if exc.message == EMPTY_CONTAINER else log.warning)("%s: cannot parse task: %s", self.host,
+                                                                            exc)
             self._publish(unknown_result(str(exc), exc.task_id))
             return
         if isinstance(task, Quit):
@@ -145,15 +161,18 @@ class Agent:
             self._done.set()
             return
         log.info("%s: %s %s", self.host, task.kind, task.id)
-        self._tasks.submit(self._execute, task)
+        self._execute(task)
 
     def _on_offer(self, msg: mqtt.MQTTMessage) -> None:
+        self._offers.submit(self._take, bytes(msg.payload))
+
+    def _take(self, payload: bytes) -> None:
         try:
-            offer = parse_offer(msg.payload)
+            offer = parse_offer(payload)
         except FastProtocolError as exc:
             log.warning("%s: dropped a handoff that cannot be read: %s", self.host, exc)
             return
-        self._offers.submit(self._accept, offer)
+        self._accept(offer)
 
     def _on_reply(self, msg: mqtt.MQTTMessage) -> None:
         reply = parse_reply(msg.payload)
@@ -175,10 +194,35 @@ class Agent:
             vms = (VmResult("unknown", ERROR, f"{type(exc).__name__}: {exc}"),)
         self._publish(Result(task.result_kind, vms, task.id))
 
-    def _each(self, name: str, action: Callable[[], None], timed: bool = False) -> VmResult:
-        """Run one VM's part of a task; libvirt's message becomes the details of an error."""
+    def _start(self, config) -> None:
+        name = config.name
+        if name and self.hv.state(name) != UNDEFINED:
+            self.owned.check(name)      # an XML may not redefine, nor a name start, a domain that is not ours
+        self.hv.start(config)
+        if name:
+            self.owned.add(name)
+
+    def _stop(self, entry) -> list[VmResult]:
+        """One entry of a stop: a named domain, or (as migfra) every running domain whose name matches `regex`."""
+        if entry.regex is None:
+            return [self._each(entry.vm_name or "", lambda: self._stop_one(entry), owned=bool(entry.vm_name))]
+        pattern = re.compile(entry.regex)
+        names = [n for n, state in self.hv.list_vms()
+                 if state in ("running", "blocked") and pattern.fullmatch(n) and self.owned.mine(n)]
+        return [self._each(n, lambda n=n: self._stop_one(replace(entry, vm_name=n, regex=None))) for n in names]
+
+    def _stop_one(self, entry) -> None:
+        self.hv.stop(entry)
+        if entry.undefine:
+            self.owned.drop(entry.vm_name)
+
+    def _each(self, name: str, action: Callable[[], None], timed: bool = False, owned: bool = False) -> VmResult:
+        """Run one VM's part of a task; libvirt's message becomes the details of an error. `owned`: only for a
+        domain this agent manages (one that is not there gets libvirt's `Domain not found`)."""
         began = time.monotonic()
         try:
+            if owned and self.hv.state(name) != UNDEFINED:
+                self.owned.check(name)
             action()
         except (libvirt.libvirtError, HypervisorError) as exc:
             return VmResult(name, ERROR, str(exc))
@@ -196,6 +240,7 @@ class Agent:
         if self.migrate_uri is not None:
             dest_uri = self.migrate_uri.replace("{host}", task.destination)
             self.hv.migrate_p2p(task.vm_name, dest_uri, task.migration_type, task.rdma, task.destination)
+            self.owned.drop(task.vm_name)
             return
         out = self.hv.export(task.vm_name, task.migration_type, self.host, task.vcpu_map)
         try:
@@ -207,6 +252,7 @@ class Agent:
             self._rollback(out, reply.details or "refused")
             raise HypervisorError(f"destination {task.destination}: {reply.details or 'refused'}")
         self.hv.release(out)
+        self.owned.drop(task.vm_name)
 
     def _rollback(self, out, why: str) -> None:
         try:
@@ -233,6 +279,7 @@ class Agent:
     def _accept(self, offer: Offer) -> None:
         try:
             self.hv.accept(offer)
+            self.owned.add(offer.vm_name)
             reply = Reply(offer.id, offer.vm_name, SUCCESS)
             log.info("%s: received %s from %s (%s)", self.host, offer.vm_name, offer.source, offer.migration_type)
         except (libvirt.libvirtError, HypervisorError, OSError) as exc:

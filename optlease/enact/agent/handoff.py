@@ -79,7 +79,7 @@ def _text(doc: dict[str, Any], key: str) -> str:
 
 
 def parse_offer(payload: bytes) -> Offer:
-    doc = decode(payload, max_bytes=MAX_HANDOFF_BYTES)
+    doc = decode(payload, max_bytes=MAX_HANDOFF_BYTES, binary=True)
     if doc.get("task") != "receive vm":
         raise FastProtocolError("handoff: expected task: receive vm")
     kind, state = doc.get("migration-type"), doc.get("state")

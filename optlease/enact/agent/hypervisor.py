@@ -94,6 +94,8 @@ class Hypervisor:
         name = config.name
         if name and self.state(name) not in (UNDEFINED, "shut off"):
             raise HypervisorError(f"domain {name} is already {self.state(name)}")
+        self._fits(config.vcpus, config.memory_kib)
+        new = config.xml is not None and (not name or self.state(name) == UNDEFINED)
         dom = self.conn.defineXML(config.xml) if config.xml is not None else self._domain(name)
         try:
             if config.memory_kib is not None:
@@ -105,7 +107,22 @@ class Hypervisor:
         except OverflowError:
             # the wire allows an unsigned long; libvirt-python takes a signed one
             raise HypervisorError(f"memory {config.memory_kib} KiB or vcpus {config.vcpus} is too large") from None
+        _state, max_kib, _kib, vcpus, _time = dom.info()
+        try:
+            self._fits(vcpus, max_kib)
+        except HypervisorError:
+            if new:
+                dom.undefine()      # a domain this host cannot run is not left behind
+            raise
         dom.create()
+
+    def _fits(self, vcpus: int | None, memory_kib: int | None) -> None:
+        """Refuse a domain larger than the whole host: no plan asks for one, so the request is absurd."""
+        host_vcpus, host_kib = self.capacity()
+        if vcpus is not None and vcpus > host_vcpus:
+            raise HypervisorError(f"a domain of {vcpus} vcpus on a host of {host_vcpus}: refused")
+        if memory_kib is not None and memory_kib > host_kib:
+            raise HypervisorError(f"a domain of {memory_kib} KiB on a host of {host_kib} KiB: refused")
 
     def stop(self, entry: StopEntry) -> None:
         """Shut down (destroy when forced) and wait until off; then undefine if asked."""

@@ -9,6 +9,7 @@ import libvirt
 from optlease.enact.agent.agent import Agent
 from optlease.enact.agent.broker import Broker
 from optlease.enact.agent.hypervisor import Hypervisor, quiet_libvirt
+from optlease.enact.agent.owned import OPTLEASE_NAMES
 
 
 class AgentError(RuntimeError):
@@ -16,7 +17,7 @@ class AgentError(RuntimeError):
 
 
 def run_agent(host: str, libvirt_uri: str, broker: Broker, *, handoff_timeout: float = 30.0,
-              migrate_uri: str | None = None, heartbeat: float = 10.0) -> int:
+              migrate_uri: str | None = None, heartbeat: float = 10.0, adopt: str | None = OPTLEASE_NAMES) -> int:
     """Serve tasks for `host` until told to quit. Raises AgentError or BrokerError when it cannot start."""
     quiet_libvirt()
     try:
@@ -25,7 +26,7 @@ def run_agent(host: str, libvirt_uri: str, broker: Broker, *, handoff_timeout: f
         raise AgentError(f"cannot open libvirt {libvirt_uri}: {exc}") from None
     try:
         agent = Agent(host, Hypervisor(conn), broker, handoff_timeout=handoff_timeout, migrate_uri=migrate_uri,
-                      heartbeat=heartbeat)
+                      heartbeat=heartbeat, adopt=adopt)
         agent.start()
         previous = None
         if threading.current_thread() is threading.main_thread():

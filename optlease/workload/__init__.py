@@ -1,0 +1,1 @@
+"""Synthetic workloads for experiments: optlease generate-workload."""
