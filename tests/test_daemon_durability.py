@@ -10,6 +10,7 @@ import time
 import xmlrpc.client
 from datetime import datetime, timedelta
 
+from optlease.formats.lease_states import label_of_code
 from test_daemon_recovery import SCALE, Daemon, client
 
 KILLS = 20
@@ -67,7 +68,7 @@ def contradictions(d: Daemon) -> list[str]:
         return None if text is None else (datetime.strptime(text, TIME_FORMAT) - origin) / timedelta(seconds=1)
     bad = []
     for i, e in leases.items():
-        state, start, end = e.get("state"), sim(e.get("start-time")), sim(e.get("end-time"))
+        state, start, end = label_of_code(e.get("state")), sim(e.get("start-time")), sim(e.get("end-time"))
         planned_end = sim(e.get("planned-end"))
         if state == "Scheduled" and start is not None and start < due:
             bad.append(f"lease {i} Scheduled with its start {start:.0f} past (launched at {due:.0f})")
@@ -100,7 +101,7 @@ def test_twenty_kill9_under_a_mixed_request_stream_lose_nothing(tmp_path):
             assert contradictions(d) == [], f"restart {kill}"
             log = d.log()
             assert "Traceback" not in log and "recorded as" not in log and "stopping:" not in log, log[-2000:]
-        seen = {(e.get("type"), e.get("state")) for e in d.leases().values()}
+        seen = {(e.get("type"), label_of_code(e.get("state"))) for e in d.leases().values()}
     finally:
         client.done.set()
         client.join(timeout=10)

