@@ -88,7 +88,7 @@ def test_twenty_kill9_under_a_mixed_request_stream_lose_nothing(tmp_path):
     client.start()
     try:
         for kill in range(KILLS):
-            time.sleep(rng.uniform(0.2, 1.0))
+            time.sleep(rng.uniform(0.1, 0.6))
             d.kill9()
             d.start()
             acked, cancelled = set(client.acked), set(client.cancelled)   # before the daemon is asked

@@ -291,48 +291,7 @@ def test_an_unusable_persistence_file_is_one_line(daemon, tmp_path, db, make, me
     assert (d.db.read_bytes() if d.db.exists() else None) == before    # left as it was
 
 
-def test_a_lease_rejected_at_once_is_said_rejected_and_planned_times_are_listed(daemon):
-    d = daemon(nodes=1).start()
-    server = f"http://127.0.0.1:{d.port}"
-    ok = run_cli("request-lease", "-s", server, "-t", "best_effort", "-d", "01:00:00", "-n", "1", timeout=30)
-    assert ok.returncode == 0 and ok.stdout == "Lease submitted correctly.\nLease ID: 1\n", ok
-    # the only node is taken for an hour: an immediate lease is refused by the first round
-    refused = run_cli("request-lease", "-s", server, "-t", "now", "-d", "00:00:10", "-n", "1", timeout=30)
-    assert refused.returncode == 1 and refused.stdout == "", refused
-    assert refused.stderr.startswith("optlease: error: lease 2 was rejected: ") and refused.stderr.count("\n") == 1
-    assert len(refused.stderr.split("rejected: ", 1)[1].strip()) > 5, refused.stderr    # with the reason
-    queued = run_cli("request-lease", "-s", server, "-t", "best_effort", "-d", "00:30:00", "-n", "1", timeout=30)
-    assert queued.returncode == 0, queued
-    rows = run_cli("list-leases", "-s", server, "--all", timeout=30).stdout.splitlines()
-    assert rows[0].split() == ["ID", "Type", "State", "Starting", "time", "Ending", "time", "Duration", "Nodes"]
-    leases = d.leases()
-    # the best-effort leases show the plan's start and end: lease 3 starts where lease 1 ends
-    one, three = (next(r for r in rows[1:] if r.split()[0] == i) for i in ("1", "3"))
-    assert leases[1].get("start-time") in one and leases[1].get("planned-end") in one
-    assert leases[3].get("start-time") == leases[1].get("planned-end") and leases[3].get("planned-end") in three
-    assert one.split()[2] == "Active" and three.split()[2] == "Scheduled"
-
-
-def test_with_mapper_cpsat_a_restart_after_kill9_rebuilds_the_enacted_plan(daemon):
-    d = daemon(scheduling="mapper: cpsat\nsolver-interval: 0\nsolver-time-limit: 0.5\nsolver-workers: 1").start()
-    for n, length in [(4, "00:30:00"), (3, "00:50:00"), (1, "00:05:00"), (2, "00:10:00"), (1, "00:40:00"),
-                      (4, "00:03:00"), (2, "00:07:00")]:
-        d.request("best_effort", length, n)
-    wait_until(lambda: "New" not in d.states().values(), 10, "the first rounds")
-    d.request("best_effort", "00:02:00", 1)      # a round with bookings to move
-    wait_until(lambda: "New" not in d.states().values(), 10, "the next round")
-
-    def plan():
-        return {i: (label_of_code(e.get("state")), e.get("start-time"), e.get("planned-end"))
-                for i, e in d.leases().items()}
-    before = plan()
-    d.kill9()
-    d.start()
-    assert plan() == before
-    assert "recorded as" not in d.log() and "solved again" not in d.log()
-
-
-def test_the_shipped_daemon_configurations_run_as_documented(tmp_path):
+def test_the_shipped_daemon_configurations_run_as_documented_with_planned_times_and_rejections(tmp_path):
     from conftest import INSTANCES
     from optlease.formats.config import load_config
 
@@ -350,9 +309,20 @@ def test_the_shipped_daemon_configurations_run_as_documented(tmp_path):
         ar = run_cli("request-lease", "-s", server, "-t", "+00:00:02:00", "-d", "00:10:00", "-n", "2",
                      "--non-preemptible", timeout=30)
         be = run_cli("request-lease", "-s", server, "-t", "best_effort", "-d", "00:30:00", "-n", "2", timeout=30)
-        assert ar.stdout.endswith("Lease ID: 1\n") and be.stdout.endswith("Lease ID: 2\n"), (ar, be)
-        rows = [line.split() for line in run_cli("list-leases", "-s", server, timeout=30).stdout.splitlines()[1:]]
-        assert [row[:3] for row in rows] == [["1", "AR", "Scheduled"], ["2", "Best-effort", "Active"]]
+        assert ar.stdout == "Lease submitted correctly.\nLease ID: 1\n" and be.stdout.endswith("Lease ID: 2\n")
+        # two nodes run lease 2 and two are the AR's in two minutes: an immediate lease of three is refused at once
+        refused = run_cli("request-lease", "-s", server, "-t", "now", "-d", "00:10:00", "-n", "3", timeout=30)
+        assert refused.returncode == 1 and refused.stdout == "", refused
+        assert refused.stderr.startswith("optlease: error: lease 3 was rejected: ") and refused.stderr.count("\n") == 1
+        assert len(refused.stderr.split("rejected: ", 1)[1].strip()) > 5, refused.stderr    # with the reason
+        lines = run_cli("list-leases", "-s", server, timeout=30).stdout.splitlines()
+        assert lines[0].split() == ["ID", "Type", "State", "Starting", "time", "Ending", "time", "Duration", "Nodes"]
+        rows = {line.split()[0]: line for line in lines[1:]}
+        assert sorted(rows) == ["1", "2"] and rows["1"].split()[1:3] == ["AR", "Scheduled"]
+        # the best-effort lease shows the start and end its plan gives it
+        lease = etree.fromstring(client(port).get_lease(2))
+        assert rows["2"].split()[1:3] == ["Best-effort", "Active"]
+        assert lease.get("start-time") in rows["2"] and lease.get("planned-end") in rows["2"]
     finally:
         stop = run_cli("serve", "-c", conf, "--stop", timeout=60)
     assert stop.returncode == 0, stop.stderr
