@@ -148,8 +148,8 @@ def test_unnumbered_leases_take_the_free_numbers_in_file_order(attrs, ids):
 
 @pytest.mark.parametrize("attrs, message", [
     pytest.param((' id="4"', "", ' id="4"'), "w.lwf:5: lease id 4 is given twice (first at line 3)", id="duplicate"),
-    pytest.param((' id="x"',), "w.lwf:3: <lease> id='x' is not a whole number", id="not-a-number"),
-    pytest.param((' id="0"',), "w.lwf:3: <lease> id=0 must be positive", id="zero"),
+    pytest.param((' id="x"',), "w.lwf:3: <lease> id='x' is not a whole number (digits 0-9 only)", id="not-a-number"),
+    pytest.param((' id="0"',), "w.lwf:3: <lease> id=0 must be positive (allowed: 1 to 2147483647)", id="zero"),
 ])
 def test_a_bad_lease_id_is_one_line_naming_the_place(attrs, message):
     with pytest.raises(InputError) as exc:

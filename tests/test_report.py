@@ -20,8 +20,10 @@ from PIL import Image
 
 from conftest import REPO
 from optlease.accounting.datafile import RunData, write_run
+from optlease.cli.main import main
 from optlease.errors import InputError
-from optlease.report.gantt import gantt_svg
+from optlease.report.gantt import Bar, gantt_svg, occupancy
+from optlease.report.render import Source, build_report
 from optlease.report.table import group_runs
 
 # label of the table's row -> (per-run stat(s), how the figure is computed from it); stated here again on purpose,
@@ -159,7 +161,7 @@ def test_html_is_self_contained_and_every_plot_labels_its_axes(report):
     assert len(labels) == 4
     wanted = [["time since the schedule's start (minutes)", "node (6)"],
               ["time since the run's start (hours)", "CPU utilization (%)", "queue length (leases)"],
-              ["best-effort wait before first start (minutes)", "leases waiting at most x (%)"],
+              ["best-effort wait before first start (minutes, logarithmic past a minute)", "leases waiting at most x (%)"],
               ["AR accepted (%)", "CPU utilization (%)", "column"]]
     for text, want in zip(labels, wanted):
         assert all(w in text for w in want), (want, text[:300])
@@ -174,7 +176,7 @@ def screenshot(page: Path, png: Path, height: int) -> np.ndarray:
     subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                     "--proxy-server=127.0.0.1:9", f"--user-data-dir={png.parent / 'chromium'}",
                     f"--window-size=1000,{height}",
-                    f"--screenshot={png}", page.as_uri()], capture_output=True, timeout=60, check=True)
+                    f"--screenshot={png}", page.as_uri()], capture_output=True, timeout=180, check=True)
     return np.asarray(Image.open(png).convert("RGB")).astype(int)
 
 
@@ -228,21 +230,48 @@ def empty(d: Path) -> Path:
     (empty, "no data files (*.parquet) in this directory"),
     (lambda d: d / "missing.parquet", "no such file or directory"),
 ], ids=["foreign-file", "empty-directory", "missing"])
-def test_bad_runs_are_one_line_and_exit_2(tmp_path, setup, message):
-    done = optlease("report", setup(tmp_path), "-o", tmp_path / "out")
-    assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr
+def test_bad_runs_are_one_line_and_exit_2(tmp_path, capsys, setup, message):
+    # the CLI's entry point in this process (the report fixture runs it as a subprocess)
+    assert main(["report", str(setup(tmp_path)), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
     assert not (tmp_path / "out" / "report.html").exists()
 
 
-def test_a_corrupt_schedule_beside_a_run_is_one_line_naming_it(runs, tmp_path):
+def test_a_corrupt_schedule_beside_a_run_is_one_line_naming_it(runs, tmp_path, capsys):
     (tmp_path / "a.parquet").write_bytes((runs / "nosusp" / "inj0.parquet").read_bytes())
     (tmp_path / "a.schedule.json").write_text('{"format": "optlease-schedule/1", "starttime": "2006-11-25T13:00:00",'
                                               ' "site": {"nodes": {"1": {}}}, "leases": [{"id": 7, "type": "ar", '
                                               '"reservations": [{"kind": "vm", "start": "soon"}]}]}')
-    done = optlease("report", tmp_path / "a.parquet", "-o", tmp_path / "out")
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "a.schedule.json" in done.stderr and "lease 7" in done.stderr
+    assert main(["report", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a.schedule.json" in err and "lease 7" in err
+
+
+def test_an_oversized_schedule_or_an_output_that_is_a_file_is_one_line(runs, tmp_path, monkeypatch):
+    from optlease.report import files
+    run = runs / "aggressive" / "inj0.parquet"      # its schedule beside it is 1 KB or so
+    monkeypatch.setattr(files, "MAX_SCHEDULE_BYTES", 100)
+    with pytest.raises(InputError, match=r"inj0\.schedule\.json: a schedule of 0 MB, more than the 0 MB a report"):
+        files.write_report([run], tmp_path / "out")
+    (tmp_path / "taken").write_text("")
+    monkeypatch.setattr(files, "MAX_SCHEDULE_BYTES", 2 ** 20)
+    with pytest.raises(InputError, match=r"taken: exists and is not a directory"):
+        files.write_report([run], tmp_path / "taken")
+
+
+def test_names_from_data_files_are_text_not_markup(tmp_path):
+    hostile = '<script>alert("x")</script> & <img src=http://x>'
+    runs = [RunData(attrs={"profile": f"{hostile}{i}", "tracefile": hostile, "injectionfile": "",
+                           "configuration": ""}, per_run={"accepted_ar": i, "rejected_ar": 1},
+                    per_lease=[{"id": 1, "kind": "best-effort", "waiting_time": 5.0 * i}],
+                    counters={"Queue size": [(0, 1.0, None), (60, float(i), None)]},
+                    counter_kinds={"Queue size": "AVERAGE_NONE"}) for i in (1, 2)]
+    page = build_report([Source(f"run{i}.parquet", r) for i, r in enumerate(runs)], hostile, [hostile]).html
+    refs = Refs()
+    refs.feed(page)
+    assert not refs.tags & {"script", "img"} and all(r.startswith(("#", "data:")) for r in refs.refs)
+    assert page.count("&lt;script&gt;") >= 4     # the title, the note, the table's head, the runs
 
 
 def test_a_month_on_144_nodes_is_drawn_as_occupancy_with_a_zoomed_window():
@@ -257,6 +286,22 @@ def test_an_unreadable_reservation_names_the_file_and_lease():
     doc["leases"][0]["reservations"][0]["mapping"] = {"1": 9}   # a node the site does not have
     with pytest.raises(InputError, match=r"^f\.json: lease 1: a reservation on node '9', which the site does not have$"):
         gantt_svg(doc, "f.json", "t", "p")
+
+
+@given(st.integers(1, 50), st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10_000), st.integers(0, 10_000),
+                                              st.sampled_from(["ar", "best-effort", "immediate", "other"])),
+                                    min_size=1, max_size=30))
+def test_occupancy_keeps_every_vm_second_on_its_node_and_kind(bins, spans):
+    bars = [Bar(row, min(a, b), max(a, b), kind, "vm") for row, a, b, kind in spans]
+    end = max(b.end for b in bars) or 1
+    busy = occupancy(bars, 4, 0, end, bins)
+    width = end / bins
+    kinds = ["ar", "best-effort", "immediate", "other"]
+    for k, kind in enumerate(kinds):
+        for row in range(4):
+            held = sum(b.end - b.start for b in bars if b.row == row and b.lease_kind == kind)
+            assert abs(busy[k, row].sum() * width - held) < 1e-6 * max(1, held)
+    assert busy.min() >= 0
 
 
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", ""]), st.sampled_from(["t1", "t2"]),

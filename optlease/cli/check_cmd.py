@@ -3,45 +3,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from optlease.checker import FORMAT, Violation, check_schedule
 from optlease.cli.app import app
-from optlease.errors import InputError
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not a JSON number")
-
-
-def load_schedule(path: Path) -> dict:
-    """The document in a schedule file; InputError, naming the file, when it is not one."""
-    where = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", where) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a schedule file", where) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", where) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start})", where) from None
-    try:
-        # Python's reader takes NaN and Infinity, which JSON (and every other reader of the file) does not.
-        doc = json.loads(text, parse_constant=_not_json)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"line {exc.lineno} column {exc.colno}: {exc.msg}", where) from None
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"not valid JSON: {exc}", where) from None
-    if not isinstance(doc, dict):
-        raise InputError(f"not a schedule: the document is a JSON {type(doc).__name__}, not an object", where)
-    # Any other file with a format key is someone else's document: refuse it rather than list a hundred faults.
-    if doc.get("format") != FORMAT:
-        raise InputError(f"not a schedule: format is {doc.get('format')!r}, expected {FORMAT!r}", where)
-    return doc
+from optlease.formats.schedule_json import load_schedule
 
 
 def schedule_size(doc: dict) -> tuple[int, int]:

@@ -19,10 +19,10 @@ def compare(
                                             "(mapper: cpsat), offline (optlease optimize's whole-workload "
                                             "optimum).")] = "greedy-aggressive,greedy-intermediate-4,cpsat,offline",
     tracefile: Annotated[Optional[Path], typer.Option("--tracefile", help="Trace to run instead of the "
-                                                      "configuration's [tracefile] tracefile.", exists=True,
+                                                      "configuration's tracefile option.", exists=True,
                                                       dir_okay=False)] = None,
     injection: Annotated[Optional[Path], typer.Option("--injection", help="Lease injection file (LWF) to merge "
-                                                      "into the trace instead of [tracefile] injectionfile.",
+                                                      "into the trace instead of the configuration's injectionfile.",
                                                       exists=True, dir_okay=False)] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the runs' data files and schedules and "
                                                           "the report.")] = Path("compare"),
@@ -47,6 +47,6 @@ def compare(
                 if path is not None}
     files = run(conf, chosen, out, estimates, offline_time_limit, workload,
                 progress=lambda line: typer.echo(line, err=True))
-    page = write_report(files, out, f"optlease compare: {conf.name}", [
-        f"Configuration: {conf.name}; schedulers: {', '.join(s.name for s in chosen)}.", estimate_note(estimates)])
+    page = write_report(files, out, f"optlease compare: {conf.name}", (
+        f"Configuration: {conf.name}; schedulers: {', '.join(s.name for s in chosen)}.", estimate_note(estimates)))
     typer.echo(f"report: {page}")

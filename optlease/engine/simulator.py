@@ -13,6 +13,7 @@ from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
 from optlease.engine.clock import SimulatedClock
 from optlease.eventlog import EventLog
+from optlease.formats.lease_states import HAIZEA_CODE
 from optlease.engine.loop import Stepper
 from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.options import SchedulingOptions
@@ -39,13 +40,6 @@ def kinds_breakdown(kinds: list[LeaseKind]) -> str:
     for kind in kinds:
         counts[kind] = counts.get(kind, 0) + 1
     return " + ".join(f"{n} {k.label}" for k, n in counts.items())
-
-
-# Haizea's summary lists states in the order of its state codes (Rejected before Done, Cancelled after Queued).
-SUMMARY_ORDER = (LeaseState.NEW, LeaseState.PENDING, LeaseState.REJECTED, LeaseState.SCHEDULED, LeaseState.QUEUED,
-                 LeaseState.CANCELLED, LeaseState.ACTIVE, LeaseState.SUSPENDING, LeaseState.SUSPENDED_PENDING,
-                 LeaseState.SUSPENDED_QUEUED, LeaseState.SUSPENDED_SCHEDULED, LeaseState.MIGRATING,
-                 LeaseState.RESUMING, LeaseState.DONE, LeaseState.FAILED)
 
 
 class Simulator:
@@ -135,7 +129,7 @@ class Simulator:
                 by_state.setdefault(lease.state, []).append(lease.kind)
         self.log.status("RM", "--- Haizea status summary ---")
         total = 0
-        for state in sorted(by_state, key=SUMMARY_ORDER.index):
+        for state in sorted(by_state, key=HAIZEA_CODE.__getitem__):   # Haizea's order: Rejected before Done
             kinds = by_state[state]
             label = state.value.replace("-", " ").capitalize() + ":"
             self.log.status("RM", f"{label:<20}{len(kinds):>6} ({kinds_breakdown(kinds)})")

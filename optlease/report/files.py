@@ -12,6 +12,8 @@ from optlease.errors import InputError
 SUFFIX = ".parquet"
 SCHEDULE_SUFFIX = ".schedule.json"
 MAX_RUNS = 10_000   # a report of more runs than this is a mistake in its arguments (a whole disk), not a study
+# a month on 144 nodes is under 2 MB; a schedule file past this is not one a chart can show
+MAX_SCHEDULE_BYTES = 256 * 2 ** 20
 
 
 @dataclass
@@ -45,7 +47,12 @@ def data_files(paths: list[Path]) -> list[Path]:
 def schedule_beside(path: Path) -> Optional[Path]:
     name = path.name[:-len(SUFFIX)] if path.name.endswith(SUFFIX) else path.stem
     candidate = path.with_name(name + SCHEDULE_SUFFIX)
-    return candidate if candidate.is_file() else None
+    if not candidate.is_file():
+        return None
+    if candidate.stat().st_size > MAX_SCHEDULE_BYTES:
+        raise InputError(f"a schedule of {candidate.stat().st_size / 2 ** 20:.0f} MB, more than the "
+                         f"{MAX_SCHEDULE_BYTES // 2 ** 20} MB a report draws", str(candidate))
+    return candidate
 
 
 def load_runs(paths: list[Path]) -> list[Run]:
@@ -53,10 +60,10 @@ def load_runs(paths: list[Path]) -> list[Run]:
     return [Run(p, read_run(p), schedule_beside(p)) for p in data_files(paths)]
 
 
-def write_report(paths: list[Path], out: Path, title: str = "optlease report", notes: list[str] = ()) -> Path:
+def write_report(paths: list[Path], out: Path, title: str = "optlease report", notes: tuple[str, ...] = ()) -> Path:
     """Reads the runs, writes `report.html`, `report.md` and the Markdown's SVG figures into `out` (made if need
     be); returns the HTML file's path."""
-    from optlease.cli.check_cmd import load_schedule
+    from optlease.formats.schedule_json import load_schedule
     from optlease.report.render import Source, build_report
 
     sources = []

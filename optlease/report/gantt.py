@@ -77,7 +77,8 @@ def gantt_svg(doc: dict[str, Any], where: str, title: str, prefix: str) -> Optio
     nodes, bars = bars_of(doc, where)
     if not bars:
         return None
-    begin, end = min(b.start for b in bars), max(b.end for b in bars)
+    # from the schedule's start: schedules of the same workload line up
+    begin, end = min(0, min(b.start for b in bars)), max(b.end for b in bars)
     scale, unit = time_unit(end - begin)
     if len(nodes) <= DETAIL_NODES and sum(b.kind == "vm" for b in bars) <= DETAIL_BARS:
         fig = new_figure(7.5, 1.2 + 0.18 * len(nodes))
@@ -112,23 +113,30 @@ def _window(bars: list[Bar], begin: int, end: int) -> tuple[int, int]:
     return start, start + length
 
 
-def _occupancy(ax, bars: list[Bar], rows: int, begin: int, end: int, scale: float) -> None:
-    edges = np.linspace(begin, end, BINS + 1)
+def occupancy(bars: list[Bar], rows: int, begin: int, end: int, bins: int = BINS) -> np.ndarray:
+    """[kind, row, bin] -> the share of the time bin that VMs of leases of that kind (KIND_COLOURS' order, then any
+    other) ran on the node; one per VM running, so two VMs side by side all the bin make 2."""
+    edges = np.linspace(begin, end, bins + 1)
     width = edges[1] - edges[0]
     kinds = list(KIND_COLOURS)
-    busy = np.zeros((len(kinds) + 1, rows, BINS))
+    busy = np.zeros((len(kinds) + 1, rows, bins))
     for b in bars:
         if b.kind != "vm" or b.end <= b.start:
             continue
         k = kinds.index(b.lease_kind) if b.lease_kind in kinds else len(kinds)
-        first, last = int((b.start - begin) // width), min(BINS - 1, int((b.end - begin) // width))
+        first, last = int((b.start - begin) // width), min(bins - 1, int((b.end - begin) // width))
         covered = np.minimum(edges[first + 1:last + 2], b.end) - np.maximum(edges[first:last + 1], b.start)
         busy[k, b.row, first:last + 1] += np.clip(covered, 0, None) / width
+    return busy
+
+
+def _occupancy(ax, bars: list[Bar], rows: int, begin: int, end: int, scale: float) -> None:
+    busy = occupancy(bars, rows, begin, end)
     # several VMs on one node in one bin count once: the pixel shows the share of time the node ran any VM
     total = busy.sum(axis=0)
     share = np.clip(total, 0, 1)
     rgb = np.ones((rows, BINS, 3))
-    colours = [np.array(_rgb(KIND_COLOURS[k])) for k in kinds] + [np.array([0.5, 0.5, 0.5])]
+    colours = [np.array(_rgb(c)) for c in KIND_COLOURS.values()] + [np.array([0.5, 0.5, 0.5])]
     with np.errstate(invalid="ignore", divide="ignore"):
         for k, colour in enumerate(colours):
             weight = np.where(total > 0, busy[k] / total, 0) * share
@@ -139,15 +147,21 @@ def _occupancy(ax, bars: list[Bar], rows: int, begin: int, end: int, scale: floa
 
 
 def _detail(ax, bars: list[Bar], begin: int, end: int, scale: float) -> None:
-    for b in bars:
-        if b.kind == "vm":
-            ax.broken_barh([(b.start / scale, (b.end - b.start) / scale)], (b.row - 0.4, 0.8),
-                           facecolors=KIND_COLOURS.get(b.lease_kind, "grey"), edgecolor="white", linewidth=0.3)
+    from matplotlib.collections import PolyCollection
+
+    vms = [b for b in bars if b.kind == "vm"]
+    many = len(vms) > DETAIL_BARS
+    for kind in dict.fromkeys(b.lease_kind for b in vms):
+        boxes = [[(b.start / scale, b.row - 0.4), (b.end / scale, b.row - 0.4), (b.end / scale, b.row + 0.4),
+                  (b.start / scale, b.row + 0.4)] for b in vms if b.lease_kind == kind]
+        # thousands of boxes are an image inside the SVG (one pixel each would weigh a megabyte as paths)
+        ax.add_collection(PolyCollection(boxes, facecolors=KIND_COLOURS.get(kind, "grey"),
+                                         edgecolors="none" if many else "white", linewidths=0.3, rasterized=many))
     for kind, (marker, _) in MARKS.items():
         xs = [b.start / scale for b in bars if b.kind == kind]
         ys = [b.row for b in bars if b.kind == kind]
         if xs:
-            ax.scatter(xs, ys, marker=marker, s=18, color="black", zorder=3)
+            ax.scatter(xs, ys, marker=marker, s=5 if many else 18, color="black", linewidths=0, zorder=3)
     ax.set_xlim(begin / scale, end / scale)
     _legend(ax, marks=True)
 

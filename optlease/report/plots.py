@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import numpy as np
+from matplotlib.ticker import EngFormatter, FuncFormatter
 
 from optlease.report.svg import new_figure, to_svg
 from optlease.report.table import Table
@@ -49,7 +50,7 @@ def timeline_svg(series: dict[str, dict[str, Counter]], prefix: str) -> Optional
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
     axes[-1].set_xlabel(f"time since the run's start ({unit})")
-    axes[0].legend(fontsize=7, loc="upper right")
+    _legend_below(fig, axes[0])
     return to_svg(fig, prefix)
 
 
@@ -75,11 +76,16 @@ def wait_cdf_svg(column_waits: dict[str, list[float]], prefix: str) -> Optional[
         x = np.sort(np.array(values)) / scale
         y = np.arange(1, len(x) + 1) / len(x) * 100
         ax.step(np.concatenate([[0.0], x]), np.concatenate([[0.0], y]), where="post", label=column, linewidth=1)
-    ax.set_xlabel(f"best-effort wait before first start ({unit})")
+    # waits span seconds to weeks: linear up to a minute, logarithmic past it, so both ends can be read
+    ax.set_xscale("symlog", linthresh=60 / scale, linscale=0.5)
+    top = max(max(w) for w in column_waits.values()) / scale
+    ax.set_xticks([0.0, *(10.0 ** e for e in range(int(np.ceil(np.log10(60 / scale))),
+                                                  int(np.ceil(np.log10(max(top, 60 / scale)))) + 1))])
+    ax.set_xlabel(f"best-effort wait before first start ({unit}, logarithmic past a minute)")
     ax.set_ylabel("leases waiting at most x (%)")
     ax.set_ylim(0, 100)
     ax.set_xlim(left=0)
-    ax.legend(fontsize=7, loc="lower right")
+    _legend_below(fig, ax)
     return to_svg(fig, prefix)
 
 
@@ -100,7 +106,9 @@ def bars_svg(table: Table, prefix: str) -> Optional[str]:
         high = np.array([c.high - c.mean if c.values else 0 for c in cells])
         ax.bar(x, np.nan_to_num(means), color=colours, yerr=[low, high], capsize=3, ecolor="#333333")
         ax.set_title(metric.label, fontsize=8)
-        ax.set_ylabel(metric.label.rsplit("(", 1)[-1].rstrip(")") if "(" in metric.label else "value", fontsize=7)
+        ax.set_ylabel(metric.unit, fontsize=7)
+        ax.yaxis.set_major_formatter(_short)    # 2M, 500k: no "1e6" above the axis
+        ax.set_ylim(0, None if np.nanmax(np.nan_to_num(means) + high) > 0 else 1)
         ax.set_xticks(x, [str(i + 1) for i in x], fontsize=7)
         ax.set_xlabel("column", fontsize=7)
     for ax in axes[len(table.rows):]:
@@ -109,6 +117,19 @@ def bars_svg(table: Table, prefix: str) -> Optional[str]:
                ncols=min(4, len(table.columns)), fontsize=7,
                title="columns (whiskers: lowest and highest run)", title_fontsize=7)
     return to_svg(fig, prefix)
+
+
+_ENG = EngFormatter(sep="")
+
+
+@FuncFormatter
+def _short(value: float, _position) -> str:
+    return _ENG(value) if abs(value) >= 1000 else f"{value:g}"
+
+
+def _legend_below(fig, ax) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=7)
 
 
 def _patch(colour: str, name: str):

@@ -15,6 +15,7 @@ STYLE = {
     "svg.fonttype": "none",        # <text> elements: labels stay readable and checkable, no glyph paths
     "svg.hashsalt": "optlease",    # ids from content, not from a random salt: the same data, the same file
     "font.size": 9,
+    "savefig.dpi": 150,            # the resolution of what is rasterized (occupancy images, thousands of boxes)
     "axes.grid": True,
     "grid.alpha": 0.3,
 }

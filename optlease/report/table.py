@@ -36,11 +36,10 @@ def _scaled(name: str, factor: float) -> Callable[[Stats], Optional[float]]:
 
 @dataclass(frozen=True)
 class Metric:
-    key: str            # short name, also the Markdown/JSON key
     label: str          # the row's title, with its unit
     figure: Callable[[Stats], Optional[float]]   # the run's value from its per-run stats
     digits: int         # decimals shown
-    better: str         # "low" or "high": which way the bars read
+    unit: str           # what the bars' axis measures
 
 
 # optlease's own per-run stat names in a data file (docs/accounting.md), and the offline optimum's bound
@@ -56,21 +55,21 @@ OFFLINE_BOUND = "offline_bound"
 WALL_TIME = "wall_time"
 
 METRICS: list[Metric] = [
-    Metric("ar_accepted_pct", "AR accepted (%)", _share(ACCEPTED_AR, REJECTED_AR), 1, "high"),
-    Metric("immediate_accepted_pct", "immediate accepted (%)", _share(ACCEPTED_IM, REJECTED_IM), 1, "high"),
-    Metric("be_all_done_h", "all best-effort done (h)", _scaled(ALL_BE, 1 / 3600), 2, "low"),
-    Metric("be_wait_avg_s", "best-effort wait, mean (s)", _scaled(WAIT_AVG, 1), 1, "low"),
-    Metric("be_wait_max_s", "best-effort wait, max (s)", _scaled(WAIT_MAX, 1), 0, "low"),
-    Metric("bounded_slowdown", "bounded slowdown, mean", _scaled(SLOWDOWN, 1), 2, "low"),
-    Metric("utilization_pct", "CPU utilization (%)", _scaled(UTILIZATION, 100), 1, "high"),
-    Metric("preemptions", "preemptions", _scaled(PREEMPTIONS, 1), 1, "low"),
-    Metric("suspensions", "suspensions", _scaled(SUSPENSIONS, 1), 1, "low"),
-    Metric("migrations", "migrations", _scaled(MIGRATIONS, 1), 1, "low"),
-    Metric("round_p50_s", "round wall time p50 (s)", _scaled(ROUND_P50, 1), 3, "low"),
-    Metric("round_p95_s", "round wall time p95 (s)", _scaled(ROUND_P95, 1), 3, "low"),
-    Metric("gap_mean_pct", "solver gap, mean (%)", _scaled(GAP, 100), 2, "low"),
-    Metric("offline_bound", "offline bound (objective)", _scaled(OFFLINE_BOUND, 1), 1, "low"),
-    Metric("wall_time_s", "wall time of the run (s)", _scaled(WALL_TIME, 1), 1, "low"),
+    Metric("AR accepted (%)", _share(ACCEPTED_AR, REJECTED_AR), 1, "percent"),
+    Metric("immediate accepted (%)", _share(ACCEPTED_IM, REJECTED_IM), 1, "percent"),
+    Metric("all best-effort done (h)", _scaled(ALL_BE, 1 / 3600), 2, "hours"),
+    Metric("best-effort wait, mean (s)", _scaled(WAIT_AVG, 1), 1, "seconds"),
+    Metric("best-effort wait, max (s)", _scaled(WAIT_MAX, 1), 0, "seconds"),
+    Metric("bounded slowdown, mean", _scaled(SLOWDOWN, 1), 2, "ratio"),
+    Metric("CPU utilization (%)", _scaled(UTILIZATION, 100), 1, "percent"),
+    Metric("preemptions", _scaled(PREEMPTIONS, 1), 1, "count"),
+    Metric("suspensions", _scaled(SUSPENSIONS, 1), 1, "count"),
+    Metric("migrations", _scaled(MIGRATIONS, 1), 1, "count"),
+    Metric("round wall time p50 (s)", _scaled(ROUND_P50, 1), 3, "seconds"),
+    Metric("round wall time p95 (s)", _scaled(ROUND_P95, 1), 3, "seconds"),
+    Metric("solver gap, mean (%)", _scaled(GAP, 100), 2, "percent"),
+    Metric("offline bound (objective)", _scaled(OFFLINE_BOUND, 1), 1, "objective"),
+    Metric("wall time of the run (s)", _scaled(WALL_TIME, 1), 2, "seconds"),
 ]
 
 

@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Greedy (each backfilling mode) against cpsat rounds against the offline optimum on one workload: JSON on stdout, a
+Markdown table on stderr (or in --markdown FILE).
+
+Default workload: the Blue Horizon 30days.swf with the work_10-dur_2h-size_1small AR injection on the Blue site
+(instances/blue/blue.conf: 144 nodes, AR preemption, suspension all). `--limit-days N` keeps the requests that arrive
+in the first N days (a quick run); `--modes` picks which schedulers to run. The greedy modes book what leases ask
+for, as Haizea does; cpsat books run-time estimates (`runtime-estimate: user-history`); `--runtime-estimate` sets
+one for every mode.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from optlease.accounting.metrics import run_summary  # noqa: E402
+from optlease.accounting.rounds import admission_summary  # noqa: E402
+from optlease.checker import check_schedule  # noqa: E402
+from optlease.errors import InputError  # noqa: E402
+from optlease.eventlog import EventLog  # noqa: E402
+from optlease.engine.run import apply_trace_options, load_workload, site_of  # noqa: E402
+from optlease.engine.simulator import Simulator  # noqa: E402
+from optlease.formats.config import SCHEMA, load_config  # noqa: E402
+from optlease.formats.schedule_json import schedule_document  # noqa: E402
+from optlease.scheduling.options import SchedulingOptions  # noqa: E402
+from optlease.scheduling.policies import Policies  # noqa: E402
+
+BLUE = ROOT / "instances" / "blue"
+MODES = {   # name -> [scheduling] overrides
+    "greedy-off": {"backfilling": "off"},
+    "greedy-aggressive": {"backfilling": "aggressive"},
+    "greedy-conservative": {"backfilling": "conservative"},
+    "greedy-intermediate-4": {"backfilling": "intermediate", "backfilling-reservations": "4"},
+    # optlease's scheduler: rounds over bookings of run-time estimates (models/cpsat-round.md)
+    "cpsat": {"backfilling": "aggressive", "mapper": "cpsat", "runtime-estimate": "user-history"},
+}
+ESTIMATE = SCHEMA["scheduling"]["runtime-estimate"]   # its choices and Haizea's default, `requested`
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def setup(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, sched: dict):
+    tracefile = {"tracefile": str(trace), **({"injectionfile": str(injection)} if injection else {})}
+    cfg = load_config(conf, overrides={"scheduling": sched, "tracefile": tracefile})
+    opts = SchedulingOptions.from_config(cfg)
+    _, workload = load_workload(cfg)
+    requests = apply_trace_options(cfg, workload.requests)
+    if limit_days is not None:
+        requests = [r for r in requests if r.arrival < limit_days * 86400]
+    return cfg, opts, site_of(cfg, workload), requests
+
+
+def simulate(cfg, opts, site, requests):
+    sim = Simulator(site, requests, opts, Policies(opts.policy_admission, opts.policy_preemption,
+                                                   opts.policy_host_selection),
+                    EventLog(cfg.get("simulation", "starttime"), "STATUS", io.StringIO()))
+    wall = time.perf_counter()
+    result = sim.run()
+    return sim, result, time.perf_counter() - wall
+
+
+def figures(cfg, site, leases, end_time: int, requests: list, wall: float) -> dict:
+    summary = run_summary(site, leases, end_time)
+    violations = check_schedule(schedule_document(site, leases, cfg.get("simulation", "starttime")))
+    be, ar = summary["best_effort"], summary["ar"]
+    return {
+        "requests": len(requests),
+        "ar_accepted": ar["accepted"], "ar_total": ar["accepted"] + ar["rejected"],
+        "ar_acceptance": ar["accepted"] / (ar["accepted"] + ar["rejected"]) if ar["accepted"] + ar["rejected"]
+        else None,
+        "be_completed": be["completed"], "be_all_completed_at_s": be["all_completed_at"],
+        "be_wait_avg_s": be["wait_avg"], "be_wait_max_s": be["wait_max"],
+        "be_bounded_slowdown_avg": be["bounded_slowdown_avg"],
+        "utilization": summary["cpu_utilization"],
+        "preemptions": summary["preemptions"], "migrations": summary["migrations"],
+        "estimate_overruns": sum(lease.overruns for lease in leases),
+        "wall_time_s": round(wall, 2), "checker_violations": len(violations),
+    }
+
+
+def run_offline(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, solver: dict,
+                time_limit: float) -> dict:
+    """The clairvoyant offline optimum (optlease optimize) of the same workload, the greedy-aggressive run as hint."""
+    from optlease.scheduling.cpsat.offline import greedy_hint, optimize
+
+    cfg, opts, site, requests = setup(conf, trace, injection, limit_days, MODES["greedy-aggressive"])
+    _, greedy, _ = simulate(cfg, opts, site, requests)
+    wall = time.perf_counter()
+    res = optimize(site, requests, opts, time_limit, solver["solver-workers"], solver.get("solver-seed", 0),
+                   greedy_hint(greedy.leases))
+    wall = time.perf_counter() - wall
+    end = max((lease.end or 0 for lease in res.leases), default=0)
+    out = figures(cfg, res.site, res.leases, end, requests, wall)
+    s = res.stats
+    out.update(rounds=1, round_time_p50_s=s.wall_time, round_time_p95_s=s.wall_time, gap_mean=s.gap,
+               solved_rounds=1, objective=s.objective, best_bound=s.best_bound, status=s.status,
+               formulation=res.formulation, deferred=len(res.deferred))
+    return out
+
+
+def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, overrides: dict,
+        solver: dict) -> dict:
+    sched = {**overrides, **({k: str(v) for k, v in solver.items()} if overrides.get("mapper") == "cpsat" else {})}
+    cfg, opts, site, requests = setup(conf, trace, injection, limit_days, sched)
+    sim, result, wall = simulate(cfg, opts, site, requests)
+    out = figures(cfg, result.site, result.leases, result.end_time, requests, wall)
+    out["rounds"] = result.rounds
+    hook = sim.sched.round_hook
+    if hook is None:
+        out.update(round_time_p50_s=None, round_time_p95_s=None, gap_mean=None, solved_rounds=0, replanned_rounds=0)
+    else:
+        solved = [r.stats for r in hook.records if r.stats.num_variables > 0]
+        times = [s.wall_time for s in solved]
+        gaps = [s.gap for s in solved if s.gap is not None]
+        statuses: dict[str, int] = {}
+        for s in solved:
+            key = s.status.split(" ")[0]
+            statuses[key] = statuses.get(key, 0) + 1
+        out.update(round_time_p50_s=percentile(times, 0.5), round_time_p95_s=percentile(times, 0.95),
+                   gap_mean=statistics.mean(gaps) if gaps else None, solved_rounds=len(solved),
+                   replanned_rounds=sum(1 for r in hook.records if r.changed),
+                   replanned_leases=sum(r.changed for r in hook.records), solver_status=statuses,
+                   admissions=admission_summary(hook.admissions))
+    return out
+
+
+COLUMNS = [("AR accepted", lambda r: f"{round(r['ar_accepted'], 1):g}/{r['ar_total']}"),
+           ("BE all done (s)", lambda r: _n(r["be_all_completed_at_s"])),
+           ("BE wait avg (s)", lambda r: _n(r["be_wait_avg_s"])),
+           ("BE wait max (s)", lambda r: _n(r["be_wait_max_s"])),
+           ("bounded slowdown", lambda r: _n(r["be_bounded_slowdown_avg"], 2)),
+           ("utilization", lambda r: _n(r["utilization"], 3)),
+           ("preemptions", lambda r: _n(r["preemptions"])), ("migrations", lambda r: _n(r["migrations"])),
+           ("estimate overruns", lambda r: _n(r["estimate_overruns"])),
+           ("round p50 (s)", lambda r: _n(r["round_time_p50_s"], 3)),
+           ("round p95 (s)", lambda r: _n(r["round_time_p95_s"], 3)),
+           ("mean gap", lambda r: _n(r["gap_mean"], 3)), ("wall (s)", lambda r: _n(r["wall_time_s"], 1)),
+           ("checker", lambda r: "ok" if r["checker_violations"] == 0 else f"{r['checker_violations']} violations")]
+
+
+def _n(value, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}" if digits else f"{round(value):,}"
+
+
+def mean_row(rows: list[dict]) -> dict:
+    """The figures of several runs of one scheduler averaged (checker violations added up)."""
+    out = {}
+    for key, value in rows[0].items():
+        values = [r[key] for r in rows]
+        if key == "checker_violations":
+            out[key] = sum(values)
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[key] = statistics.mean(values)
+        else:
+            out[key] = value if all(v == value for v in values) else None
+    return out
+
+
+def markdown(results: dict[str, dict]) -> str:
+    lines = ["| scheduler | " + " | ".join(name for name, _ in COLUMNS) + " |",
+             "|---|" + "---|" * len(COLUMNS)]
+    for mode, r in results.items():
+        lines.append(f"| {mode} | " + " | ".join(cell(r) for _, cell in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, default=BLUE / "30days.swf")
+    ap.add_argument("--injection", type=Path, default=BLUE / "injected" / "work_10-dur_2h-size_1small.lwf",
+                    help="AR injection file ('none' for the trace alone)")
+    ap.add_argument("--conf", type=Path, default=BLUE / "blue.conf", help="site and scheduling options")
+    ap.add_argument("--limit-days", type=float, default=None, help="keep requests arriving in the first N days")
+    ap.add_argument("--modes", default=",".join([*MODES, "offline"]),
+                    help=f"comma-separated, of: {', '.join(MODES)}, offline")
+    ap.add_argument("--offline-time-limit", type=float, default=120.0,
+                    help="offline: solver seconds for the whole workload")
+    ap.add_argument("--time-limit", type=float, default=1.0, help="cpsat: a round's wall-clock budget (s)")
+    ap.add_argument("--work-limit", type=float, default=0.05, help="cpsat: CP-SAT deterministic seconds per search, "
+                    "one worker: the same figures on every run and machine (0: wall clock only, --workers apply)")
+    ap.add_argument("--workers", type=int, default=2, help="cpsat: solver workers")
+    ap.add_argument("--lookahead", type=int, default=None, help="cpsat: seconds a start may be planned ahead")
+    ap.add_argument("--interval", type=int, default=None, help="cpsat: least simulated seconds between solved rounds")
+    ap.add_argument("--commit", type=int, default=None, help="cpsat: seconds ahead a round books leases")
+    ap.add_argument("--wait-guard", type=int, default=None, help="cpsat: seconds of waiting past which a lease keeps "
+                    "its place in line")
+    ap.add_argument("--seeds", default="0", help="cpsat: comma-separated solver seeds; with more than one, a row per "
+                    "seed and their mean (a month of rounds amplifies small differences)")
+    ap.add_argument("--promises", type=int, default=None, help="cpsat: at most this many round bookings are "
+                    "promises, the earliest-arrived leases' (0: every one)")
+    ap.add_argument("--promise-resumes", choices=["yes", "no"], default=None, help="cpsat: whether a round's "
+                    "booking to resume a suspended lease becomes a promise too (default no: ARs may displace it)")
+    ap.add_argument("--promise-after", type=int, default=None, help="cpsat: seconds a lease waits before its round "
+                    "booking becomes a promise")
+    ap.add_argument("--promise-slack", type=int, default=None, help="cpsat: seconds an AR may move a promise in its "
+                    "way later than its earliest promised begin (0: never later)")
+    ap.add_argument("--promise-share", type=float, default=None, help="cpsat: or, where more, this share of the "
+                    "promised lease's wait and run at that begin (0: the slack alone)")
+    ap.add_argument("--promise-stretch", type=float, default=None, help="cpsat: for an AR nothing else places, this "
+                    "share instead, in all (0: never)")
+    ap.add_argument("--runtime-estimate", default=None, help="every online mode: how long best-effort bookings "
+                    "hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md); default: "
+                    "greedy modes book what leases ask for, as Haizea, and cpsat its estimates")
+    ap.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here (default: stderr)")
+    args = ap.parse_args(argv)
+    # paths on the command line are the caller's (the configuration resolves its own against its folder)
+    injection = None if str(args.injection) == "none" else args.injection.resolve()
+    args.trace, args.conf = args.trace.resolve(), args.conf.resolve()
+    solver = {"solver-time-limit": args.time_limit, "solver-workers": args.workers,
+              "solver-work-limit": args.work_limit,
+              **({"lookahead": args.lookahead} if args.lookahead else {}),
+              **({"solver-interval": args.interval} if args.interval is not None else {}),
+              **({"solver-wait-guard": args.wait_guard} if args.wait_guard is not None else {}),
+              **({"solver-commit": args.commit} if args.commit is not None else {}),
+              **({"solver-promises": args.promises} if args.promises is not None else {}),
+              **({"solver-promise-resumes": args.promise_resumes} if args.promise_resumes else {}),
+              **({"solver-promise-after": args.promise_after} if args.promise_after is not None else {}),
+              **({"solver-promise-slack": args.promise_slack} if args.promise_slack is not None else {}),
+              **({"solver-promise-share": args.promise_share} if args.promise_share is not None else {}),
+              **({"solver-promise-stretch": args.promise_stretch} if args.promise_stretch is not None else {})}
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        print(f"compare_schedulers: --seeds {args.seeds!r}: expected comma-separated whole numbers", file=sys.stderr)
+        return 2
+    solver["solver-seed"] = seeds[0]
+    if args.runtime_estimate is not None and args.runtime_estimate not in ESTIMATE.choices:
+        print(f"compare_schedulers: --runtime-estimate {args.runtime_estimate!r}: expected one of "
+              f"{', '.join(ESTIMATE.choices)}", file=sys.stderr)
+        return 2
+    estimate = {"runtime-estimate": args.runtime_estimate} if args.runtime_estimate else {}
+    modes = {name: {**sched, **estimate} for name, sched in MODES.items()}
+    results = {}
+    for mode in args.modes.split(","):
+        if mode not in MODES and mode != "offline":
+            print(f"compare_schedulers: unknown mode {mode!r} (known: {', '.join(MODES)}, offline)", file=sys.stderr)
+            return 2
+        if mode == "offline":
+            results[mode] = run_offline(args.conf, args.trace, injection, args.limit_days, solver,
+                                        args.offline_time_limit)
+        elif mode == "cpsat" and len(seeds) > 1:
+            for seed in seeds:
+                results[f"cpsat (seed {seed})"] = run(args.conf, args.trace, injection, args.limit_days, modes[mode],
+                                                      {**solver, "solver-seed": seed})
+                print(f"cpsat seed {seed}: done", file=sys.stderr)
+            results[f"cpsat (mean of {len(seeds)} seeds)"] = mean_row([results[f"cpsat (seed {s})"] for s in seeds])
+            continue
+        else:
+            results[mode] = run(args.conf, args.trace, injection, args.limit_days, modes[mode], solver)
+        print(f"{mode}: done in {results[mode]['wall_time_s']} s", file=sys.stderr)
+    doc = {"workload": {"trace": args.trace.name, "injection": injection.name if injection else None,
+                        "limit_days": args.limit_days},
+           "runtime_estimate": {mode: modes[mode].get("runtime-estimate", ESTIMATE.default) for mode in MODES},
+           "solver": solver, "results": results}
+    print(json.dumps(doc, indent=1))
+    table = markdown(results)
+    if args.markdown:
+        args.markdown.write_text(table)
+    else:
+        print(table, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except InputError as exc:
+        print(f"compare_schedulers: {exc}", file=sys.stderr)
+        sys.exit(2)
