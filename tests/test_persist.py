@@ -4,6 +4,8 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from optlease.domain.lease import LeaseState
 from optlease.engine.api import parse_lease_xml
@@ -223,3 +225,40 @@ def test_a_dying_scheduling_thread_takes_the_daemon_down(tmp_path):
     assert m.stopping.is_set() and m.fatal_rc == 1
     assert m.fatal == "the scheduling thread stopped: OverflowError: cannot convert float infinity to integer"
     m.stop()
+
+
+IMMEDIATE = ('<lease><nodes><node-set numnodes="{n}"><res type="CPU" amount="100"/><res type="Memory" amount="512"/>'
+             '</node-set></nodes><start><now/></start><duration time="00:{m:02d}:00"/></lease>')
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("be"), st.integers(1, 4), st.integers(1, 40)),
+    st.tuples(st.just("ar"), st.integers(1, 4), st.integers(1, 40), st.integers(1, 59)),
+    st.tuples(st.just("now"), st.integers(1, 4), st.integers(1, 40)),
+    st.tuples(st.just("cancel"), st.integers(1, 30)),
+    st.tuples(st.just("step"), st.integers(0, 1800))), min_size=1, max_size=30)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_any_journal_the_daemon_writes_replays_to_the_same_state(tmp_path_factory, ops):
+    """Whatever requests, cancellations and steps came, a restart rebuilds every lease and reservation as they were,
+    and the replay itself never fails."""
+    tmp_path = tmp_path_factory.mktemp("journal")
+    m = manager(tmp_path)
+    t = m.last_t
+    for op in ops:
+        if op[0] == "step":
+            t += op[1]
+            run_until(m, t)
+        elif op[0] == "cancel":
+            if op[1] in m.all and m.all[op[1]].state not in (LeaseState.DONE, LeaseState.CANCELLED,
+                                                              LeaseState.REJECTED, LeaseState.FAILED):
+                m.cancel(op[1])
+        else:
+            xml = {"be": BE, "now": IMMEDIATE}.get(op[0], AR)
+            submit(m, xml.format(n=op[1], m=op[2], s=op[3] if op[0] == "ar" else 0))
+    before = (states(m), plan_of(m), {i: lease.accumulated for i, lease in m.all.items()})
+    m.stop()
+    again = manager(tmp_path)
+    assert (states(again), plan_of(again), {i: lease.accumulated for i, lease in again.all.items()}) == before
+    assert not [n for n in again.notes if "recorded as" in n], again.notes
+    again.stop()
