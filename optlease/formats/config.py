@@ -219,7 +219,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # yes: run mode fast on a broker without credentials or TLS (anyone who reaches it can command the hosts)
         "insecure": O("bool", False),
         "keepalive": O("int", 30, low=1, high=65535),     # MQTT's own limit
-        "task-timeout": O("float", 30.0, positive=True, high=3600),    # seconds to wait for a task's result before a retry
+        # seconds to wait for a task's result before a retry
+        "task-timeout": O("float", 30.0, positive=True, high=3600),
         "task-retries": O("int", 2),
         # seconds without a message or an answer to a probe before a host is silent; 0: only a task or probe left
         # unanswered tells
