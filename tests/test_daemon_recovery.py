@@ -267,12 +267,11 @@ def optlease_db(path) -> None:
 
 
 @pytest.mark.parametrize("db, make, message", [
-    ("gone/state.db", None, "its folder does not exist"),
     ("state.db", lambda p: p.write_bytes(b"SQLite format 3\0" + os.urandom(4096)), "cannot"),
     ("state.db", lambda p: p.write_text("not a database at all\n" * 100), "file is not a database"),
     ("state.db", foreign, "not an optlease persistence file (it has tables customers)"),
     ("mnt/state.db", optlease_db, "read-only"),
-], ids=["missing-folder", "corrupt", "not-sqlite", "foreign", "read-only"])
+], ids=["corrupt", "not-sqlite", "foreign", "read-only"])
 def test_an_unusable_persistence_file_is_one_line(daemon, tmp_path, db, make, message, request):
     d = daemon(db=db)
     if make is not None:
@@ -287,7 +286,8 @@ def test_an_unusable_persistence_file_is_one_line(daemon, tmp_path, db, make, me
                          capture_output=True, text=True, timeout=30)
     assert out.returncode != 0
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("optlease: error: "), out.stderr
-    assert str(d.db) in out.stderr and message in out.stderr, out.stderr
+    # (on a read-only file system the pid file beside it is the first thing refused: named, and said so)
+    assert str(d.db) in out.stderr and message in out.stderr.lower(), out.stderr
     assert (d.db.read_bytes() if d.db.exists() else None) == before    # left as it was
 
 

@@ -120,6 +120,14 @@ def test_request_json_round_trip(tmp_path):
     m.stop()
 
 
+def test_a_persistence_file_in_a_missing_folder_is_one_line(tmp_path):
+    from optlease.engine.persist import StoreError
+
+    with pytest.raises(StoreError, match="its folder does not exist") as exc:
+        Store(str(tmp_path / "gone" / "state.db"))
+    assert "\n" not in str(exc.value) and not (tmp_path / "gone").exists()
+
+
 def test_schema_version_is_checked(tmp_path):
     Store(str(tmp_path / "x.db")).close()
     db = sqlite3.connect(tmp_path / "x.db")
