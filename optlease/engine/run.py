@@ -137,9 +137,9 @@ def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = Non
     sim = Simulator(site, requests, opts, policies, log, cfg.get("simulation", "stop-when"),
                     cfg.get("simulation", "status-message-interval"), accounting, progress, observe)
     result = sim.run()
-    if sim.sched.round_hook is not None:
-        result.round_records = list(sim.sched.round_hook.records)
-        result.admissions = list(sim.sched.round_hook.admissions)
+    if sim.stepper.planner.name != "greedy":
+        result.round_records = list(sim.stepper.planner.records)
+        result.admissions = list(sim.stepper.planner.admissions)
     record_rounds(accounting, result.round_records)
     log.status("RM", "Stopping resource manager gracefully...")
     sim.print_status()
