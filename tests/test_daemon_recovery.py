@@ -291,6 +291,25 @@ def test_an_unusable_persistence_file_is_one_line(daemon, tmp_path, db, make, me
     assert (d.db.read_bytes() if d.db.exists() else None) == before    # left as it was
 
 
+def test_with_mapper_cpsat_a_restart_after_kill9_rebuilds_the_enacted_plan(daemon):
+    d = daemon(scheduling="mapper: cpsat").start()
+    for n, length in [(4, "00:30:00"), (3, "00:50:00"), (1, "00:05:00"), (2, "00:10:00"), (1, "00:40:00"),
+                      (4, "00:03:00"), (2, "00:07:00")]:
+        d.request("best_effort", length, n)
+    wait_until(lambda: "New" not in d.states().values(), 10, "the first rounds")
+    d.request("best_effort", "00:02:00", 1)      # a round with bookings to move
+    wait_until(lambda: "New" not in d.states().values(), 10, "the next round")
+
+    def plan():
+        return {i: (label_of_code(e.get("state")), e.get("start-time"), e.get("planned-end"))
+                for i, e in d.leases().items()}
+    before = plan()
+    d.kill9()
+    d.start()
+    assert plan() == before
+    assert "recorded as" not in d.log() and "solved again" not in d.log()
+
+
 def test_the_shipped_daemon_configurations_run_as_documented_with_planned_times_and_rejections(tmp_path):
     from conftest import INSTANCES
     from optlease.formats.config import load_config

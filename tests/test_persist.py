@@ -161,8 +161,7 @@ def test_bad_requests_are_one_line_input_errors(tmp_path, xml, message):
     m.stop()
 
 
-CPSAT = CONF.replace("[simulation]", "mapper: cpsat\nsolver-interval: 0\nsolver-time-limit: 0.5\nsolver-workers: 1\n"
-                     "[simulation]")
+CPSAT = CONF.replace("[simulation]", "mapper: cpsat\n[simulation]")
 
 
 def plan_of(m):
@@ -181,7 +180,7 @@ def test_cpsat_replay_takes_the_journaled_decisions_and_never_solves_again(tmp_p
     m.step(m.last_t + 60)
     submit(m, BE.format(n=1, m=2))
     m.step(m.last_t + 60)
-    solved = [r for r in m.sched.round_hook.records if r.stats.source == "cpsat" and r.changed]
+    solved = [r for r in m.stepper.planner.records if r.stats.source == "cpsat" and r.changed]
     assert solved, "the scenario must have rounds the solver changed"
     before = plan_of(m)
     m.stop()
