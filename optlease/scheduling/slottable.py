@@ -243,12 +243,16 @@ class SlotTable:
             self.total.add(rr.start, rr.end, rr.total(), -1)
         self.forget(rr)
 
-    def forget(self, rr) -> None:
-        """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it)."""
+    def forget(self, rr, now: int | None = None) -> None:
+        """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it;
+        given `now`, its nodes are pruned at once, so that a node it leaves idle is filed idle now)."""
         self.released += 1
         self.reservations.discard(rr)
         for pnode in rr.demand:
             self.by_node[pnode].discard(rr)
+            if now is not None:
+                self.profiles[pnode].prune(now)
+                self._touch(pnode)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
