@@ -1,5 +1,5 @@
 """The mapper's host order, which skips the per-node work for idle nodes, is exactly the host policy's order over
-every node with room (hypothesis): on random sites of two node sizes, after random bookings, cancellations, prunes
+every node with room (hypothesis): on random sites of two node sizes, after random bookings, cancellations, ends, prunes
 and nodes taken down and brought back."""
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ SIZES = ({"CPU": 100, "Memory": 1024}, {"CPU": 200, "Memory": 512})
 ops = st.lists(st.one_of(
     st.tuples(st.just("book"), st.integers(1, 12), st.integers(0, 60), st.integers(0, 30), st.integers(1, 200)),
     st.tuples(st.just("cancel"), st.integers(0, 20)),
+    st.tuples(st.just("end"), st.integers(0, 20)),
     st.tuples(st.just("prune"), st.integers(0, 10)),
     st.tuples(st.just("down"), st.integers(1, 12)),
     st.tuples(st.just("up"), st.integers(1, 12)),
@@ -46,6 +47,10 @@ def test_lazy_host_order_is_the_policy_order(sizes, steps, start, duration, cpu,
                 booked.append(rr)
         elif kind == "cancel" and booked:
             table.remove(booked.pop(args[0] % len(booked)))
+        elif kind == "end" and booked:
+            rr = booked.pop(args[0] % len(booked))
+            pruned = max(pruned, rr.end)    # it ends: time has come to its end
+            table.forget(rr, pruned)
         elif kind == "prune":
             pruned = max(pruned, args[0])
             table.prune(pruned)
