@@ -27,6 +27,7 @@ from optlease.domain.site import Site  # noqa: E402
 from optlease.eventlog import EventLog  # noqa: E402
 from optlease.scheduling.leasesched import LeaseScheduler  # noqa: E402
 from optlease.scheduling.options import SchedulingOptions  # noqa: E402
+from optlease.scheduling.planner import make_planner  # noqa: E402
 from optlease.scheduling.policies import Policies  # noqa: E402
 from optlease.scheduling.records import Lease  # noqa: E402
 
@@ -38,16 +39,15 @@ def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> di
     rng = random.Random(seed)
     site = Site.homogeneous(nodes, VM)
     sched = LeaseScheduler(site, opts, Policies(), EventLog(datetime(2006, 11, 25), "STATUS", io.StringIO()))
-    hook, sched.round_hook = sched.round_hook, None   # fill the site greedily first, untimed
+    planner = make_planner("cpsat", sched)
     next_id = 1
     for _ in range(nodes):   # every node busy, each lease with 1 VM and its own end
         req = LeaseRequest(next_id, LeaseKind.BEST_EFFORT, 0, rng.randint(10, 240) * 60, (dict(VM),))
         sched.request(Lease(req, {1: sched.table.vector(VM)}), 0)
         next_id += 1
-    sched.schedule(0)
+    sched.schedule(0)   # fill the site greedily first, untimed
     for rr in sched.table.starting_at(0):
         sched.start_rr(rr, 0)
-    sched.round_hook = hook
     now = 60
     for _ in range(queued):   # the queue: 1 to 8 VMs, 10 minutes to 4 hours
         vms = rng.choice([1, 1, 1, 2, 4, 8])
@@ -56,14 +56,14 @@ def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> di
         sched.request(Lease(req, {v: sched.table.vector(VM) for v in range(1, vms + 1)}), now)
         next_id += 1
     wall = time.perf_counter()
-    sched.schedule(now)
+    planner.plan(now)
     wall = time.perf_counter() - wall
-    record = hook.records[-1]
+    record = planner.records[-1]
     s = record.stats
     return {"round_s": wall, "solver_s": s.wall_time, "status": s.status, "source": s.source, "gap": s.gap,
             "objective": s.objective, "greedy_objective": record.greedy_objective,
             "completion_objective": s.hint_objective, "replanned": record.changed,
-            "variables": s.num_variables, "constraints": s.num_constraints}
+            "capped": s.capped, "variables": s.num_variables, "constraints": s.num_constraints}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -75,14 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="144 nodes / 50 queued only")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--time-limit", type=float, default=1.0)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--neighbourhood", type=int, default=16)
+    ap.add_argument("--work-limit", type=float, default=SchedulingOptions.solver_work_limit,
+                    help="solver-work-limit: CP-SAT deterministic seconds per search")
+    ap.add_argument("--time-limit", type=float, default=SchedulingOptions.solver_time_limit,
+                    help="solver-time-limit: the wall-clock safety net per search (s)")
     ap.add_argument("--sizes", help="NODESxQUEUED,... (default: 144x50,1000x500,5000x2000)")
     args = ap.parse_args(argv)
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")] if args.sizes else SIZES
-    opts = SchedulingOptions(backfilling="aggressive", mapper="cpsat", solver_time_limit=args.time_limit,
-                             solver_workers=args.workers, solver_neighbourhood=args.neighbourhood)
+    opts = SchedulingOptions(backfilling="aggressive", mapper="cpsat", solver_work_limit=args.work_limit,
+                             solver_time_limit=args.time_limit)
     out = {}
     for nodes, queued in sizes[:1] if args.quick else sizes:
         runs = [one_round(nodes, queued, seed, opts) for seed in range(args.seeds)]
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             "solver_p50_s": pct([r["solver_s"] for r in runs], 0.5),
             "solver_p95_s": pct([r["solver_s"] for r in runs], 0.95),
             "gap_mean": statistics.mean(gaps) if gaps else None,
+            "statuses": sorted({r["status"] for r in runs}),
+            "capped": sum(r["capped"] for r in runs),
             "objective_vs_greedy_mean": statistics.mean(r["objective"] / r["greedy_objective"] for r in runs
                                                         if r["objective"] and r["greedy_objective"]),
             "never_worse_than_greedy": all(r["source"] == "greedy" or r["objective"] < r["greedy_objective"]

@@ -99,8 +99,7 @@ def run_offline(conf: Path, trace: Path, injection: Path | None, limit_days: flo
     cfg, opts, site, requests = setup(conf, trace, injection, limit_days, MODES["greedy-aggressive"])
     _, greedy, _ = simulate(cfg, opts, site, requests)
     wall = time.perf_counter()
-    res = optimize(site, requests, opts, time_limit, solver["solver-workers"], solver.get("solver-seed", 0),
-                   greedy_hint(greedy.leases))
+    res = optimize(site, requests, opts, time_limit, hint=greedy_hint(greedy.leases))
     wall = time.perf_counter() - wall
     end = max((lease.end or 0 for lease in res.leases), default=0)
     out = figures(cfg, res.site, res.leases, end, requests, wall)
@@ -118,8 +117,8 @@ def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | Non
     sim, result, wall = simulate(cfg, opts, site, requests)
     out = figures(cfg, result.site, result.leases, result.end_time, requests, wall)
     out["rounds"] = result.rounds
-    hook = sim.sched.round_hook
-    if hook is None:
+    hook = sim.stepper.planner
+    if hook.name == "greedy":
         out.update(round_time_p50_s=None, round_time_p95_s=None, gap_mean=None, solved_rounds=0, replanned_rounds=0)
     else:
         solved = [r.stats for r in hook.records if r.stats.num_variables > 0]
@@ -133,6 +132,7 @@ def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | Non
                    gap_mean=statistics.mean(gaps) if gaps else None, solved_rounds=len(solved),
                    replanned_rounds=sum(1 for r in hook.records if r.changed),
                    replanned_leases=sum(r.changed for r in hook.records), solver_status=statuses,
+                   capped_rounds=sum(1 for s in solved if s.capped),
                    admissions=admission_summary(hook.admissions))
     return out
 
@@ -157,20 +157,6 @@ def _n(value, digits: int = 0) -> str:
     return f"{value:,.{digits}f}" if digits else f"{round(value):,}"
 
 
-def mean_row(rows: list[dict]) -> dict:
-    """The figures of several runs of one scheduler averaged (checker violations added up)."""
-    out = {}
-    for key, value in rows[0].items():
-        values = [r[key] for r in rows]
-        if key == "checker_violations":
-            out[key] = sum(values)
-        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            out[key] = statistics.mean(values)
-        else:
-            out[key] = value if all(v == value for v in values) else None
-    return out
-
-
 def markdown(results: dict[str, dict]) -> str:
     lines = ["| scheduler | " + " | ".join(name for name, _ in COLUMNS) + " |",
              "|---|" + "---|" * len(COLUMNS)]
@@ -190,29 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated, of: {', '.join(MODES)}, offline")
     ap.add_argument("--offline-time-limit", type=float, default=120.0,
                     help="offline: solver seconds for the whole workload")
-    ap.add_argument("--time-limit", type=float, default=1.0, help="cpsat: a round's wall-clock budget (s)")
-    ap.add_argument("--work-limit", type=float, default=0.05, help="cpsat: CP-SAT deterministic seconds per search, "
-                    "one worker: the same figures on every run and machine (0: wall clock only, --workers apply)")
-    ap.add_argument("--workers", type=int, default=2, help="cpsat: solver workers")
-    ap.add_argument("--lookahead", type=int, default=None, help="cpsat: seconds a start may be planned ahead")
-    ap.add_argument("--interval", type=int, default=None, help="cpsat: least simulated seconds between solved rounds")
-    ap.add_argument("--commit", type=int, default=None, help="cpsat: seconds ahead a round books leases")
-    ap.add_argument("--wait-guard", type=int, default=None, help="cpsat: seconds of waiting past which a lease keeps "
-                    "its place in line")
-    ap.add_argument("--seeds", default="0", help="cpsat: comma-separated solver seeds; with more than one, a row per "
-                    "seed and their mean (a month of rounds amplifies small differences)")
-    ap.add_argument("--promises", type=int, default=None, help="cpsat: at most this many round bookings are "
-                    "promises, the earliest-arrived leases' (0: every one)")
-    ap.add_argument("--promise-resumes", choices=["yes", "no"], default=None, help="cpsat: whether a round's "
-                    "booking to resume a suspended lease becomes a promise too (default no: ARs may displace it)")
-    ap.add_argument("--promise-after", type=int, default=None, help="cpsat: seconds a lease waits before its round "
-                    "booking becomes a promise")
-    ap.add_argument("--promise-slack", type=int, default=None, help="cpsat: seconds an AR may move a promise in its "
-                    "way later than its earliest promised begin (0: never later)")
-    ap.add_argument("--promise-share", type=float, default=None, help="cpsat: or, where more, this share of the "
-                    "promised lease's wait and run at that begin (0: the slack alone)")
-    ap.add_argument("--promise-stretch", type=float, default=None, help="cpsat: for an AR nothing else places, this "
-                    "share instead, in all (0: never)")
+    ap.add_argument("--work-limit", type=float, default=SchedulingOptions.solver_work_limit,
+                    help="cpsat: solver-work-limit, CP-SAT deterministic seconds per search")
+    ap.add_argument("--time-limit", type=float, default=SchedulingOptions.solver_time_limit,
+                    help="cpsat: solver-time-limit, the wall-clock safety net per search (s)")
     ap.add_argument("--runtime-estimate", default=None, help="every online mode: how long best-effort bookings "
                     "hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md); default: "
                     "greedy modes book what leases ask for, as Haizea, and cpsat its estimates")
@@ -221,24 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     # paths on the command line are the caller's (the configuration resolves its own against its folder)
     injection = None if str(args.injection) == "none" else args.injection.resolve()
     args.trace, args.conf = args.trace.resolve(), args.conf.resolve()
-    solver = {"solver-time-limit": args.time_limit, "solver-workers": args.workers,
-              "solver-work-limit": args.work_limit,
-              **({"lookahead": args.lookahead} if args.lookahead else {}),
-              **({"solver-interval": args.interval} if args.interval is not None else {}),
-              **({"solver-wait-guard": args.wait_guard} if args.wait_guard is not None else {}),
-              **({"solver-commit": args.commit} if args.commit is not None else {}),
-              **({"solver-promises": args.promises} if args.promises is not None else {}),
-              **({"solver-promise-resumes": args.promise_resumes} if args.promise_resumes else {}),
-              **({"solver-promise-after": args.promise_after} if args.promise_after is not None else {}),
-              **({"solver-promise-slack": args.promise_slack} if args.promise_slack is not None else {}),
-              **({"solver-promise-share": args.promise_share} if args.promise_share is not None else {}),
-              **({"solver-promise-stretch": args.promise_stretch} if args.promise_stretch is not None else {})}
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        print(f"compare_schedulers: --seeds {args.seeds!r}: expected comma-separated whole numbers", file=sys.stderr)
-        return 2
-    solver["solver-seed"] = seeds[0]
+    solver = {"solver-work-limit": args.work_limit, "solver-time-limit": args.time_limit}
     if args.runtime_estimate is not None and args.runtime_estimate not in ESTIMATE.choices:
         print(f"compare_schedulers: --runtime-estimate {args.runtime_estimate!r}: expected one of "
               f"{', '.join(ESTIMATE.choices)}", file=sys.stderr)
@@ -253,13 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         if mode == "offline":
             results[mode] = run_offline(args.conf, args.trace, injection, args.limit_days, solver,
                                         args.offline_time_limit)
-        elif mode == "cpsat" and len(seeds) > 1:
-            for seed in seeds:
-                results[f"cpsat (seed {seed})"] = run(args.conf, args.trace, injection, args.limit_days, modes[mode],
-                                                      {**solver, "solver-seed": seed})
-                print(f"cpsat seed {seed}: done", file=sys.stderr)
-            results[f"cpsat (mean of {len(seeds)} seeds)"] = mean_row([results[f"cpsat (seed {s})"] for s in seeds])
-            continue
         else:
             results[mode] = run(args.conf, args.trace, injection, args.limit_days, modes[mode], solver)
         print(f"{mode}: done in {results[mode]['wall_time_s']} s", file=sys.stderr)

@@ -2,7 +2,7 @@
 # Set up optlease on a Debian 12 machine (as root or with sudo) and run one job:
 #   scripts/setup.sh demo   -> simulate the bundled quickstart instance
 #   scripts/setup.sh test   -> run the test suite
-# System packages (mosquitto, libvirt-dev, pkg-config, python3-venv; chromium for `test`) are installed
+# System packages (mosquitto, libvirt-dev, pkg-config, python3-venv, LDAP headers; chromium for `test`) are installed
 # with apt-get only when missing; Python packages come from pyproject.toml into ./.venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,9 @@ command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 python3 -c 'import sysconfig, os, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)' \
   || need_apt+=(python3-dev)
+# python-ldap (a test dependency: the GLUE LDIF is checked by a real LDAP parser) builds against these headers
+[ -f /usr/include/ldap.h ] || need_apt+=(libldap2-dev)
+[ -f /usr/include/sasl/sasl.h ] || need_apt+=(libsasl2-dev)
 # the tests render a report in headless Chromium (Debian's package), to check what a reader sees
 if [ "${1:-demo}" = test ]; then
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)

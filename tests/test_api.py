@@ -287,3 +287,49 @@ def test_optlease_client_names_the_states_again(busy_site):
     states = {line.split()[0]: line.split()[2] for line in listed.stdout.splitlines()[1:]}
     assert states == {"1": "Active", "2": "Queued", "3": "Scheduled"}
     assert [line.split()[2] for line in queue.stdout.splitlines()[1:]] == ["Queued"]
+
+
+def test_bench_daemon_prints_its_figures_with_no_failed_call():
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_daemon.py"), "--requests", "64",
+                          "--preload", "50", "--clients", "32"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["accepted"] == 64 and figures["failed_calls"] == {} and figures["started"] == 64
+    assert figures["leases_before"] == 50 and figures["request_to_start_ms"]["p95"] is not None
+
+
+def test_a_client_trickling_bytes_is_cut_off(daemon, monkeypatch):
+    """A byte every 0.2 s never trips the idle timeout; the request's deadline cuts it off all the same."""
+    import time
+
+    from optlease.engine import api_http
+
+    monkeypatch.setattr(api_http, "READ_DEADLINE", 1.0)
+    d = daemon().serve()
+    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as slow:
+        closed = False
+        for byte in b"POST / HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 200:
+            try:
+                slow.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.2)
+            slow.setblocking(False)
+            try:
+                closed = slow.recv(100) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed = True
+            slow.setblocking(True)
+            if closed:
+                break
+        assert closed
+    assert d.proxy().test_func() == 0

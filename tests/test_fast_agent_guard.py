@@ -83,3 +83,16 @@ def test_answers_as_migfra_gives_them(probe, agents):  # noqa: F811
     result = fast.parse_result(msg.payload)
     assert result.ok and result.id == "yes" and agent.hv.state(name) == "running"
     assert "id: 'yes'" in msg.payload.decode()      # echoed as the text it was, not `true`
+
+
+def test_evacuate_node_moves_every_domain_of_ours_as_migfra_answers_it(probe, agents):  # noqa: F811
+    src, dst = agents("node1", adopt=None), agents("node2", adopt=None)
+    admin_domain(src, "test")
+    names = [unique(), unique()]
+    for name in names:
+        start_vm(probe, "node1", name)
+    result = run(probe, "node1", fast.EvacuateNode(("node2",), migration_type="live"))
+    assert result.kind == "node evacuated" and result.ok, result
+    assert sorted(v.vm_name for v in result.vms) == sorted(names)
+    assert all(dst.hv.state(n) == "running" and src.hv.state(n) == "undefined" for n in names)
+    assert src.hv.state("test") == "running"          # not ours: it stays

@@ -128,6 +128,8 @@ class Watcher:
 class Cluster:
     """The broker (a fixture), agents, the daemon, and what the test reads back."""
 
+    scale = SCALE
+
     def __init__(self, tmp: Path, broker, agents=HOSTS, hosts=HOSTS, task_timeout: float = 2.0) -> None:
         self.tmp, self.broker = tmp, broker
         self.port = free_port()
@@ -142,7 +144,7 @@ class Cluster:
     def daemon_config(self, hosts, task_timeout: float) -> str:
         """The quickstart's: one node of 100 CPU a host, suspension, migration (a subclass may plan otherwise)."""
         return daemon_under_test_config(self.port, self.broker.port, hosts,
-                                        resources=f"{len(hosts)} CPU:100 Memory:1024", scale=SCALE,
+                                        resources=f"{len(hosts)} CPU:100 Memory:1024", scale=self.scale,
                                         scheduling=QUICKSTART_SCHEDULING, mqtt={"task-timeout": task_timeout})
 
     def start_agent(self, host: str) -> subprocess.Popen:
@@ -176,10 +178,10 @@ class Cluster:
 
     def sim(self, real: float) -> float:
         """A real time as the daemon's simulated instant."""
-        return (real - self.epoch()) * SCALE
+        return (real - self.epoch()) * self.scale
 
     def real(self, t: float) -> float:
-        return self.epoch() + t / SCALE
+        return self.epoch() + t / self.scale
 
     def sleep_until(self, t: float) -> None:
         time.sleep(max(0.0, self.real(t) - time.time()))
@@ -324,11 +326,15 @@ def test_quickstart_on_four_agents(cluster, tmp_path, kill):
         assert "reloaded 2 leases" in log and "hosts report" in log
 
 
+class MigfraCluster(Cluster):
+    scale = 900             # nothing here is timed against the plan: the quickstart in about 6 s
+
+
 def test_quickstart_on_four_migfra_hosts(tmp_path, mosquitto):  # noqa: F811
     """Hosts that behave as the real migfra (fake_migfra): never a status message, no `list vms`, stop and migrate
     only RUNNING domains, start waits for SSH unless told not to. At the default host timeout (30 s) the daemon
     knows them alive by their answers and its probes, and the quickstart runs to Done."""
-    c = Cluster(tmp_path, mosquitto, agents=())
+    c = MigfraCluster(tmp_path, mosquitto, agents=())
     world: dict = {}
     hosts = {h: FakeMigfra(mosquitto, h, world, ssh_wait=60) for h in HOSTS}
     try:

@@ -187,3 +187,15 @@ def test_paused_domains_are_resumed_before_migfra_stops_or_migrates_them(make):
     assert kinds(h2) == ["suspend vm", "resume vm", "stop vm"]
     start = next(d for d in h1.tasks if d.get("vm-configurations"))
     assert start["vm-configurations"][0]["probe-with-ssh"] == "false"
+
+
+@pytest.mark.parametrize("kind", ["stop", "migrate"])
+def test_a_domain_paused_without_our_knowing_is_resumed_first(make, kind):
+    """After a restart the enactor cannot ask a migfra what it runs: a stop or migration that migfra refuses with
+    `Wrong domain state` goes out again, resume first."""
+    e, fakes = make(("h1", "h2"))
+    fakes["h1"].domains[A] = "paused"
+    task = VmTask("stop", 1, 1, "h1") if kind == "stop" else VmTask("migrate", 1, 1, "h1", destination="h2")
+    (outcome,) = settle(e, task)
+    assert outcome.ok, outcome
+    assert fakes["h1"].domains == {} and fakes["h2"].domains == ({} if kind == "stop" else {A: "paused"})

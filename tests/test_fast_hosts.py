@@ -15,6 +15,7 @@ from pathlib import Path
 from conftest import REPO
 from mqtt_broker import mosquitto  # noqa: F401 - the fixture
 from conftest import wait_until
+from fake_migfra import FakeMigfra
 from test_fast_e2e import Cluster, cli, daemon_under_test_config
 
 SCALE = 60                    # one simulated minute per real second
@@ -133,4 +134,33 @@ def test_a_host_that_never_announces_is_a_one_line_startup_error(tmp_path, mosqu
         assert len(errors) == 1 and "no announcement from ghost within 2 s" in errors[0], done.stderr
         assert "Traceback" not in done.stderr
     finally:
+        c.close()
+
+
+def test_a_hung_host_is_noticed_with_host_timeout_0(tmp_path, mosquitto):  # noqa: F811
+    """`host-timeout: 0` counts no silence, but a stop left unanswered makes the daemon probe the host; a host that
+    answers neither is down: the stop is not sent again and again, and the next lease runs on the other host."""
+    hung = set()
+    c = Hosts(tmp_path, mosquitto, ("h1", "h2"), "2 CPU:100 Memory:1024", host_timeout=0, agents=())
+    world: dict = {}
+    fakes = {h: FakeMigfra(mosquitto, h, world, answer=lambda doc, h=h: h not in hung) for h in ("h1", "h2")}
+    try:
+        c.start_daemon()
+        one = c.submit(1)
+        vm1 = f"lease-{one}-vm-1"
+        wait_until(lambda: any(vm1 in f.domains for f in fakes.values()), 10, "lease 1 running")
+        (dead,) = [h for h, f in fakes.items() if vm1 in f.domains]
+        hung.add(dead)                        # from now on it answers nothing, probes included
+        wait_until(lambda: f"host {dead} is down" in c.log(), 15, "the daemon to notice the hung host")
+        two = c.submit(2)
+        spare = ({"h1", "h2"} - {dead}).pop()
+        wait_until(lambda: c.state(two) == "Done", 20, "lease 2 done")
+        started = [d for d in fakes[dead].tasks if d["task"] == "start vm" and d.get("vm-configurations")]
+        assert len(started) == 1 and f"lease-{two}-vm-1 -> {dead}" not in c.log()
+        assert any(d["task"] == "start vm" and d.get("vm-configurations") for d in fakes[spare].tasks)
+        stops = [d for d in fakes[dead].tasks if d["task"] == "stop vm"]
+        assert 1 <= len(stops) <= 2, stops            # its attempts, not an endless retry
+    finally:
+        for fake in fakes.values():
+            fake.close()
         c.close()

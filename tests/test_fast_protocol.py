@@ -64,8 +64,9 @@ def test_fresh_ids_are_unique_strings_that_no_yaml_loader_turns_into_numbers():
 
 
 @pytest.mark.parametrize("echoed, expected", [
-    ("id: t-0123", "t-0123"), ("id: 42", "42"), ("id: yes", "true"), ("id: '007'", "007"), ("id: 1.5", "1.5"),
-], ids=["ours", "int", "yaml11-bool", "quoted", "float"])
+    ("id: t-0123", "t-0123"), ("id: 42", "42"), ("id: yes", "yes"), ("id: '007'", "007"), ("id: 1.5", "1.5"),
+    ("id: 042", "042"), ("id: 0x1F", "0x1F"),
+], ids=["ours", "int", "yaml11-bool", "quoted", "float", "octal", "hex"])
 def test_result_ids_come_back_as_strings(echoed, expected):
     result = fast.parse_result(f"---\nresult: vm suspended\n{echoed}\nlist:\n- vm-name: a\n  status: success\n---")
     assert result.id == expected and isinstance(result.id, str)
@@ -190,6 +191,40 @@ def test_empty_task_container_keeps_its_id(payload):
 def test_oversized_payload_is_refused_before_parsing():
     with pytest.raises(fast.FastProtocolError, match="too large"):
         fast.decode(b"a: " + b"x" * 100, max_bytes=50)
+
+
+@pytest.mark.parametrize("payload, problem", [
+    (b"task: quit\na: &x [1]\nb: *x", "anchors and aliases"),
+    (b"task: quit\nid: *x", "anchors and aliases"),
+    (b"task: !!python/object/apply:os.system [true]", "tag"),
+    (b"task: quit\nid: !!str 7", "tag"),
+    (b"task: quit\nid: !custom 7", "tag"),
+    (b"task: quit\nimage: !!binary aGVsbG8=", "tag"),
+    (b"task: suspend vm\nlist:\n" + b"- {vm-name: a}\n" * 10_001, "too many YAML nodes"),
+], ids=["alias", "unknown-alias", "python-tag", "str-tag", "local-tag", "binary-in-a-task", "nodes"])
+def test_what_fast_never_writes_is_refused_before_anything_is_built(payload, problem):
+    with pytest.raises(fast.FastProtocolError, match=problem):
+        fast.parse_task(payload)
+
+
+def test_binary_is_read_only_where_asked():
+    assert fast.decode(b"image: !!binary aGVsbG8=", binary=True) == {"image": b"hello"}
+
+
+def test_migfra_task_forms_the_agent_reads():
+    """`name:` for `vm-name` in a start entry, `regex` instead of `vm-name` in a stop entry, `probe-with-ssh`."""
+    start = fast.parse_task(b"task: start vm\nvm-configurations:\n- {name: a, probe-with-ssh: false}\nid: x")
+    assert start.configs[0].name == "a" and start.configs[0].probe_with_ssh is False
+    stop = fast.StopVm((fast.StopEntry(None, force=True, regex="lease-1-vm-[0-9]+"),), id="t-1")
+    assert fast.parse_task(fast.encode_task(stop)) == stop
+    for bad in (b"'('", b"'(a+)+$'", b"'(x|xx)*'", b"'(a){2,}'"):
+        with pytest.raises(fast.FastProtocolError, match="regex"):
+            fast.parse_task(b"task: stop vm\nlist:\n- {regex: " + bad + b"}")
+    assert fast.parse_task(b"task: stop vm\nlist:\n- {regex: 'lease-(1|2)-vm-[0-9]+'}").entries[0].regex
+    evacuate = fast.EvacuateNode(("n2", "n3"), "scatter", "live", id="t-2")
+    assert fast.parse_task(fast.encode_task(evacuate)) == evacuate
+    with pytest.raises(fast.FastProtocolError, match="destinations"):
+        fast.parse_task(b"task: evacuate node\ndestinations: []")
 
 
 def test_names_written_as_numbers_are_names():

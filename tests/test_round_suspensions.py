@@ -18,7 +18,7 @@ from test_runtime_estimate import VMSPEC, runs, simulate
 
 # 1,024 MB at 32 MB/s: a suspension and a resume take 32 s each
 ROUNDS = SchedulingOptions(mapper="cpsat", suspend_rate=32.0, resume_rate=32.0, solver_suspend="for-waiting",
-                           solver_work_limit=0.05, solver_workers=1)
+                           solver_work_limit=0.05)
 
 
 def be(lease_id: int, arrival: int, duration: int, preemptible: bool = True) -> LeaseRequest:
@@ -105,8 +105,7 @@ def contended(draw):
                                exclusion=draw(st.sampled_from(["local", "global"])),
                                threshold_factor=draw(st.integers(0, 2)),
                                migration=draw(st.sampled_from(["no", "yes"])),
-                               policy_preemption=draw(st.sampled_from(["no-preemption", "ar-preempts-everything"])),
-                               solver_interval=draw(st.sampled_from([0, 1800])))
+                               policy_preemption=draw(st.sampled_from(["no-preemption", "ar-preempts-everything"])))
     return nodes, reqs, opts
 
 

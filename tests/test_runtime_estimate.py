@@ -83,7 +83,7 @@ HISTORY = [be(1, "u", 0, 3600, 600), be(2, "u", 1000, 3600, 2000)]
 def test_a_lease_that_runs_past_its_estimate_runs_on_and_what_was_booked_behind_it_waits(mapper):
     """Lease 3 arrives at 1100 and is booked behind lease 2's estimate, from 1632. At 1600 lease 2 still runs: it
     keeps running, lease 3 goes back to the queue, and starts when lease 2 really ends at 3000."""
-    opts = dataclasses.replace(ESTIMATES, mapper=mapper, solver_time_limit=0.5)
+    opts = dataclasses.replace(ESTIMATES, mapper=mapper)
     leases, log = simulate([*HISTORY, be(3, "v", 1100, 600, 600)], opts)
     assert runs(leases[2]) == [(1000, 3000)] and leases[2].suspensions == 0
     assert leases[3].first_start == 3000 and leases[3].state is LeaseState.DONE
@@ -181,4 +181,4 @@ def test_schedules_with_estimates_are_safe_and_nothing_is_lost(site, reqs, opts)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(site=sites, reqs=estimated_workloads(), opts=estimating)
 def test_cpsat_schedules_with_estimates_are_safe_and_nothing_is_lost(site, reqs, opts):
-    assert_safe(site, reqs, dataclasses.replace(opts, mapper="cpsat", solver_time_limit=0.2, solver_workers=1))
+    assert_safe(site, reqs, dataclasses.replace(opts, mapper="cpsat"))

@@ -21,6 +21,20 @@ DECISION_WAIT = 5.0     # seconds request-lease waits for the first round to acc
 Server = Annotated[str, typer.Option("-s", "--server", help="URL of the optlease (or Haizea) XML-RPC server.",
                                      envvar="OPTLEASE_SERVER")]
 Debug = Annotated[bool, typer.Option("-D", "--debug", help="Accepted for Haizea compatibility.", hidden=True)]
+MAX_AMOUNT = 2**31 - 1      # as lease XML allows (optlease.formats.lwf)
+
+
+def whole(low: int, high: int):
+    """A typer parser for a whole-number option: ASCII digits within [low, high] (`+5`, `1_0` and other
+    scripts' digits, which int() takes, are refused)."""
+    from optlease.numbers import parse_whole
+
+    def parse(text) -> int:
+        try:
+            return parse_whole(str(text), low, high)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return parse
 
 
 class _Transport(xmlrpc.client.Transport):
@@ -117,14 +131,16 @@ def request_lease(
     start: Annotated[Optional[str], typer.Option("-t", "--start", help="Start: ISO time, +DD:HH:MM:SS from now, "
                                                  "'now' or 'best_effort'.")] = None,
     duration: Annotated[Optional[str], typer.Option("-d", "--duration", help="Duration [DD:]HH:MM:SS.")] = None,
-    numnodes: Annotated[Optional[int], typer.Option("-n", "--numnodes", min=1, help="Number of nodes.")] = None,
+    numnodes: Annotated[Optional[int], typer.Option("-n", "--numnodes", parser=whole(1, 100_000),
+                                                    help="Number of nodes.")] = None,
     preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--non-preemptible",
                                                         help="Whether the lease may be preempted.")] = None,
-    cpu: Annotated[int, typer.Option("-c", "--cpu", min=1, help="CPU per node, 100 = one core (Haizea's unit, "
-                                     "as list-hosts shows): 50 is half a core, 400 four vCPUs.")] = 100,
-    mem: Annotated[int, typer.Option("-m", "--mem", min=1, help="Memory per node (MB).")] = 1024,
+    cpu: Annotated[int, typer.Option("-c", "--cpu", parser=whole(1, MAX_AMOUNT), help="CPU per node, 100 = one "
+                                     "core (Haizea's unit, as list-hosts shows): 50 is half a core, 400 four "
+                                     "vCPUs.")] = 100,
+    mem: Annotated[int, typer.Option("-m", "--mem", parser=whole(1, MAX_AMOUNT), help="Memory per node (MB).")] = 1024,
     vmimage: Annotated[Optional[str], typer.Option("-i", "--vmimage", help="Disk image identifier.")] = None,
-    vmimagesize: Annotated[Optional[int], typer.Option("-z", "--vmimagesize", min=1,
+    vmimagesize: Annotated[Optional[int], typer.Option("-z", "--vmimagesize", parser=whole(1, MAX_AMOUNT),
                                                        help="Disk image size (MB).")] = None,
     debug: Debug = False,
 ) -> None:
@@ -169,7 +185,8 @@ def _first_decision(server: str, lease_id) -> tuple[str | None, str | None]:
 
 @app.command("cancel-lease")
 def cancel_lease(
-    lease: Annotated[int, typer.Option("-l", "--lease", help="ID of the lease to cancel.")],
+    lease: Annotated[int, typer.Option("-l", "--lease", parser=whole(1, 2**63 - 1),
+                                       help="ID of the lease to cancel.")],
     server: Server = DEFAULT_SERVER,
     debug: Debug = False,
 ) -> None:
@@ -245,8 +262,15 @@ def show_queue(server: Server = DEFAULT_SERVER, debug: Debug = False) -> None:
 
 
 @app.command("list-hosts")
-def list_hosts(server: Server = DEFAULT_SERVER, debug: Debug = False) -> None:
+def list_hosts(server: Server = DEFAULT_SERVER, debug: Debug = False,
+               fmt: Annotated[str, typer.Option("--format", help="table, or sss: SSS node objects (Configured, "
+                                                "Available, Utilized now).")] = "table") -> None:
     """List the hosts the lease manager schedules on."""
+    if fmt not in ("table", "sss"):
+        raise _fail(f"--format {fmt[:30]!r}: expected table or sss")
+    if fmt == "sss":
+        print(call(server, "get_hosts_sss"), end="")
+        return
     hosts = call(server, "get_hosts")
     rows = [(str(h.get("id")), str(h.get("hostname")), str(h.get("cpu")), str(h.get("mem")),
              "up" if h.get("alive", True) else "down") for h in hosts]

@@ -21,6 +21,7 @@ from optlease.cli import generate_workload_cmd  # noqa: E402,F401
 from optlease.cli import experiments_cmd  # noqa: E402,F401
 from optlease.cli import report_cmd  # noqa: E402,F401
 from optlease.cli import compare_cmd  # noqa: E402,F401
+from optlease.cli import glue_cmd  # noqa: E402,F401
 
 
 def fail(message: str, code: int = 2) -> int:

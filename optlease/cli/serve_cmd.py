@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import xmlrpc.client
@@ -15,6 +14,7 @@ from typing import Annotated
 import typer
 
 from optlease.cli.app import app
+from optlease.cli.daemon_files import PidFile, holder, open_log, runtime_dir
 from optlease.errors import InputError
 
 START_TIMEOUT = 20.0
@@ -28,8 +28,7 @@ def _runtime_file(cfg, suffix: str) -> Path:
     if persistence != "none":
         return Path(str(cfg.resolve(persistence)) + suffix)
     port = parse_listen(cfg.get("daemon", "listen"))[1]
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return Path(base) / f"optlease-{port}{suffix}"
+    return runtime_dir() / f"optlease-{port}{suffix}"
 
 
 def pid_file(cfg) -> Path:
@@ -52,14 +51,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _running_pid(path: Path) -> int | None:
-    try:
-        pid = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _alive(pid) else None
-
-
 def _url(cfg) -> str:
     from optlease.engine.api import parse_listen
 
@@ -70,14 +61,20 @@ def _url(cfg) -> str:
 
 
 def serve_foreground(cfg, out) -> int:
+    """The daemon, holding its pid file (and so its database) from before it opens anything until it stops."""
+    pidf = PidFile(pid_file(cfg))
+    pidf.acquire()
+    try:
+        return _serve(cfg, out)
+    finally:
+        pidf.release()
+
+
+def _serve(cfg, out) -> int:
     from optlease.engine.api import make_server
     from optlease.engine.atomic import Stopped
     from optlease.engine.daemon import Manager
 
-    pidf = pid_file(cfg)
-    other = _running_pid(pidf)
-    if other is not None and other != os.getpid():
-        raise InputError(f"an optlease daemon already runs with pid {other} (pid file {pidf})")
     _log_enactment(out, cfg.get("general", "loglevel"))
     manager = Manager(cfg, out)
     for note in manager.notes:
@@ -95,8 +92,6 @@ def serve_foreground(cfg, out) -> int:
     except InputError:
         manager.stop()
         raise
-    pidf.parent.mkdir(parents=True, exist_ok=True)
-    pidf.write_text(f"{os.getpid()}\n")
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
@@ -113,8 +108,6 @@ def serve_foreground(cfg, out) -> int:
         server.shutdown()
         server.server_close()
         manager.stop()
-        if _running_pid(pidf) in (os.getpid(), None):
-            pidf.unlink(missing_ok=True)
         if out is not None:
             out.flush()
     if manager.fatal is not None:
@@ -140,12 +133,11 @@ def _log_enactment(out, level: str) -> None:
 
 def start_background(conf: Path, cfg) -> int:
     pidf = pid_file(cfg)
-    other = _running_pid(pidf)
+    other, _ = holder(pidf)
     if other is not None:
         raise InputError(f"an optlease daemon already runs with pid {other} (pid file {pidf})")
     logf = log_file(cfg)
-    logf.parent.mkdir(parents=True, exist_ok=True)
-    with open(logf, "a") as log, open(os.devnull) as devnull:
+    with open_log(logf) as log, open(os.devnull) as devnull:
         proc = subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(conf), "--fg",
                                  "--log-to-file"], stdin=devnull, stdout=log, stderr=log,
                                 start_new_session=True, close_fds=True)
@@ -167,10 +159,9 @@ def start_background(conf: Path, cfg) -> int:
 
 def stop_daemon(cfg) -> int:
     pidf = pid_file(cfg)
-    pid = _running_pid(pidf)
+    pid, why = holder(pidf)
     if pid is None:
-        pidf.unlink(missing_ok=True)
-        print(f"optlease: error: no optlease daemon is running (pid file {pidf})", file=sys.stderr)
+        print(f"optlease: error: no optlease daemon is running (pid file {pidf}: {why})", file=sys.stderr)
         return 1
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT
@@ -194,6 +185,7 @@ def serve(
     """Run the lease manager daemon: the request API (Haizea's XML-RPC) and scheduling on a real clock."""
     from optlease.formats.config import load_config
 
+    os.umask(0o077)      # the database, its journal, the log and the pid file are the operator's alone
     cfg = load_config(conf)
     if cfg.get("general", "mode") == "simulated" and cfg.get("simulation", "clock") != "real":
         raise InputError("optlease serve needs [simulation] clock: real (clock: simulated is optlease simulate's)",
@@ -203,9 +195,7 @@ def serve(
     if not fg:
         return start_background(conf, cfg)
     if log_to_file or cfg.get("general", "logfile"):
-        logf = log_file(cfg)
-        logf.parent.mkdir(parents=True, exist_ok=True)
-        with open(logf, "a", buffering=1) as out:
+        with open_log(log_file(cfg)) as out:
             rc = serve_foreground(cfg, out)
     else:
         rc = serve_foreground(cfg, _LineFlush(sys.stdout))

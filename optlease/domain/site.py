@@ -1,7 +1,7 @@
 """The physical site: resource types and nodes with their capacities."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from optlease.errors import InputError
 from optlease.numbers import parse_whole
@@ -21,6 +21,9 @@ class Site:
 
     resource_types: tuple[str, ...]
     nodes: tuple[dict[str, int], ...]
+    # What a grid description says of node i+1 beyond its capacity (name, features, extensions, OS, ...), kept so
+    # that it can be published again; scheduling never reads it. Empty for a site given by a resources string.
+    details: tuple[dict, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         missing = [t for t in REQUIRED_TYPES if t not in self.resource_types]

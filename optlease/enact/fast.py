@@ -22,6 +22,7 @@ from optlease.enact.fast_results import (  # noqa: F401
     AgentStatus, Result, VmResult, parse_result, parse_status, quit_result, unknown_result)
 
 _XML_NAME = re.compile(r"<name>\s*([^<]+?)\s*</name>")
+_REPEATED_GROUP = re.compile(r"(?<!\\)\)[*+{]")
 
 
 # ------------------------------------------------------------------------------------------------------- tasks
@@ -86,6 +87,9 @@ class StopEntry:
         if regex is not None:
             if not isinstance(regex, str) or len(regex) > 256:
                 raise FastProtocolError("regex: expected a pattern of at most 256 characters")
+            if _REPEATED_GROUP.search(regex):
+                # `(a+)+` takes exponential time on a long name: a sender could stall a worker for hours
+                raise FastProtocolError("regex: a repeated group is not accepted")
             try:
                 re.compile(regex)
             except re.error as exc:
@@ -235,6 +239,41 @@ class RepinVm:
 
 
 @dataclass(frozen=True)
+class EvacuateNode:
+    """migfra's `evacuate node`: migrate every running domain of the host to `destinations` (flat, like migrate;
+    `parameter` carries `mode`: auto | compact | scatter, `migration-type`, `rdma-migration`). Answered
+    `result: node evacuated` with one entry per domain."""
+    kind: ClassVar[str] = "evacuate node"
+    result_kind: ClassVar[str] = "node evacuated"
+    destinations: tuple[str, ...]
+    mode: str = "auto"
+    migration_type: str = "warm"
+    id: str | None = field(default_factory=new_task_id)
+
+    def body(self) -> dict[str, Any]:
+        return {"destinations": list(self.destinations),
+                "parameter": {"mode": self.mode, "migration-type": self.migration_type}}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any], task_id: str | None) -> "EvacuateNode":
+        destinations = doc.get("destinations")
+        if not isinstance(destinations, list) or not destinations or len(destinations) > 1024:
+            raise FastProtocolError("destinations: expected a list of 1 to 1024 host names")
+        hosts = tuple(check_host(str(d)) if isinstance(d, (str, int)) and not isinstance(d, bool) else
+                      check_host("") for d in destinations)
+        parameter = doc.get("parameter") or {}
+        if not isinstance(parameter, dict):
+            raise FastProtocolError(f"parameter: expected a mapping, got {type(parameter).__name__}")
+        mode = parameter.get("mode", "auto")
+        if mode not in ("auto", "compact", "scatter"):
+            raise FastProtocolError(f"parameter.mode: expected auto, compact or scatter, got {mode!r:.40}")
+        kind = parameter.get("migration-type", "warm")
+        if kind not in MIGRATION_TYPES:
+            raise FastProtocolError(f"parameter.migration-type: expected live, warm or offline, got {kind!r:.40}")
+        return cls(hosts, mode, kind, task_id)
+
+
+@dataclass(frozen=True)
 class Quit:
     kind: ClassVar[str] = "quit"
     result_kind: ClassVar[str] = "quit"
@@ -264,9 +303,9 @@ class ListVms:
         return cls(task_id)
 
 
-Task = Union[StartVm, StopVm, SuspendVm, ResumeVm, MigrateVm, RepinVm, Quit, ListVms]
+Task = Union[StartVm, StopVm, SuspendVm, ResumeVm, MigrateVm, RepinVm, EvacuateNode, Quit, ListVms]
 TASK_KINDS: dict[str, type] = {cls.kind: cls for cls in (StartVm, StopVm, SuspendVm, ResumeVm, MigrateVm,
-                                                          RepinVm, Quit, ListVms)}
+                                                          RepinVm, EvacuateNode, Quit, ListVms)}
 
 
 def task_doc(task: Task, host: str | None = None) -> dict[str, Any]:

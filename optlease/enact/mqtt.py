@@ -1,27 +1,15 @@
 """Enactment over MQTT: VmTasks go out as FAST migfra tasks, results come back and become TaskOutcomes.
 
-The enactor subscribes to `fast/migfra/+/result` (QoS 1) and `fast/agent/+/status` and only publishes once the broker
-has granted both (results are not retained: a result sent before we listen is lost). Each task goes to
-`fast/migfra/<host>/task` with QoS 2 and a fresh id; the result carrying that id (compared as a string) settles it.
-No result within `task_timeout` seconds: the task is sent again with a fresh id, up to `task_retries` times, then it
-fails with `timed_out`. The tasks of one submit() go out wave by wave: wave k once every task of wave k-1 succeeded;
-when one fails the later waves are never sent (their outcomes say `skipped`), so a change is never half applied
-beyond the wave that failed.
+The enactor subscribes to `fast/migfra/+/result` and `fast/agent/+/status` (QoS 1) and publishes only once the broker
+has granted both (results are not retained). Each task becomes one or more wire messages (parts) to
+`fast/migfra/<host>/task`, QoS 2: a swap is two migrations, and since migfra stops and migrates only RUNNING
+domains, a paused VM is resumed first (stages, each sent once the one before succeeded). The tasks of one submit()
+go out wave by wave: wave k once every task of wave k-1 succeeded; when one fails the later waves are never sent
+(their outcomes say `skipped`), so a change is never half applied beyond the wave that failed.
 
-Hosts announce themselves with `task: init` (and their capacity) on `fast/agent/<host>/status`; the optlease agent
-also beats (`task: heartbeat`, the same fields) every few seconds while connected. Every message from a host counts
-as a sign of life; with `host_timeout` set, a host silent for longer is marked not alive, and alive again (its
-inventory asked anew) as soon as it is heard.
-
-What runs: FAST has no task that lists a host's domains, so optlease adds one (`task: list vms`, answered
-`result: vms listed` with each domain's `state`). The enactor asks every known host when it has subscribed (after a
-start or a lost broker), a host when it announces itself, and a host whose task failed; `running()` is the last
-such inventory of each host, updated by every successful task since.
-
-A broker that goes away: paho reconnects with backoff, we subscribe again, and tasks not yet sent wait for the
-subscriptions; every task keeps its timer, so one whose result was lost is retried. A retry can run a task twice on
-an agent that did receive the first copy (FAST has no idempotency key); the second run then answers `error`.
-Nothing the network or a payload does raises into the caller: malformed messages are logged and dropped.
+Attempts, retries, backoff and liveness probes are in `mqtt_timers`; reading messages (off paho's thread), results,
+announcements and inventories (`list vms`, an optlease extension) in `mqtt_events`. `running()` is each host's last
+inventory, updated by every successful task since. Nothing the network or a payload does raises into the caller.
 """
 from __future__ import annotations
 
@@ -136,6 +124,7 @@ class MqttEnactor(BrokerEvents, Timers):
         self._probes: dict[str, list] = {}          # id of a probe under way -> [host, deadline]
         self._probed: dict[str, float] = {}         # host -> when it was last probed
         self.no_inventory: set[str] = set()         # hosts that do not know `list vms` (migfra)
+        self._said: set[tuple] = set()              # answers without id already logged
         self._last_tick = clock()
         self._inbox: queue.Queue = queue.Queue(INBOX)
         self.listed: dict[str, float] = {}           # host -> when its last inventory arrived
@@ -274,15 +263,17 @@ class MqttEnactor(BrokerEvents, Timers):
         return False
 
     # ---------------------------------------------------------------------------------------- building tasks
-    def _job(self, task: VmTask, batch: _Batch) -> _Job:
+    def _job(self, task: VmTask, batch: _Batch, paused: bool | None = None) -> _Job:
+        """The wire messages of one task. `paused`: whether the VM is paused (default: as far as we know)."""
         job = _Job(task, batch)
         vm = task.vm
 
         def part(host: str, build: Callable[[str], fast.Task], stage: int = 0) -> None:
             job.parts.append(_Part(job, host, build, stage))
 
-        with self._lock:
-            paused = self._running.get(vm, ("", ""))[1] == "paused"
+        if paused is None:
+            with self._lock:
+                paused = self._running.get(vm, ("", ""))[1] == "paused"
         if task.kind == START:
             xml = self.domain_xml(task) if self.domain_xml is not None else None
             # probe-with-ssh: false: a real migfra would otherwise wait up to 60 s for SSH into the new domain

@@ -14,12 +14,13 @@ import re
 import paho.mqtt.client as mqtt
 
 from optlease.enact import fast
-from optlease.enact.base import STOP, HostInfo
+from optlease.enact.base import MIGRATE, STOP, HostInfo
 
 log = logging.getLogger("optlease.enact.mqtt")
 INBOX = 1024        # messages waiting to be read; beyond, a flood is dropped (and logged) rather than queued
 # libvirt's and migfra's words for a domain that is not there: a stop of it has reached its goal
 _NOT_FOUND = re.compile(r"domain not found|no domain with matching (name|uuid)", re.IGNORECASE)
+_WRONG_STATE = re.compile(r"wrong domain state", re.IGNORECASE)      # migfra: not RUNNING
 
 
 class BrokerEvents:
@@ -162,6 +163,8 @@ class BrokerEvents:
                 self._forget(part)
                 part.result = result
                 self._settled(part, sends)
+            elif self._paused_after_all(part, result, sends):
+                pass
             else:
                 log.warning("%s %s on %s failed: %s", part.job.task.kind, part.job.task.vm, host,
                             result.details or result.kind)
@@ -173,6 +176,23 @@ class BrokerEvents:
         self._publish(sends)
         if not result.ok:
             self.request_inventory([host])      # after a failure, what the host runs is worth asking again
+
+    def _paused_after_all(self, part, result: fast.Result, sends: list) -> bool:
+        """migfra refused to stop or migrate a domain that is not RUNNING (`Wrong domain state`) which we did not
+        know paused (after a restart, a migfra host cannot say what it runs): the task goes out again in stages,
+        resume first. Once per task (lock held)."""
+        job = part.job
+        if job.task.kind not in (STOP, MIGRATE) or job.task.swap_with is not None or len(job.parts) > 1 \
+                or not _WRONG_STATE.search(result.details):
+            return False
+        log.info("%s %s on %s: %s; resuming it first", job.task.kind, job.task.vm, part.host, result.details)
+        self._forget(part)
+        job.parts = self._job(job.task, job.batch, paused=True).parts
+        for new in job.parts:
+            new.job = job
+            if new.stage == 0:
+                self._send(new, sends)
+        return True
 
     def _unmatched(self, host: str, result: fast.Result) -> None:
         """An answer without id: migfra's to what it cannot read. Only one is worth acting on: a migfra, which has
@@ -188,8 +208,11 @@ class BrokerEvents:
                             "there is known only from the tasks optlease sent it", host)
             self.listed[host] = self.clock()
             return
-        log.warning("host %s answered %s without an id (it could not read a message): %s", host, result.kind,
-                    result.details or "no details")
+        line = (host, result.kind, result.details)
+        (log.debug if line in self._said else log.warning)(
+            "host %s answered %s without an id (it could not read a message): %s", host, result.kind,
+            result.details or "no details")
+        self._said.add(line)        # said once: another client asking the same thing again is no news
 
     def _on_inventory(self, host: str, result: fast.Result) -> None:
         """A host's answer to `list vms`: it replaces what we knew of that host, except for the VMs of tasks still

@@ -18,9 +18,12 @@ from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
 from optlease.engine.api_http import ApiServer
 from optlease.engine.daemon import Manager
+from optlease.engine.grid_state import ce_state, host_states
+from optlease.formats.glue_ce import write_ldif, write_xml
 from optlease.errors import InputError
 from optlease.formats import lwf
 from optlease.formats.lease_states import HAIZEA_CODE
+from optlease.formats.sss_write import write_sss
 from optlease.formats.timefmt import format_duration, format_time
 from optlease.numbers import parse_whole
 
@@ -132,8 +135,9 @@ def lease_to_xml(lease, origin: datetime) -> str:
 class Api:
     """The functions the XML-RPC server exposes; every failure is a Fault with one line."""
 
-    def __init__(self, manager: Manager) -> None:
+    def __init__(self, manager: Manager, address: tuple[str, int] = ("localhost", 0)) -> None:
         self.m = manager
+        self.address = address     # where clients reach this API: the GLUE CE's host and gatekeeper port
 
     def _dispatch(self, method: str, params: tuple):
         func = getattr(self, method, None) if method in API_METHODS else None
@@ -196,6 +200,20 @@ class Api:
                             "alive": True if info is None else bool(info.alive)})
             return out
 
+    def get_hosts_sss(self) -> str:
+        """The hosts as SSS node objects (`<Data>` of `<Node>`s): Configured, Available and Utilized now."""
+        with self.m.lock:
+            return write_sss(host_states(self.m))
+
+    def get_glue(self, fmt: str = "ldif") -> str:
+        """The lease manager as a GLUE 1.1 Computing Element with its cluster, now: `ldif` or `xml`."""
+        if fmt not in ("ldif", "xml"):
+            raise InputError(f"get_glue: format {str(fmt)[:30]!r} is not ldif or xml")
+        m = self.m
+        with m.lock:
+            ce = ce_state(m.sched, m.now(), *self.address, accepting=not m.stopping.is_set())
+            return (write_ldif if fmt == "ldif" else write_xml)(ce, m.site)
+
     def test_func(self) -> int:
         return 0
 
@@ -203,7 +221,9 @@ class Api:
 # each method and the arguments it takes, as a refusal states them
 API_METHODS = {"create_lease": "one lease XML string", "cancel_lease": "one lease id",
                "get_leases": "none, or True to include finished leases", "get_lease": "one lease id",
-               "get_queue": "none", "get_hosts": "none", "test_func": "none"}
+               "get_queue": "none", "get_hosts": "none", "get_hosts_sss": "none",
+               "get_glue": "none, or ldif or xml",
+               "test_func": "none"}
 
 
 def _lease_id(value) -> int:
@@ -240,5 +260,5 @@ def make_server(manager: Manager, listen: str, token: str | None) -> ApiServer:
     if not is_loopback(host) and not token:
         raise InputError(f"[daemon] listen: {host} is not loopback; set [daemon] token to let others in")
     server = ApiServer((host, port), token)
-    server.register_instance(Api(manager))
+    server.register_instance(Api(manager, server.server_address[:2]))
     return server

@@ -1,7 +1,8 @@
 """The request API's HTTP side: a threaded XML-RPC server that no single client can stall, flood or crash.
 
 Each connection is served on its own thread with a socket timeout, so an idle or slow connection holds only its
-own thread, for at most IDLE_TIMEOUT seconds between bytes; at most MAX_CONNECTIONS are served at once (more are
+own thread: for at most IDLE_TIMEOUT seconds without a byte, and READ_DEADLINE seconds to send one whole request
+(a client trickling a byte now and then is cut off too); at most MAX_CONNECTIONS are served at once (more are
 answered 503 at once, never left to hang). The listen backlog is deep enough for bursts of concurrent clients
 without SYN retries or resets. A body is at most MAX_BODY_BYTES, after decompression too (gzip and deflate are
 inflated up to that size, never further). Every failure reaches the client as a Fault in the user's terms: no
@@ -10,16 +11,20 @@ Python class, traceback or parser name.
 from __future__ import annotations
 
 import hmac
+import io
 import logging
 import re
 import socketserver
+import socket
 import threading
+import time
 import zlib
 from xmlrpc.client import Fault, dumps, loads
 from xmlrpc.server import SimpleXMLRPCRequestHandler, SimpleXMLRPCServer
 
 MAX_BODY_BYTES = 256 * 1024
 IDLE_TIMEOUT = 10.0          # seconds a connection may stay silent (between requests, or mid-request)
+READ_DEADLINE = 30.0         # seconds from a request's first wait to its last byte (headers and body)
 MAX_CONNECTIONS = 64         # connections served at once: each is a thread
 BACKLOG = 128                # accepted by the kernel while every thread is busy (32+ clients connect at once)
 _LENGTH = re.compile(r"[0-9]{1,12}", re.ASCII)
@@ -86,6 +91,15 @@ class Handler(SimpleXMLRPCRequestHandler):
     protocol_version = "HTTP/1.1"    # keep-alive: a client's next call skips the TCP handshake
     timeout = IDLE_TIMEOUT           # StreamRequestHandler puts it on the socket: every read and write is bounded
 
+    def setup(self) -> None:
+        super().setup()
+        self.deadline = time.monotonic() + READ_DEADLINE
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self), io.DEFAULT_BUFFER_SIZE)
+
+    def handle_one_request(self) -> None:
+        self.deadline = time.monotonic() + READ_DEADLINE     # each request on a kept-alive connection anew
+        super().handle_one_request()
+
     def is_rpc_path_valid(self) -> bool:
         expected = self.server.expected_path
         if expected is None:
@@ -136,3 +150,18 @@ class Handler(SimpleXMLRPCRequestHandler):
 
     def log_message(self, format: str, *args) -> None:
         pass
+
+
+class _DeadlineReader(socket.SocketIO):
+    """The connection's reads, each bounded by the idle timeout and by what is left of the request's deadline."""
+
+    def __init__(self, sock: socket.socket, handler: Handler) -> None:
+        super().__init__(sock, "rb")
+        self.handler = handler
+
+    def readinto(self, buffer) -> int:
+        left = self.handler.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request took too long to arrive")
+        self._sock.settimeout(min(IDLE_TIMEOUT, left))
+        return super().readinto(buffer)

@@ -64,8 +64,8 @@ class Manager(Atomic, Recovery):
         self.origin = datetime.fromtimestamp(self.epoch)
         self.log = EventLog(self.origin, cfg.get("general", "loglevel"), None)
         self.sched = LeaseScheduler(self.site, self.opts, policies, self.log)
-        self.decisions = Decisions(self.sched.round_hook)
         self.stepper = Stepper(self.sched)
+        self.decisions = Decisions(None if self.stepper.planner.name == "greedy" else self.stepper.planner)
         self.all: dict[int, Lease] = {}
         self.inbox: list[Lease] = []
         self.last_t = 0

@@ -17,8 +17,11 @@ class SimulatedEnactor:
     simulated = True      # nothing can be lost: the daemon only logs what the reconcile step could not plan
 
     def __init__(self, site: Site) -> None:
-        self._hosts = {f"simul-{i}": HostInfo(f"simul-{i}", dict(site.capacity(i)), True, time.time())
-                       for i in site.node_ids}
+        # a site read from a grid description names its nodes; the others are simul-1, simul-2, ...
+        named = len(site.details) == len(site.nodes) and len({d.get("name") for d in site.details}) == len(site.nodes)
+        names = [site.details[i - 1]["name"] if named else f"simul-{i}" for i in site.node_ids]
+        self._hosts = {name: HostInfo(name, dict(site.capacity(i)), True, time.time())
+                       for i, name in zip(site.node_ids, names)}
         self._running: dict[str, tuple[str, str]] = {}
         self._outcomes: list[TaskOutcome] = []
         self.started_at: dict[str, float] = {}
@@ -114,7 +117,5 @@ def site_from_config(cfg: Config) -> Site:
         return site
     if not resources:
         raise InputError("the daemon needs [simulation] resources as `<numnodes> CPU:<n> Memory:<n>`", cfg.path)
-    try:
-        return Site.parse_resources(resources)
-    except InputError as exc:
-        raise InputError(f"[simulation] resources: {exc.message}", cfg.path) from None
+    from optlease.formats.site_source import site_from_resources
+    return site_from_resources(resources, cfg.path, cfg.resolve)

@@ -13,16 +13,19 @@ from typing import Iterable
 
 from optlease.domain.lease import TRANSITIONS, LeaseState
 from optlease.scheduling.leasesched import LeaseScheduler
+from optlease.scheduling.planner import Planner, make_planner
 from optlease.scheduling.records import Lease
 
 S = LeaseState
 
 
 class Stepper:
-    """Runs steps of one LeaseScheduler and knows when the next thing will happen."""
+    """Runs steps of one LeaseScheduler, each round decided by one planner (`[scheduling] mapper` unless the driver
+    gives one), and knows when the next thing will happen."""
 
-    def __init__(self, sched: LeaseScheduler) -> None:
+    def __init__(self, sched: LeaseScheduler, planner: Planner | None = None) -> None:
         self.sched = sched
+        self.planner = planner if planner is not None else make_planner(sched.opts.mapper, sched)
         self.rounds = 0
         self._premature: list[tuple[int, int, int, Lease]] = []
         self._checkpoints: list[tuple[int, int, int, Lease]] = []   # bookings made from run-time estimates
@@ -36,7 +39,7 @@ class Stepper:
         self._start(now)
         for lease in arrivals:
             sched.request(lease, now)
-        sched.schedule(now)
+        self.planner.plan(now)
         self.rounds += 1
         self._start(now)
         self._end(now)

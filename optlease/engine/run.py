@@ -15,6 +15,7 @@ from optlease.engine.simulator import SimulationResult, Simulator, kinds_breakdo
 from optlease.errors import InputError
 from optlease.formats.config import Config
 from optlease.formats.lwf import Workload
+from optlease.formats.site_source import site_from_resources
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 
@@ -98,10 +99,7 @@ def site_of(cfg: Config, workload: Workload) -> Site:
         if workload.site is None:
             raise InputError("[simulation] resources is in-tracefile, but the trace has no <site>", cfg.path)
         return workload.site
-    try:
-        return Site.parse_resources(resources)
-    except InputError as exc:
-        raise InputError(f"[simulation] resources: {exc.message}", cfg.path) from None
+    return site_from_resources(resources, cfg.path, cfg.resolve)
 
 
 def check_demands(site: Site, requests: list[LeaseRequest]) -> None:
@@ -115,9 +113,11 @@ def check_demands(site: Site, requests: list[LeaseRequest]) -> None:
 
 
 def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = None, injection: str | None = None,
-             progress: Callable[[int, int], None] | None = None) -> SimulationResult:
+             progress: Callable[[int, int], None] | None = None,
+             observe: Callable[[int, object], None] | None = None) -> SimulationResult:
     """Run the configuration's simulation; the result carries the probes' data (`[accounting] probes`), stopped,
-    with the CP-SAT rounds' counters under `mapper: cpsat`. `progress` is told (requests arrived, in all)."""
+    with the CP-SAT rounds' counters under `mapper: cpsat`. `progress` is told (requests arrived, in all); `observe`
+    is shown (instant, scheduler) after each instant's step."""
     if cfg.get("general", "mode") != "simulated" or cfg.get("simulation", "clock") != "simulated":
         raise InputError("optlease simulate needs [general] mode: simulated and [simulation] clock: simulated "
                          "(a real clock is the daemon's: optlease serve)", cfg.path)
@@ -135,11 +135,11 @@ def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = Non
     log.info("TFILE", f"Loaded workload with {len(requests)} requests "
                       f"({kinds_breakdown([r.kind for r in sorted(requests, key=lambda r: r.id)])})")
     sim = Simulator(site, requests, opts, policies, log, cfg.get("simulation", "stop-when"),
-                    cfg.get("simulation", "status-message-interval"), accounting, progress)
+                    cfg.get("simulation", "status-message-interval"), accounting, progress, observe)
     result = sim.run()
-    if sim.sched.round_hook is not None:
-        result.round_records = list(sim.sched.round_hook.records)
-        result.admissions = list(sim.sched.round_hook.admissions)
+    if sim.stepper.planner.name != "greedy":
+        result.round_records = list(sim.stepper.planner.records)
+        result.admissions = list(sim.stepper.planner.admissions)
     record_rounds(accounting, result.round_records)
     log.status("RM", "Stopping resource manager gracefully...")
     sim.print_status()

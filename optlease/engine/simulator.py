@@ -46,7 +46,8 @@ class Simulator:
     def __init__(self, site: Site, requests: list[LeaseRequest], opts: SchedulingOptions, policies: Policies,
                  log: EventLog, stop_when: str = "all-leases-done", status_interval: int | None = None,
                  accounting: AccountingDataCollection | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None,
+                 observe: Callable[[int, LeaseScheduler], None] | None = None) -> None:
         self.site = site
         self.requests = sorted(requests, key=lambda r: r.arrival)
         self.opts = opts
@@ -60,6 +61,7 @@ class Simulator:
         self.clock = SimulatedClock()
         self.accounting = accounting
         self.progress = progress   # told (requests arrived, requests in all) after each instant
+        self.observe = observe     # shown (instant, scheduler) after each instant's step; it must not change it
         self._done_seen = 0        # how many of sched.finished the probes were told about
 
     def _done(self, next_arrival: int) -> bool:
@@ -92,6 +94,8 @@ class Simulator:
                 self._account(now, leases[i:j])
             if self.progress is not None:
                 self.progress(j, len(leases))
+            if self.observe is not None:
+                self.observe(now, self.sched)
             i = j
             if self.status_interval and now - last_status >= self.status_interval * 60:
                 self.print_status()

@@ -87,9 +87,22 @@ DAY = 86400
 PORT = {"low": 1, "high": 65535}
 
 
-# [scheduling] weight-NAME -> the round objective's weight (optlease.scheduling.snapshot.Weights) it sets
-WEIGHT_OPTIONS = {"rejected": "rejected", "wait": "wait", "preemption": "preemptions", "migration": "migrations",
-                  "overhead": "overhead", "stability-time": "stability_time", "stability-nodes": "stability_nodes"}
+# [scheduling] options that mapper cpsat no longer reads, and what took their place (a configuration that still sets
+# one is refused with this line, so that nobody believes a setting acts that does not)
+REMOVED_OPTIONS = {
+    **{name: "rounds are bounded by solver-work-limit (deterministic work), solver-time-limit is only a safety net"
+       for name in ("solver-stall", "solver-workers", "solver-seed")},
+    **{name: "the round derives it (models/cpsat-round.md, settings the round derives)"
+       for name in ("lookahead", "solver-neighbourhood", "solver-interval", "solver-wait-guard")},
+    "solver-commit": "a round books its whole plan; the next round plans again",
+    "solver-admit": "the round model is always offered what the greedy pass refused",
+    **{name: "promises are gone: the round model moves bookings and suspends leases for an AR itself"
+       for name in ("solver-promise-after", "solver-promises", "solver-promise-resumes", "solver-promise-slack",
+                    "solver-promise-share", "solver-promise-stretch")},
+    **{f"weight-{name}": "the objective's other weights are fixed (models/cpsat-round.md); weight-rejected and "
+       "weight-preemption are in seconds of waiting"
+       for name in ("wait", "migration", "overhead", "stability-time", "stability-nodes", "aging", "slowdown")},
+}
 
 
 SCHEMA: dict[str, dict[str, Option]] = {
@@ -106,43 +119,18 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # how long a best-effort booking holds its VMs: the requested time, or its user's last two runs
         # (models/cpsat-round.md, run-time estimates)
         "runtime-estimate": O("choice", "requested", "requested", "user-history"),
-        "solver-time-limit": O("float", 1.0, positive=True),   # mapper cpsat: a round's wall-clock budget (s)
-        "solver-workers": O("int", 2, positive=True),
-        "solver-seed": O("int", 0),
-        "lookahead": O("duration", None, positive=True),        # mapper cpsat: seconds a start may be planned ahead
-        "solver-neighbourhood": O("int", 16),   # mapper cpsat: nodes offered to a lease beyond its VMs (0: every node)
-        "solver-stall": O("float", 0.1, positive=True),   # mapper cpsat: stop this long after the last better plan
-        "solver-interval": O("duration", 1800),   # mapper cpsat: least time between two solved rounds
-        "solver-commit": O("duration", 0),   # mapper cpsat: bookings starting later stay queued (0: book all)
-        "solver-wait-guard": O("duration", 21600),   # mapper cpsat: past this wait never pushed back (0: off)
-        "solver-work-limit": O("float", 0.0),   # mapper cpsat: deterministic seconds per search: reproducible (0: off)
-        # mapper cpsat: a round's booking of a lease that has waited this long is a promise (models/cpsat-round.md)
-        "solver-promise-after": O("duration", 3 * 86400),
-        # mapper cpsat: at most this many of them are promises at a time, those of the leases that arrived first
-        # (0: every one)
-        "solver-promises": O("int", 0),
-        # mapper cpsat: whether a round's booking to resume a suspended lease becomes a promise too (no: it stays a
-        # plan that ARs may displace)
-        "solver-promise-resumes": O("choice", "no", "yes", "no"),
-        # mapper cpsat: an AR that fits nowhere else may move the promises in its way, each to begin at most this
-        # much after the earliest begin it was promised (0: never later)
-        "solver-promise-slack": O("duration", 7200),
-        # mapper cpsat: or, where more, this share of the wait and run the promised lease has at its promised begin
-        # (its slowdown grows by at most this share; 0: the slack alone)
-        "solver-promise-share": O("float", 0.05),
-        # mapper cpsat: an AR that neither those limits nor the round model could place may move them once more, by
-        # this share of the wait and run each lease had when first moved, in all (0: never)
-        "solver-promise-stretch": O("float", 0.07),
-        # mapper cpsat: whether an AR or immediate lease the greedy pass refused is offered to the round model, which
-        # may admit it by moving best-effort bookings that have not begun (promises within their limits)
-        "solver-admit": O("choice", "yes", "yes", "no"),
-        # mapper cpsat: whether a round may suspend running preemptible leases at once so that waiting leases run
-        # first (no: only the greedy pass suspends, for ARs)
+        # mapper cpsat: the five solver options (models/cpsat-round.md, options). The work CP-SAT may do per search,
+        # in its deterministic seconds: the same workload gives the same schedule on any machine and under any load
+        "solver-work-limit": O("float", 0.05, positive=True),
+        # a wall-clock cap per search, only a safety net: when it stops a search first, the run logs it
+        "solver-time-limit": O("float", 10.0, positive=True),
+        # whether a round may suspend running preemptible leases at once so that waiting leases run first (no: the
+        # round suspends only for ARs)
         "solver-suspend": O("choice", "no", "no", "for-waiting"),
-        # mapper cpsat and optimize: the objective's weights (unset: the model's own, models/cpsat-round.md)
-        **{f"weight-{name}": O("int", None) for name in WEIGHT_OPTIONS},
-        "weight-aging": O("duration", None, positive=True),
-        "weight-slowdown": O("duration", None),
+        # mapper cpsat and optimize: what one node-second of a refused AR or immediate lease costs, and what one
+        # preemption costs, in seconds of waiting of a best-effort lease of weight 1 (models/cpsat-round.md)
+        "weight-rejected": O("int", 1000),
+        "weight-preemption": O("int", 5),
         "policy-admission": O("policy", "accept-all", "accept-all", "no-ARs"),
         "policy-preemption": O("policy", "no-preemption", "no-preemption", "ar-preempts-everything"),
         "policy-host-selection": O("policy", "greedy", "no-policy", "greedy"),
@@ -219,7 +207,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         # yes: run mode fast on a broker without credentials or TLS (anyone who reaches it can command the hosts)
         "insecure": O("bool", False),
         "keepalive": O("int", 30, low=1, high=65535),     # MQTT's own limit
-        "task-timeout": O("float", 30.0, positive=True, high=3600),    # seconds to wait for a task's result before a retry
+        # seconds to wait for a task's result before a retry
+        "task-timeout": O("float", 30.0, positive=True, high=3600),
         "task-retries": O("int", 2),
         # seconds without a message or an answer to a probe before a host is silent; 0: only a task or probe left
         # unanswered tells
@@ -277,6 +266,8 @@ def parse_config(text: str, path: str = "<config>", base_dir: Path | None = None
         values[section] = {}
         for option, rawval in opts.items():
             spec = SCHEMA[section].get(option)
+            if spec is None and section == "scheduling" and option in REMOVED_OPTIONS:
+                raise InputError(f"[scheduling] {option} was removed: {REMOVED_OPTIONS[option]}", path)
             if spec is None:
                 raise InputError(f"[{section}] unknown option {option!r} "
                                  f"(options of [{section}]: {', '.join(SCHEMA[section])})", path)

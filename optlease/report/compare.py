@@ -124,8 +124,7 @@ def _offline(cfg, name: str, estimate: str, path: Path, time_limit: float):
     _, workload = load_workload(cfg)
     requests = apply_trace_options(cfg, workload.requests)
     greedy = simulate(cfg, out=io.StringIO())
-    res = optimize(site_of(cfg, workload), requests, opts, time_limit, cfg.get("scheduling", "solver-workers"),
-                   cfg.get("scheduling", "solver-seed"), greedy_hint(greedy.leases))
+    res = optimize(site_of(cfg, workload), requests, opts, time_limit, hint=greedy_hint(greedy.leases))
     stats = res.stats
     end = max((lease.end or 0 for lease in res.leases), default=0)
     result = SimulationResult(res.site, res.leases, end, stats.wall_time, opts, rounds=1)

@@ -1,7 +1,8 @@
-"""`[scheduling] mapper: cpsat`: after each round's greedy pass, solve the round with CP-SAT and re-plan the
-best-effort leases that have not started where the solver's plan is strictly better.
+"""The `cpsat` planner (`[scheduling] mapper: cpsat`): each round, the greedy pass plans first, then CP-SAT solves the
+round with the greedy plan as hint and re-plans the best-effort leases that have not started where its plan is
+strictly better; an AR or immediate lease the greedy pass refused is offered to the model before it is refused.
 
-The greedy pass runs unchanged and commits its reservations. This hook then takes a snapshot of the slot table:
+The greedy pass runs unchanged and commits its reservations. The round then takes a snapshot of the slot table:
 every reservation that has started, belongs to an AR or immediate lease, or cannot be moved (a migration already
 booked) is a fixed occupancy on its nodes; every best-effort lease that is queued, suspended and waiting for a
 resume, or booked for a start that has not begun is *movable*. The greedy plan of the movable leases is the hint.
@@ -10,8 +11,9 @@ greedy reservations and get new ones built by the VM scheduler at the solver's s
 against the slot table before anything is committed, and the whole change is undone if one does not fit (the
 greedy plan then stands). Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the
 round may also suspend running preemptible leases at once for waiting ones. Every round records its RoundStats.
-An AR or immediate lease the greedy pass refused is offered to the model before it is rejected (`admit`).
-The hint's completion is in `round_hint`, committing a plan in `round_commit`.
+Every decision is deterministic: searches stop on CP-SAT's deterministic work limit (`solver-work-limit`), and the
+round's spacing counts simulated seconds. The hint's completion is in `round_hint`, committing a plan in
+`round_commit`.
 """
 from __future__ import annotations
 
@@ -20,18 +22,19 @@ from dataclasses import dataclass, replace
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import BOOKED, MIGRATE, NOT_PROMISED, SHUTDOWN, SUSPEND, RR, Lease, NotSchedulable
+from optlease.scheduling.records import BOOKED, MIGRATE, RR, SHUTDOWN, SUSPEND, Lease, NotSchedulable
 from optlease.scheduling.round_commit import PlanCommit
 from optlease.scheduling.round_hint import HintCompletion
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
                                           Phase, Plan, Policy, Preemption, RoundSnapshot, RoundStats, Suspension)
 
 S = LeaseState
-# the share of a round's budget kept for committing its plan (500 bookings at 1,000 nodes took 0.06-0.1 s of 1 s)
-COMMIT_SHARE = 0.15
-# and the share the hint's completion leaves before that for preparing the model's data, which costing the plans
-# needs even when no search is left (500 leases at 1,000 nodes: 0.15 s on a slow machine)
-PREPARE_SHARE = 0.15
+# Settings the round derives rather than asks for (models/cpsat-round.md, settings the round derives):
+# a lease is offered the nodes that free up first, as many as it has VMs and this many more, besides the nodes its
+# plans and images use: enough to choose among, few enough that a 1,000-node round stays small
+NEIGHBOURHOOD = 16
+# the least simulated time between two solved rounds: the greedy pass keeps the plan up to date in between
+INTERVAL = 1800
 
 
 @dataclass(frozen=True)
@@ -58,17 +61,20 @@ class Admission:
 
 
 class CpsatRound(HintCompletion, PlanCommit):
-    """The round hook of a LeaseScheduler whose options say `mapper: cpsat`."""
+    """The cpsat planner of one LeaseScheduler (scheduling.planner)."""
+
+    name = "cpsat"
 
     def __init__(self, sched) -> None:
         from optlease.scheduling.cpsat.solve import SolveOptions
 
         self.sched = sched
         opts = sched.opts
-        self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=opts.solver_workers,
-                                    seed=opts.solver_seed, lookahead=opts.lookahead, stall=opts.solver_stall,
-                                    presolve=False, linearization_level=0, disjunctive_in_cumulative=False,
+        # one worker, a fixed seed, stopped by deterministic work: the same round always gets the same plan
+        self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=1, seed=0, presolve=False,
+                                    linearization_level=0, disjunctive_in_cumulative=False,
                                     work_limit=opts.solver_work_limit, weights=opts.weights)
+        sched.on_refusal = self.admit
         # The greedy pass already took every decision about suspensions for ARs, and admitted the ARs and immediate
         # leases it could (`admit` offers the model those it refused): the round places best-effort starts and
         # resumes (elsewhere than the images where `migration` allows), from now on, and with `solver-suspend:
@@ -82,15 +88,20 @@ class CpsatRound(HintCompletion, PlanCommit):
         self.admissions: list[Admission] = []
         self._announced: dict[int, int] = {}   # lease id -> seq of the VM reservation the last round ended with
         self._seen: tuple[dict, dict] | None = None   # movable bookings and fixed ends the last round ended with
-        self._next_solve = 0   # no round is solved before this time (solver-interval)
+        self._next_solve = 0   # no round is solved before this time (INTERVAL)
 
     @property
     def stats(self) -> list[RoundStats]:
         return [r.stats for r in self.records]
 
     # -- the round --------------------------------------------------------------------------------------------
-    def __call__(self, now: int) -> None:
-        wall = time.perf_counter()
+    def plan(self, now: int) -> None:
+        """The greedy pass, then the CP-SAT round over its plan."""
+        self.sched.schedule(now)
+        self.round(now)
+
+    def round(self, now: int) -> None:
+        wall = time.perf_counter()   # measured for the record only: no decision reads the clock
         movable = self._movable(now)
         changed, greedy_cost = 0, None
         if not movable:
@@ -106,49 +117,16 @@ class CpsatRound(HintCompletion, PlanCommit):
             # the plan the last round ended with still stands: nothing arrived, moved or ended early since
             stats = RoundStats("UNCHANGED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
         elif now < self._next_solve:
-            # too soon after the last solved round (solver-interval): the greedy pass keeps the plan up to date
+            # too soon after the last solved round (INTERVAL): the greedy pass keeps the plan up to date
             stats = RoundStats("SPACED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
         else:
             stats, changed, greedy_cost = self._solve(now, movable)
-            self._next_solve = now + self.sched.opts.solver_interval
+            self._next_solve = now + INTERVAL
         self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost))
         self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
-        self._rank_promises()
         after = self._movable(now)
         self._seen = ({lease.id: self._booking(lease) for lease in after}, self._fixed(now, after))
-
-    def _rank_promises(self) -> None:
-        """At most `solver-promises` of the rounds' bookings are promises against ARs and premature ends (from
-        `solver-promise-after`): those of the leases that arrived first, among the bookings that may be promises
-        (not resumes, under `solver-promise-resumes: no`). The others are plans an AR may displace until older
-        leases start and they move up (models/cpsat-round.md, step 5)."""
-        opts = self.sched.opts
-        if opts.solver_promises <= 0:
-            return
-        booked = sorted((lease for lease in self.sched.leases.values()
-                         if lease.state in BOOKED and lease.round_plan() is not None
-                         and self._booking_promise(lease) != NOT_PROMISED),
-                        key=lambda lease: (lease.req.arrival, lease.id))
-        for rank, lease in enumerate(booked):
-            lease.last_vmrr().promised_from = self._booking_promise(lease) if rank < opts.solver_promises \
-                else NOT_PROMISED
-
-    def _booking_promise(self, lease: Lease) -> int:
-        """When a round's booking of the lease becomes a promise (`RR.promised_from`): `_promise_from`, except that
-        under `solver-promise-resumes: no` a booking to resume a suspended lease stays a plan (NOT_PROMISED)."""
-        if lease.is_suspended() and not self.sched.opts.solver_promise_resumes:
-            return NOT_PROMISED
-        return self._promise_from(lease)
-
-    def _promise_from(self, lease: Lease) -> int:
-        """When a round's booking of the lease becomes a promise: once it has waited `solver-promise-after`."""
-        return lease.req.arrival + self.sched.opts.solver_promise_after
-
-    def _promised(self, lease: Lease, now: int) -> bool:
-        """Whether a booked lease has waited `solver-promise-after`: the round keeps its place in line (it may only
-        move it earlier), and once the round has booked it no AR displaces the booking (ARPreemptsEverything)."""
-        return lease.state in BOOKED and now >= self._promise_from(lease)
 
     def _at_earliest(self, lease: Lease, now: int) -> bool:
         """Whether a booked lease starts where the VM scheduler finds its earliest whole fit without its booking."""
@@ -214,18 +192,13 @@ class CpsatRound(HintCompletion, PlanCommit):
         snap, greedy, hint = self.snapshot(now, movable, running)
         data = prepare(snap, self.options.weights, self.options.lookahead)
         greedy_cost = plan_cost(data, greedy)   # the hint completes greedy's plan: greedy's own cost is the bar
-        plan = self._plan(snap, replace(self.options, deadline=self._deadline()), hint, data)
+        plan = self._plan(snap, self.options, hint, data)
         stats = plan.stats
         if stats.source == "hint":
             stats = replace(stats, source="completion")
         if stats.objective is None or not stats.objective < greedy_cost:   # strictly better, or greedy stands
             return replace(stats, source="greedy"), 0, greedy_cost
-        # with solver-commit, book only what starts that soon; the rest stays queued and is planned again later
-        commit = self.sched.opts.solver_commit
-        got = {i: p if p.start is None or commit <= 0 or p.start <= now + commit else
-               replace(p, outcome=Outcome.DEFERRED, start=None, nodes=(), end=None, reason="planned for later")
-               for i, p in plan.by_id.items()}
-        before = greedy.by_id
+        got, before = plan.by_id, greedy.by_id
         moves = [lease for lease in movable if _differs(got[lease.id], before[lease.id])]
         stops = [lease for lease in running if got[lease.id].suspend_at is not None]
         if not moves and not stops:
@@ -237,27 +210,19 @@ class CpsatRound(HintCompletion, PlanCommit):
 
     # -- admission ------------------------------------------------------------------------------------------
     def admit(self, lease: Lease, now: int) -> bool:
-        """Let the round model decide an AR or immediate lease the greedy pass refused (and the promises' limits
-        could not place): the round as it stands, every best-effort booking not begun movable (a promise only within
-        its limit, `LeaseScheduler.promise_limit`, and never left unplaced), for an AR the running leases greedy could
-        preempt for it as leases the model may suspend before its start, the lease as new. Booked, with the bookings
-        the model moves and the suspensions it makes, where the model accepts it; all or nothing
-        (models/cpsat-round.md, step 6)."""
+        """Let the round model decide an AR or immediate lease the greedy pass refused (`LeaseScheduler.on_refusal`):
+        the round as it stands, every best-effort booking not begun movable (within its wait guard), for an AR the
+        running leases greedy could preempt for it as leases the model may suspend before its start, the lease as
+        new. Booked, with the bookings the model moves and the suspensions it makes, where the model accepts it;
+        all or nothing (models/cpsat-round.md, step 6)."""
         from optlease.scheduling.cpsat.prepare import prepare
 
         sched = self.sched
-        if not sched.opts.solver_admit:
-            return False
         movable, running = self._movable(now), self._preemptible_for(lease)
         if not movable and not running:
             return False   # nothing the model may move or suspend: the greedy pass's refusal stands
-        wall = time.perf_counter()
         snap, greedy, hint = self.snapshot(now, movable, running)
-        limits = {other.id: sched.promise_limit(other) for other in movable if other.round_promise(now)}
-        stretches = {i: sched.promise_limit(sched.leases[i], stretch=True) for i in limits}
-        # a promise's limit takes the place of its wait guard (which would hold it at its booking)
-        leases = [replace(ls, must_place=True, latest_start=limits[ls.id]) if ls.id in limits else ls
-                  for ls in snap.leases]
+        leases = list(snap.leases)
         leases.append(LeaseSnapshot(lease.req, Phase.NEW, Overheads(shutdown=oh.shutdown_time(lease, sched.opts))))
         policy = self.policy if not running else replace(
             self.policy, suspension=Suspension(sched.opts.suspension), preemption=Preemption.AR_PREEMPTS_EVERYTHING,
@@ -266,43 +231,27 @@ class CpsatRound(HintCompletion, PlanCommit):
         refused = LeasePlan(lease.id, Outcome.REJECTED, reason="refused by the greedy pass")
         greedy, hint = Plan((*greedy.leases, refused)), Plan((*hint.leases, refused))
         data = prepare(snap, self.options.weights, self.options.lookahead)
-        budget = replace(self.options, deadline=wall + (1 - COMMIT_SHARE) * self.options.time_limit)
-        plan = self._plan(snap, budget, hint, data)
+        plan = self._plan(snap, self.options, hint, data)
         got, before = plan.by_id, greedy.by_id
         new = got[lease.id]
-        accepted = new.outcome is Outcome.ACCEPTED and new.start is not None \
-            and all(got[i].outcome is Outcome.ACCEPTED and got[i].start is not None and got[i].start <= limit
-                    for i, limit in limits.items())
+        accepted = new.outcome is Outcome.ACCEPTED and new.start is not None
         moves = [other for other in movable if _differs(got[other.id], before[other.id])]
         stops = [other for other in running if got[other.id].suspend_at is not None]
         admitted = accepted and self._apply(now, moves, got, stops, new=(lease, new))
         self.admissions.append(Admission(now, lease.id, admitted, len(moves) if admitted else 0, plan.stats,
                                          len(stops) if admitted else 0))
         if admitted:
-            for other in moves:
-                if other.id in limits:   # a moved promise keeps the limits of its first move
-                    other.promise_by, other.stretch_by = limits[other.id], stretches[other.id]
             sched.log.info("LSCHED", "Lease #%i admitted by the round model, moving leases %s, suspending leases %s" % (
                 lease.id, [other.id for other in moves], [other.id for other in stops]))
         return admitted
 
     @staticmethod
     def _plan(snap: RoundSnapshot, options, hint: Plan, data) -> Plan:
-        """The solver's plan of a round: the one call whose answer depends on the wall clock besides the hint's
-        completion (`_complete`), so that a daemon can journal both answers and replay them."""
+        """The solver's plan of a round (one call, so that a daemon can journal its answer with the hint's
+        completion, `_complete`, and replay both)."""
         from optlease.scheduling.cpsat.solve import solve_round
 
         return solve_round(snap, options, hint, data)
-
-    def _deadline(self, keep: float = COMMIT_SHARE) -> float:
-        """solver-time-limit is the whole round's budget: the completion and the search get what the greedy pass,
-        the snapshot and the model left of it, less the share `keep` (for committing the plan, and for the
-        completion also for preparing the model's data) (time.perf_counter())."""
-        return self.sched.round_began + (1 - keep) * self.options.time_limit
-
-    def _completion_deadline(self) -> float:
-        """When the hint's completion stops: the model's preparation and the commit get what is left."""
-        return self._deadline(COMMIT_SHARE + PREPARE_SHARE)
 
     # -- the snapshot -----------------------------------------------------------------------------------------
     def _movable(self, now: int) -> list[Lease]:
@@ -336,7 +285,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         """The round as the solver sees it, the greedy plan of it, and the hint: the greedy plan with every lease
         it left queued booked at its earliest fit after the others (conservative backfilling, not committed).
         `running`: the running leases the round may suspend (`_suspendable`), as they are, not as occupancies."""
-        sched, opts = self.sched, self.sched.opts
+        sched = self.sched
         ids = {lease.id for lease in (*movable, *running)}
         types = sched.table.types
         # every reservation still to hold capacity, per lease: one envelope per lease, per node its largest use
@@ -370,7 +319,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         for snap in runs:
             left.update({n: max(left.get(n, 0), snap.remaining) for n in snap.nodes})
         ranked = sorted(release, key=lambda n: (release[n], -left.get(n, 0), n))
-        extra = opts.solver_neighbourhood
+        extra = NEIGHBOURHOOD
         greedy = list(hint)
         for snap in runs:   # greedy and the hint let them run on
             as_is = LeasePlan(snap.id, Outcome.ACCEPTED, nodes=snap.nodes, end=now + snap.remaining)

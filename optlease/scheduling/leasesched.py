@@ -2,7 +2,6 @@
 happens when a reservation starts or ends. Pure: `now` is always passed in; the driver owns the clock."""
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 from optlease.domain.lease import LeaseKind, LeaseState
@@ -13,7 +12,7 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import (BOOKED, MIGRATE, NOT_PROMISED, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held,
+from optlease.scheduling.records import (BOOKED, MIGRATE, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held,
                                         Lease, NotSchedulable)
 from optlease.scheduling.slottable import SlotTable, fits
 from optlease.scheduling.vmsched import VMScheduler
@@ -37,15 +36,9 @@ class LeaseScheduler:
         self._empty = GreedyMapper(SlotTable(site), policies)
         self._fits_empty: dict[tuple, bool] = {}
         self._room: dict = {}
-        # mapper cpsat: called after each round's greedy pass, it may re-plan what has not started (greedy: None)
-        self.round_hook = None
-        # mapper cpsat: called for an AR or immediate lease the greedy pass refused, it may admit it (greedy: None)
-        self.admission_hook = None
-        self.round_began = 0.0   # time.perf_counter() when the current round began (the wall clock, not `now`)
-        if opts.mapper == "cpsat":
-            from optlease.scheduling.cpsat_round import CpsatRound
-            self.round_hook = CpsatRound(self)
-            self.admission_hook = self.round_hook.admit
+        # a planner's last word on an AR or immediate lease this scheduler refused: True if it booked it after all
+        # (scheduling.planner; None: Haizea's refusal stands)
+        self.on_refusal = None
 
     # -- requests -------------------------------------------------------------------------------------------
     def request(self, lease: Lease, now: int) -> None:
@@ -78,7 +71,6 @@ class LeaseScheduler:
 
     # -- one scheduling round -------------------------------------------------------------------------------
     def schedule(self, now: int) -> None:
-        self.round_began = time.perf_counter()   # a cpsat round's budget counts from here
         pending, self.pending = self.pending, []
         for lease in pending:
             if lease.kind is LeaseKind.BEST_EFFORT:
@@ -97,18 +89,13 @@ class LeaseScheduler:
                     self.log.t(lease.req.start), self.log.t(lease.req.start + lease.req.duration)))
             self._schedule_or_reject(lease, now)
         self.process_queue(now)
-        if self.round_hook is not None:
-            self.round_hook(now)
 
     def _schedule_or_reject(self, lease: Lease, now: int) -> None:
         try:
             self.schedule_lease(lease, now)
             self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
         except NotSchedulable as exc:
-            if (lease.kind is LeaseKind.AR and self._displace_promises(lease, now)) or \
-                    (self.admission_hook is not None and self.admission_hook(lease, now)) or \
-                    (lease.kind is LeaseKind.AR and self.opts.solver_promise_stretch > 0
-                     and self._displace_promises(lease, now, stretch=True)):
+            if self.on_refusal is not None and self.on_refusal(lease, now):
                 self.log.info("LSCHED", "Lease #%i has been scheduled." % lease.id)
                 return
             self.log.info("LSCHED", "Lease request #%i cannot be scheduled: %s" % (lease.id, exc))
@@ -165,7 +152,7 @@ class LeaseScheduler:
             i -= 1
         self.queue.insert(i, lease)
 
-    def schedule_lease(self, lease: Lease, now: int, preempting: bool = True, anytime: bool = False) -> None:
+    def schedule_lease(self, lease: Lease, now: int, preempting: bool = True) -> None:
         """Book the lease (`VMScheduler.schedule`); NotSchedulable if it fits nowhere."""
         resuming = lease.state in SUSPENDED
         fixed = None
@@ -178,7 +165,7 @@ class LeaseScheduler:
         else:
             # Haizea: the resume waits for its estimate of the copies, wherever it goes
             earliest = {n: now + oh.migration_estimate(lease, self.opts) for n in nodes}
-        vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting, anytime)
+        vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
         if preempt:
             self.log.info("LSCHED", "Must preempt leases %s to make room for lease #%i" % (
                 [p.id for p in preempt], lease.id))
@@ -296,21 +283,14 @@ class LeaseScheduler:
                 rr.state = "cancelled"
 
     def reevaluate(self, now: int) -> None:
-        """After a premature end: leases booked for the future may now start earlier. Greedy's bookings are booked
-        again (Haizea: back to the queue where they no longer fit); a CP-SAT round's plan moves earlier or stays
-        (`_move_up`), and its promise stays where it is."""
+        """After a premature end: leases booked for the future may now start earlier, so they are booked again
+        (Haizea: back to the queue where they no longer fit)."""
         future = [lease for lease in self.leases.values()
                   if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
                   and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
-                  and self._replannable(lease)
-                  # a round's promise stays where it is (the next round may move it earlier): re-scheduled
-                  # greedily it would go back to the queue whenever greedy keeps another future reservation
-                  and not lease.round_promise(now)]
+                  and self._replannable(lease)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
         for lease in future:
-            if lease.round_plan() is not None:
-                self._move_up(lease, now)
-                continue
             self.cancel_vmrr(lease.last_vmrr(), now)
             lease.vmrrs.pop()
             if lease.state is S.MIGRATING:
@@ -324,30 +304,10 @@ class LeaseScheduler:
 
     @staticmethod
     def _replannable(lease: Lease) -> bool:
-        """Whether a future booking may be booked again after a premature end: nothing of it has begun, except,
-        for a greedy booking, copies of its memory images (Haizea: the lease stays suspended-scheduled while they
-        run; the copies done stay done, the one under way is given up)."""
-        pre = lease.last_vmrr().pre
-        if lease.round_plan() is None:
-            return all(rr.state == "scheduled" or rr.kind == MIGRATE for rr in pre)
-        return all(rr.state == "scheduled" for rr in pre)
-
-    def _move_up(self, lease: Lease, now: int) -> None:
-        """A round's booking moves earlier where the lease now fits whole sooner, and stays where it does not: it is
-        not sent back to the queue, where leases booked after it could take its place (models/cpsat-round.md). It
-        is tried only where the site as a whole has room for it sooner (`VMScheduler.may_begin_before`)."""
-        if not self.vm.may_begin_before(lease.last_vmrr(), now, lease.state is S.SUSPENDED_SCHEDULED):
-            return
-        saved = self._withdraw(lease)
-        try:
-            self.schedule_lease(lease, now)
-        except NotSchedulable:
-            pass
-        else:
-            if lease.last_vmrr().begin() < saved.vmrr.begin():
-                self._drop(saved)
-                return
-        self._restore(lease, saved, now)
+        """Whether a future booking may be booked again after a premature end: nothing of it has begun but copies
+        of its memory images (Haizea: the lease stays suspended-scheduled while they run; the copies done stay
+        done, the one under way is given up)."""
+        return all(rr.state == "scheduled" or rr.kind == MIGRATE for rr in lease.last_vmrr().pre)
 
     def take_out(self, lease: Lease) -> Withdrawn:
         """Take a booked lease's reservation (not begun) out of the slot table, and remember what `put_back` needs
@@ -377,96 +337,6 @@ class LeaseScheduler:
         if lease.state is not saved.state:
             lease.set_state(saved.state)
 
-    def _withdraw(self, lease: Lease) -> Withdrawn:
-        """Take a booked lease's future reservation out, the lease back to pending, so that it can be booked again;
-        what `_restore` or `_drop` need."""
-        saved = self.take_out(lease)
-        lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
-        return saved
-
-    def _restore(self, lease: Lease, saved: Withdrawn, now: int) -> None:
-        """Cancel the booking made since `_withdraw` (if any) and put the withdrawn one back."""
-        if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
-            self.cancel_vmrr(lease.last_vmrr(), now)
-            lease.vmrrs.pop()
-        self.put_back(lease, saved)
-
-    @staticmethod
-    def _drop(saved: Withdrawn) -> None:
-        """Keep the booking made since `_withdraw`, in place of the withdrawn one (its promise carries over)."""
-        old = saved.vmrr
-        old.lease.last_vmrr().promised_from = old.promised_from
-        for rr in (*old.pre, old, *old.post):
-            rr.state = "cancelled"
-
-    def _displace_promises(self, ar: Lease, now: int, stretch: bool = False) -> bool:
-        """Admit an AR the greedy pass refused by moving the promises in its way: every promised booking that
-        overlaps the AR's window is booked again, after the AR, and the AR is admitted only if each still begins no
-        later than its limit (`promise_limit`) after the earliest begin it was promised (models/cpsat-round.md).
-        Where that fails, the same again with every booking not begun that begins after the first of them (the line
-        behind, which the moved promises would otherwise have to wait behind) booked again too, in the order they
-        begin, each within its limit as well. Otherwise everything stays as it was. With `stretch`, each limit is
-        the stretched one (`promise_limit`)."""
-        start = ar.req.start
-        end = start + ar.req.duration + oh.shutdown_time(ar, self.opts)
-        way = [lease for lease in self.leases.values()
-               if lease.round_promise(now) and lease.last_vmrr().backfill
-               and lease.last_vmrr().begin() < end and lease.last_vmrr().finish() > start]
-        if not way:
-            return False
-        if self._rebook_after(ar, way, now, stretch):
-            return True
-        first = min(lease.last_vmrr().begin() for lease in way)
-        line = [lease for lease in self.leases.values()
-                if lease not in way and self._not_begun(lease) and lease.last_vmrr().backfill
-                and lease.last_vmrr().begin() >= first]
-        return bool(line) and self._rebook_after(ar, way + line, now, stretch)
-
-    def _rebook_after(self, ar: Lease, moved: list[Lease], now: int, stretch: bool = False) -> bool:
-        """Book the AR with the bookings of `moved` out of the way, then book those again in the order they begin,
-        each as soon as it fits; all or nothing: every one of them within its limit (`promise_limit`; the stretched
-        one with `stretch`). A lease moved the first time keeps both its limits of then."""
-        moved = sorted(moved, key=lambda lease: (lease.last_vmrr().begin(), lease.id))
-        firsts = [(self.promise_limit(lease), self.promise_limit(lease, True)) for lease in moved]
-        limits = [stretched if stretch else limit for limit, stretched in firsts]
-        saved = [self._withdraw(lease) for lease in moved]
-        admitted = False
-        try:
-            self.schedule_lease(ar, now, preempting=False)
-            admitted = True
-            for lease, limit in zip(moved, limits):
-                self.schedule_lease(lease, now, anytime=True)
-                if lease.last_vmrr().begin() > limit:
-                    raise NotSchedulable("a booking would begin too late")
-        except NotSchedulable:
-            if admitted:
-                self.cancel_vmrr(ar.last_vmrr(), now)
-                ar.vmrrs.pop()
-                ar.set_state(S.PENDING)
-            for lease, s in zip(moved, saved):
-                self._restore(lease, s, now)
-            return False
-        for lease, s, (limit, stretched) in zip(moved, saved, firsts):
-            self._drop(s)
-            lease.promise_by, lease.stretch_by = limit, stretched
-        self.log.info("LSCHED", "Lease #%i moved the bookings of leases %s" % (ar.id, [lease.id for lease in moved]))
-        return True
-
-    def promise_limit(self, lease: Lease, stretch: bool = False) -> int:
-        """The latest begin an AR may move a lease's booking to (a promise, or a booking in the line behind one):
-        `solver-promise-slack` after its booking begins, or where more `solver-promise-share` of the wait and run the
-        lease has at that begin, so that its slowdown grows by at most that share (a lease that has waited days may
-        give way to an AR for hours, one that waited minutes not); and never past the limit set when it was first
-        moved (`Lease.promise_by`). With `stretch` (an AR nothing else could place) `solver-promise-stretch` takes
-        the share's place, and the stretched limit set when it was first moved holds (`Lease.stretch_by`): in all,
-        ARs move a promise by at most that share of the wait and run it had then."""
-        vmrr = lease.last_vmrr()
-        begin = vmrr.begin()
-        share = self.opts.solver_promise_stretch if stretch else self.opts.solver_promise_share
-        waited_and_run = begin - lease.req.arrival + vmrr.end - vmrr.start
-        limit = begin + max(self.opts.solver_promise_slack, int(share * waited_and_run))
-        return min(lease.stretch_by if stretch else lease.promise_by, limit)
-
     # -- reservations starting and ending -------------------------------------------------------------------
     def start_rr(self, rr: RR, now: int) -> int | None:
         """Start a reservation; for a VM that will really end before its reservation does, return that time."""
@@ -479,8 +349,6 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("VMSCHED", "Started VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.set_state(S.ACTIVE)
-            lease.promise_by = NOT_PROMISED   # its promise is kept: a later one is bounded afresh
-            lease.stretch_by = NOT_PROMISED
             if lease.first_start is None:
                 lease.first_start = now
             real_end = now + lease.real_remaining()

@@ -55,11 +55,6 @@ class ARPreemptsEverything:
         if not preemptee.req.preemptible and preemptee.state is not LeaseState.SCHEDULED:
             return -1   # a booking not yet begun gives way by going back to the queue (Haizea): it never ran
         age = time - preemptee.req.arrival
-        promised_from = preemptee.round_plan()
-        if promised_from is not None:
-            # a CP-SAT round's booking for later gives way, even past the horizon, to ARs that arrive (ARs are placed
-            # as they arrive) before it becomes a promise (solver-promise-after)
-            return -1 if preemptor.req.arrival >= promised_from else max(0.0, (AGING_HORIZON - age) / AGING_HORIZON)
         if age >= AGING_HORIZON:   # too old to give way
             return -1
         return (AGING_HORIZON - age) / AGING_HORIZON

@@ -15,7 +15,7 @@ class RR:
     """One resource reservation: `mapping` vnode -> pnode, `demand` pnode -> usage vector held on [start, end)."""
 
     __slots__ = ("lease", "kind", "start", "end", "mapping", "demand", "state", "pre", "post", "seq",
-                 "backfill", "promised_from", "origin", "first", "last", "vm", "checkpoint")
+                 "backfill", "origin", "first", "last", "vm", "checkpoint")
 
     def __init__(self, lease: "Lease", kind: str, start: int, end: int, mapping: dict[int, int],
                  demand: dict[int, tuple], seq: int) -> None:
@@ -30,10 +30,6 @@ class RR:
         self.post: list[RR] = []      # vm RRs: suspend or shutdown RRs after it
         self.seq = seq
         self.backfill = False         # vm RRs: a best-effort reservation made for the future
-        # vm RRs booked by a CP-SAT round: a plan that an AR arriving before this instant may displace, a promise
-        # from then on (None: not a round's booking; NOT_PROMISED: a plan while solver-promises older leases hold
-        # promises)
-        self.promised_from: int | None = None
         self.origin: dict[int, int] | None = None  # migrate RRs: where the image comes from
         self.first = True             # suspend/resume blocks: first and last of their operation
         self.last = True
@@ -80,7 +76,6 @@ class Held:
     outcome: str | None = None
 
 
-NOT_PROMISED = 2 ** 62   # RR.promised_from of a round's booking that is a plan for as long as it is not moved up
 WAITING = (LeaseState.QUEUED, LeaseState.SUSPENDED_QUEUED)          # best-effort, in the queue
 BOOKED = (LeaseState.SCHEDULED, LeaseState.SUSPENDED_SCHEDULED)     # best-effort, booked and not begun
 
@@ -104,8 +99,6 @@ class Lease:
     migrations: int = 0
     requeues: int = 0
     overruns: int = 0                         # times it ran past the run-time estimate it was booked for
-    promise_by: int = NOT_PROMISED            # the latest begin an AR may move its waiting booking to
-    stretch_by: int = NOT_PROMISED            # the same under solver-promise-stretch
     cache: dict = field(default_factory=dict)  # derived figures that never change (total demand, estimates)
 
     @property
@@ -141,20 +134,6 @@ class Lease:
 
     def last_vmrr(self) -> RR | None:
         return self.vmrrs[-1] if self.vmrrs else None
-
-    def round_plan(self) -> int | None:
-        """When the CP-SAT round's booking this lease waits on becomes a promise (None: it waits on no such booking,
-        or the booking has begun)."""
-        vmrr = self.last_vmrr()
-        if vmrr is None or vmrr.promised_from is None or vmrr.state != "scheduled" or \
-                any(rr.state != "scheduled" for rr in vmrr.pre):
-            return None
-        return vmrr.promised_from
-
-    def round_promise(self, now: int) -> bool:
-        """Whether the lease waits on a CP-SAT round's booking that has become a promise by `now`."""
-        promised_from = self.round_plan()
-        return promised_from is not None and now >= promised_from
 
     def is_suspended(self) -> bool:
         return self.state in (LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED,

@@ -12,7 +12,7 @@ S = LeaseState
 
 
 class PlanCommit:
-    """The commit half of CpsatRound (a mixin: it needs `self.sched` and `self._booking_promise`)."""
+    """The commit half of CpsatRound (a mixin: it needs `self.sched`)."""
 
     def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan], stops: list[Lease] = (),
                new: tuple[Lease, LeasePlan] | None = None) -> bool:
@@ -130,7 +130,6 @@ class PlanCommit:
             sched.queue.remove(lease)
         # as the greedy pass counts them: a best-effort reservation for later than now
         vmrr.backfill = vmrr.begin() > now
-        vmrr.promised_from = self._booking_promise(lease)
         if vmrr.backfill:
             sched.vm.future_count += 1
         resuming = lease.state is S.SUSPENDED_QUEUED

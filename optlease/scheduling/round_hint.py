@@ -2,39 +2,38 @@
 earliest fit (conservative backfilling, tried on the slot table and taken out again), and the wait guard."""
 from __future__ import annotations
 
-import time
-
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.cpsat.prepare import wait_weight
 from optlease.scheduling.records import BOOKED, RR, WAITING, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
+# The wait guard (models/cpsat-round.md, step 3): a lease that has waited this long keeps its place in the hint's
+# line, and the solver never starts it later than the hint does; a quarter of a day, so that reordering for shorter
+# leases, which the objective's slowdown weights favour, never turns into starving a long one
+WAIT_GUARD = 6 * 3600
+
 
 class HintCompletion:
-    """The hint half of CpsatRound (a mixin: it needs `self.sched`, `self.policy`, `_completion_deadline`,
-    `_promised`, `_expected` and `_fits`)."""
+    """The hint half of CpsatRound (a mixin: it needs `self.sched`, `self.policy` and `_expected`)."""
 
     def _latest_start(self, lease: Lease, hint: LeasePlan, now: int) -> int | None:
         """The wait guard: the solver may push a lease back past its hinted start only while its start stays within
-        `solver-wait-guard` of its arrival, so that reordering for shorter leases never makes a long wait longer."""
-        guard, lookahead = self.sched.opts.solver_wait_guard, self.sched.opts.lookahead
-        if guard <= 0 or hint.outcome is not Outcome.ACCEPTED or hint.start is None:
+        `WAIT_GUARD` of its arrival, so that reordering for shorter leases never makes a long wait longer."""
+        if hint.outcome is not Outcome.ACCEPTED or hint.start is None:
             return None
-        if lookahead is not None and hint.start > now + lookahead:
-            return None
-        return max(hint.start, lease.req.arrival + guard)
+        return max(hint.start, lease.req.arrival + WAIT_GUARD)
 
     def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
-        """The hint's bookings: from the oldest lease the greedy pass left queued on, every movable lease but the
-        promises booked in the line's order (`_line`) at its earliest fit (conservative backfilling; tried on the slot
-        table and taken out again). Bookings made earlier give way, so a lease an AR sent back to the queue gets its
-        place in line back."""
+        """The hint's bookings: from the oldest lease the greedy pass left queued on, every movable lease booked in
+        the line's order (`_line`) at its earliest fit (conservative backfilling; tried on the slot table and taken out
+        again). Bookings made earlier give way, so a lease an AR sent back to the queue gets its place in line back.
+        It books the whole line, whatever that takes: a completion cut short by the clock would make the round's
+        plan depend on the machine."""
         queued = [(lease.req.arrival, lease.id) for lease in movable if lease.state in WAITING]
         if not queued:
             return {}
         oldest = min(queued)
-        rebook = self._line(now, [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest
-                                  and not self._promised(lease, now)])   # a promise keeps its place
+        rebook = self._line(now, [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest])
         sched, out, added = self.sched, {}, []
         withdrawn = [rr for lease in rebook if lease.state in BOOKED
                      for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
@@ -42,13 +41,8 @@ class HintCompletion:
         log.info_on = False
         for rr in withdrawn:
             sched.table.remove(rr)
-        deadline = self._completion_deadline()
         try:
-            for i, lease in enumerate(rebook):
-                if time.perf_counter() > deadline:
-                    # out of budget: the leases not reached keep their bookings where these still fit
-                    out.update(self._keep(rebook[i:], added))
-                    break
+            for lease in rebook:
                 try:
                     vmrr = self._asap(lease, now)
                 except NotSchedulable:
@@ -67,33 +61,15 @@ class HintCompletion:
             log.info_on = quiet
         return out
 
-    def _keep(self, leases: list[Lease], added: list[RR]) -> dict[int, LeasePlan]:
-        """For a completion the budget cut short: each booked lease it did not reach gets its withdrawn booking back
-        on the slot table (recorded in `added`) where that still fits around what the completion booked, and is
-        deferred in the hint where it does not (its greedy booking then overlaps the completion's)."""
-        out = {}
-        for lease in leases:
-            if lease.state not in BOOKED:
-                continue   # queued: deferred in the hint already
-            vmrr = lease.last_vmrr()
-            rrs = (*vmrr.pre, vmrr, *vmrr.post)
-            if self._fits(rrs):
-                for rr in rrs:
-                    self.sched.table.add(rr)
-                    added.append(rr)
-            else:
-                out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="the completion ran out of time")
-        return out
-
     def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
-        """The order the completion books leases in: those that have waited past the wait guard first, in arrival
+        """The order the completion books leases in: those that have waited past `WAIT_GUARD` first, in arrival
         order (the place in line the guard keeps); then the others by run time over their weight in the round's
         objective, shortest first (Smith's rule for the weighted completion time the round minimizes); the run is
         what a booking holds: what the lease has left, or its run-time estimate (scheduling.estimate)."""
-        guard, weights = self.sched.opts.solver_wait_guard, self.sched.opts.weights
+        weights = self.sched.opts.weights
         waited, rest = [], []
         for lease in leases:
-            (waited if 0 < guard <= now - lease.req.arrival else rest).append(lease)
+            (waited if WAIT_GUARD <= now - lease.req.arrival else rest).append(lease)
         waited.sort(key=lambda lease: (lease.req.arrival, lease.id))
         booked_run = self.sched.vm.estimates.booked_run
 

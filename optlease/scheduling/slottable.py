@@ -296,18 +296,6 @@ class SlotTable:
         """The earliest x >= a at which the site as a whole has `need` free over [x, x + length) (INF: never)."""
         return self.total.earliest_room(a, length, need, self.total_cap)
 
-    def earliest_total_room_without(self, rrs, a: int, length: int, need: Vec) -> float:
-        """`earliest_total_room` as if the reservations `rrs` (in the table) were not: they are lifted out of the
-        site-wide profile for the question and put back (the profile is kept canonical, so it is as it was)."""
-        held = [rr for rr in rrs if rr.demand]
-        for rr in held:
-            self.total.add(rr.start, rr.end, rr.total(), -1)
-        try:
-            return self.earliest_total_room(a, length, need)
-        finally:
-            for rr in held:
-                self.total.add(rr.start, rr.end, rr.total())
-
     def is_full(self, t: int) -> bool:
         """No CPU free anywhere at t."""
         return self.total.at(t)[self.cpu] >= self.total_cap[self.cpu]

@@ -70,15 +70,17 @@ class Policy:
 
 @dataclass(frozen=True)
 class Weights:
-    """Objective weights; each level's unit should outweigh what the next level can gain (lexicographic via weights)."""
+    """Objective weights, in units of a tenth of a second of waiting of a best-effort lease of weight 1 (`wait` units
+    make one such second); each level's unit should outweigh what the next level can gain (lexicographic via
+    weights). Users set `rejected` and `preemptions` in seconds of waiting (weight-rejected, weight-preemption)."""
 
-    rejected: int = 10_000     # per node-second of an AR or immediate lease refused
-    wait: int = 10             # per second of best-effort completion time, times the lease's aging weight
-    preemptions: int = 50      # per lease suspended
-    migrations: int = 20       # per VM resumed on another node
-    overhead: int = 1          # per second of suspend, resume and migration
-    stability_time: int = 1    # per second a planned start moves
-    stability_nodes: int = 1   # per VM moved off its planned node
+    rejected: int = 10_000     # per node-second of an AR or immediate lease refused: 1,000 s of waiting
+    wait: int = 10             # per second of best-effort completion time, times the lease's weight
+    preemptions: int = 50      # per lease suspended: 5 s of waiting
+    migrations: int = 20       # per VM resumed on another node: 2 s of waiting
+    overhead: int = 1          # per second of suspend, resume and migration: 0.1 s of waiting
+    stability_time: int = 1    # per second a planned start moves: 0.1 s of waiting
+    stability_nodes: int = 1   # per VM moved off its planned node: 0.1 s of waiting
     aging: int = 3600          # every `aging` seconds of waiting add 1 to a best-effort lease's weight
     slowdown: int = 3600       # a best-effort lease's weight counts per this many seconds of its run (0: off)
 
@@ -110,7 +112,6 @@ class LeaseSnapshot:
     pinned: bool = False           # RESERVED only: the round may not move it (start and nodes stay as planned)
     release: int | None = None     # not before this time (offline optimization: the lease's arrival)
     latest_start: int | None = None   # best-effort: if placed, started by this time (a caller's wait guard)
-    must_place: bool = False       # best-effort: placed within the look-ahead, never deferred (a caller's promise)
     allowed_nodes: tuple[int, ...] = ()   # the nodes its VMs may (re)start on (empty: every node); a caller's
                                           # neighbourhood that keeps a round small (not exact: see models/)
     expected_run: int | None = None   # best-effort: the whole run its booking expects (None: the requested
@@ -192,6 +193,7 @@ class RoundStats:
     num_constraints: int
     source: str = "cpsat"          # which plan was returned: cpsat, hint, mip
     hint_objective: int | None = None   # the hint's cost in the same model (the greedy plan's, in the simulator)
+    capped: bool = False           # the wall-clock safety net stopped the search before its deterministic work limit
 
 
 @dataclass(frozen=True)

@@ -36,16 +36,14 @@ class VMScheduler:
         return RR(lease, kind, start, end, dict(mapping), demand, self.table.next_seq())
 
     def schedule(self, lease: Lease, now: int, earliest: dict[int, int] | None, resuming: bool,
-                 fixed: dict[int, int] | None = None, preempting: bool = True,
-                 anytime: bool = False) -> tuple[RR, list[Lease]]:
+                 fixed: dict[int, int] | None = None, preempting: bool = True) -> tuple[RR, list[Lease]]:
         """Book the lease: an AR at its start (preempting others where the policy allows and `preempting`), an
-        immediate lease now, a best-effort lease as soon as it fits (in the future within the backfilling limit,
-        or whatever the limit with `anytime`)."""
+        immediate lease now, a best-effort lease as soon as it fits (in the future within the backfilling limit)."""
         if lease.kind is LeaseKind.AR:
             return self.exact(lease, now, preempting)
         if lease.kind is LeaseKind.IMMEDIATE:
             return self.asap(lease, now, earliest, False, resuming, fixed, strict=True), []
-        return self.asap(lease, now, earliest, anytime or self.can_schedule_in_future(), resuming, fixed), []
+        return self.asap(lease, now, earliest, self.can_schedule_in_future(), resuming, fixed), []
 
     # -- advance reservations -------------------------------------------------------------------------------
     def exact(self, lease: Lease, now: int, preempting: bool = True) -> tuple[RR, list[Lease]]:
@@ -121,23 +119,6 @@ class VMScheduler:
         # than the booking itself.
         window = duration + shutdown if strictend else min(duration + shutdown, max(min_duration, 1))
         return remaining, shutdown, duration, min_duration, strictend, window
-
-    def may_begin_before(self, vmrr: RR, now: int, resuming: bool) -> bool:
-        """Whether the best-effort lease booked in `vmrr` (not begun) could be booked again to begin earlier: a
-        necessary condition, answered from the site-wide profile without `vmrr`, since `asap` accepts no start
-        before the site as a whole has room over the lease's window. A resume that copies its images elsewhere
-        begins now, whatever the rest, and is always worth a try."""
-        if resuming and self.opts.migration == "yes":
-            return True
-        lease = vmrr.lease
-        *_, window = self.shape(lease, resuming)
-        begin, need, table = vmrr.begin(), lease.total_demand, self.table
-        # The booking itself only takes room from `begin` on: a window that ends by then sees the same room
-        # with it or without it, and only the later ones need it lifted out.
-        if table.earliest_total_room(now, window, need) < begin:
-            return True
-        return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), max(now, begin - window), window,
-                                                 need) < begin
 
     def _candidates(self, now: int, earliest: dict[int, int] | None, allow_in_future: bool,
                     fixed: dict[int, int] | None = None):

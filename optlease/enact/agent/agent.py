@@ -12,9 +12,9 @@ from typing import Callable
 import libvirt
 import paho.mqtt.client as mqtt
 
-from optlease.enact.fast import (EMPTY_CONTAINER, ERROR, SUCCESS, AgentStatus, FastProtocolError, MigrateVm, Quit, Result, Task,
-                                 VmResult, check_host, parse_task, quit_result, result_topic, status_topic,
-                                 task_topic, unknown_result)
+from optlease.enact.fast import (EMPTY_CONTAINER, ERROR, SUCCESS, AgentStatus, FastProtocolError, MigrateVm, Quit,
+                                 Result, Task, VmResult, check_host, parse_task, quit_result, result_topic,
+                                 status_topic, task_topic, unknown_result)
 from optlease.enact.agent.broker import Broker, connect, make_client
 from optlease.enact.agent.handoff import Offer, Reply, offer_topic, parse_offer, parse_reply, reply_topic
 from optlease.enact.agent.hypervisor import UNDEFINED, Hypervisor, HypervisorError
@@ -69,6 +69,7 @@ class Agent:
                                          for n in t.vm_names),
             "repin vm": lambda t: (self._each(t.vm_name, lambda: self.hv.repin(t.vm_name, t.vcpu_map), owned=True),),
             "migrate vm": lambda t: (self._each(t.vm_name, lambda: self._migrate(t), t.time_measurement, True),),
+            "evacuate node": self._evacuate,
             # optlease extension: what this host really runs, so a restarted lease manager can reconcile
             "list vms": lambda t: tuple(VmResult(name, SUCCESS, state=state) for name, state in self.hv.list_vms()
                                         if self.owned.mine(name)),
@@ -210,6 +211,17 @@ class Agent:
         names = [n for n, state in self.hv.list_vms()
                  if state in ("running", "blocked") and pattern.fullmatch(n) and self.owned.mine(n)]
         return [self._each(n, lambda n=n: self._stop_one(replace(entry, vm_name=n, regex=None))) for n in names]
+
+    def _evacuate(self, task) -> tuple[VmResult, ...]:
+        """As migfra: every running domain (of ours) leaves, to the destinations in turn (without knowing their
+        room, `mode` cannot do better than taking turns), one entry per domain."""
+        names = [n for n, state in self.hv.list_vms() if state in ("running", "blocked", "paused")
+                 and self.owned.mine(n)]
+        out = []
+        for i, name in enumerate(names):
+            move = MigrateVm(name, task.destinations[i % len(task.destinations)], task.migration_type, id=task.id)
+            out.append(self._each(name, lambda move=move: self._migrate(move)))
+        return tuple(out)
 
     def _stop_one(self, entry) -> None:
         self.hv.stop(entry)

@@ -194,7 +194,7 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
         if lease.planned_start is not None:   # announced earlier: it may keep a start inside the interval
             earliest = max(now, min(soonest, lease.planned_start))
         latest = max(lease.latest_start, earliest) if lease.latest_start is not None else None
-        timing = dict(earliest=earliest, deferrable=not lease.must_place, latest=latest,
+        timing = dict(earliest=earliest, deferrable=True, latest=latest,
                       weight=wait_weight(now, req, weights, lease.expected_run))
     suspended = lease.phase is Phase.SUSPENDED
     return Job(role=Role.START, origin=lease.nodes if suspended else (),

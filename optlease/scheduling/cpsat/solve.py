@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-import time
 from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
@@ -25,7 +23,7 @@ GROUPS = (add_placement, add_suspensions, add_capacity, add_exclusion, add_symme
 
 @dataclass(frozen=True)
 class SolveOptions:
-    time_limit: float = 10.0        # seconds
+    time_limit: float = 10.0        # wall-clock seconds: with work_limit, only a safety net (logged when it fires)
     workers: int = 4
     seed: int = 0
     lookahead: int | None = None    # seconds after `now` a start may still be planned; None: enough for everything
@@ -33,18 +31,18 @@ class SolveOptions:
     log_search: bool = False
     probing_level: int = 0          # CP-SAT presolve probing (2 is its default)
     # CP-SAT's LP relaxation and its disjunctive reasoning over pairs in each cumulative, as CP-SAT has them: both
-    # prove bounds (`optimize`); the rounds (CpsatRound: simulator and daemon) turn both off, as there they cost more
-    # time per unit of work than they pay for (models/cpsat-round.md)
+    # prove bounds (`optimize`); the rounds (simulator and daemon) turn both off, as there they cost more time per
+    # unit of work than they pay for (models/cpsat-round.md)
     linearization_level: int = 1
     disjunctive_in_cumulative: bool = True
-    stall: float | None = None      # stop when this many seconds pass without a better solution (None: never)
     presolve: bool = True           # CP-SAT presolve: it took most of a short round's time on the simulator's rounds
-    deadline: float | None = None   # time.perf_counter() by which the search must have stopped (a round's budget)
-    work_limit: float = 0.0         # > 0: CP-SAT deterministic seconds per search, one worker and no stall, so that
-                                    # the same round always gets the same plan (time_limit and deadline still cap it)
+    work_limit: float = 0.0         # > 0: CP-SAT deterministic seconds per search with one worker, so that the same
+                                    # round always gets the same plan, on any machine and under any load
 
-# less than this left before the deadline: no model is built (loading one alone takes longer)
-MIN_SEARCH = 0.02
+
+# the share of its wall-clock cap a search must have used, without reaching its work limit, for the cap to have
+# stopped it (CP-SAT stops a little after either limit)
+CAP_SHARE = 0.98
 
 
 def build_round(data: RoundData) -> tuple[RoundModel, cp_model.LinearExprT]:
@@ -67,28 +65,18 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
         data = prepare(snap, options.weights, options.lookahead)
     if hint is None:   # a round never fails to produce a plan: without a greedy plan, change nothing
         hint = holding_plan(data)
-    if options.deadline is not None and options.deadline - time.perf_counter() < MIN_SEARCH:
-        # the round's budget went on the greedy pass and the snapshot: no model is built, the hint stands
-        hint_cost = plan_cost(data, hint)
-        return replace(hint, stats=RoundStats("HINT (NO TIME)", hint_cost, None, None, 0.0, 0, 0, source="hint",
-                                              hint_objective=hint_cost))
     rm, objective = build_round(data)
     rm.model.minimize(objective)
     add_hint(rm, hint)
     proto = rm.model.proto
     size = dict(num_variables=len(proto.variables), num_constraints=len(proto.constraints))
-    limit = options.time_limit
-    if options.deadline is not None:
-        limit = max(MIN_SEARCH, min(limit, options.deadline - time.perf_counter()))
     solver = cp_model.CpSolver()
     params = solver.parameters
-    params.max_time_in_seconds = limit
+    params.max_time_in_seconds = options.time_limit
     params.num_workers = max(1, options.workers)
-    stall = options.stall
     if options.work_limit > 0:   # reproducible: one worker, stopped by the work it did, not by the clock
         params.max_deterministic_time = options.work_limit
         params.num_workers = 1
-        stall = None
     params.random_seed = options.seed
     params.log_search_progress = options.log_search
     # presolve probing costs seconds on many optional intervals and gains little on these models
@@ -96,55 +84,29 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
     params.cp_model_presolve = options.presolve
     params.linearization_level = options.linearization_level
     params.use_disjunctive_constraint_in_cumulative = options.disjunctive_in_cumulative
-    status = _solve(solver, rm.model, stall)
+    status = solver.solve(rm.model)
     name = solver.status_name(status)
+    capped = options.work_limit > 0 and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) \
+        and solver.wall_time >= CAP_SHARE * options.time_limit \
+        and solver.response_proto.deterministic_time < options.work_limit
+    if capped:   # the safety net fired: this round's plan depends on the machine's speed and load
+        log.warning("round at %s: the wall-clock cap of %.3g s stopped the search before its work limit (%.3g "
+                    "deterministic s): this plan may differ from run to run", snap.now, options.time_limit,
+                    options.work_limit)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     hint_cost = plan_cost(data, hint)
     if not found or hint_cost < round(solver.objective_value):
         log.info("round at %s: solver %s, keeping the hint", snap.now, name)
         bound = solver.best_objective_bound if found else None
         stats = RoundStats(f"HINT ({name})", hint_cost, bound, _gap(hint_cost, bound), solver.wall_time,
-                           source="hint", hint_objective=hint_cost, **size)
+                           source="hint", hint_objective=hint_cost, capped=capped, **size)
         return replace(hint, stats=stats)
     objective_value = round(solver.objective_value)
     bound = solver.best_objective_bound
     plan = decode(rm, lambda e: e if isinstance(e, int) else solver.value(e))
     stats = RoundStats(name, objective_value, bound, _gap(objective_value, bound), solver.wall_time,
-                       hint_objective=hint_cost, **size)
+                       hint_objective=hint_cost, capped=capped, **size)
     return replace(plan, stats=stats)
-
-
-class _Progress(cp_model.CpSolverSolutionCallback):
-    """Remembers when the search last found a better solution (None before the first one)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.last: float | None = None
-
-    def on_solution_callback(self) -> None:
-        self.last = time.monotonic()
-
-
-def _solve(solver: cp_model.CpSolver, model: cp_model.CpModel, stall: float | None) -> int:
-    """Solve; with `stall`, a watcher stops the search once that long has passed since its last better solution
-    (the time limit alone applies until a first solution is found)."""
-    if stall is None or stall >= solver.parameters.max_time_in_seconds:
-        return solver.solve(model)
-    progress, done = _Progress(), threading.Event()
-
-    def watch() -> None:
-        while not done.wait(min(0.02, stall / 4)):
-            if progress.last is not None and time.monotonic() - progress.last > stall:
-                solver.stop_search()
-                return
-
-    watcher = threading.Thread(target=watch, name="cpsat-stall", daemon=True)
-    watcher.start()
-    try:
-        return solver.solve(model, progress)
-    finally:
-        done.set()
-        watcher.join()
 
 
 def _gap(objective: int | None, bound: float | None) -> float | None:
