@@ -26,5 +26,6 @@ def test_bench_scale_quick_prints_cost_per_event_by_site_size():
     assert abs(small["wait_avg_s"] - 1816.0) / 1816.0 < 0.001 and large["wait_avg_s"] == 0
     for run in (small, large):
         assert run["events"] > 951 and run["peak_rss_mb"] > 0
-        assert run["us_per_event"] == round(1e6 * run["wall_time_s"] / run["events"], 1)
+        # the cost of an event is the wall time over the events (the wall time is rounded to the millisecond)
+        assert abs(run["us_per_event"] - 1e6 * run["wall_time_s"] / run["events"]) < 1
     assert small["cost_per_event_vs_144"] == 1.0 and large["cost_per_event_vs_144"] > 0
