@@ -226,11 +226,12 @@ class SlotTable:
 
     def add(self, rr) -> None:
         self.reservations.add(rr)
-        profiles, by_node = self.profiles, self.by_node
+        profiles, by_node, busy = self.profiles, self.by_node, self.busy
         for pnode, d in rr.demand.items():
             profiles[pnode].add(rr.start, rr.end, d)
             by_node[pnode].add(rr)
-            self._touch(pnode)
+            if pnode not in busy:   # adding usage never empties a profile
+                self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
         self._index(rr)
@@ -238,7 +239,8 @@ class SlotTable:
     def remove(self, rr) -> None:
         for pnode, d in rr.demand.items():
             self.profiles[pnode].add(rr.start, rr.end, d, -1)
-            self._touch(pnode)
+            if not self.profiles[pnode].t:
+                self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total(), -1)
         self.forget(rr)
@@ -252,7 +254,8 @@ class SlotTable:
             self.by_node[pnode].discard(rr)
             if now is not None:
                 self.profiles[pnode].prune(now)
-                self._touch(pnode)
+                if not self.profiles[pnode].t:
+                    self._touch(pnode)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
