@@ -64,3 +64,19 @@ def test_lazy_host_order_is_the_policy_order(sizes, steps, start, duration, cpu,
     for smallest in ((cpu, 64), None):
         room = table.nodes if smallest is None else table.nodes_with_room(smallest, start, table.nodes)
         assert list(mapper._hosts(lease, start, smallest)) == policies.sort_hosts(room, start, lease, table)
+
+
+class HighestFirst:
+    """A host policy of a user's that scores idle nodes apart (by node id) and does not say they are alike."""
+
+    def score(self, node, time, lease, table) -> float:
+        return float(node)
+
+
+def test_a_policy_that_does_not_say_idle_nodes_are_alike_is_asked_about_each():
+    table = SlotTable(Site.homogeneous(4, SIZES[0]))
+    policies = Policies(host_selection="test_host_order.HighestFirst")
+    assert not policies.empty_nodes_alike
+    lease = SimpleNamespace(demands={1: (50, 64), 2: (50, 64), 3: (80, 64)}, req=SimpleNamespace(duration=10))
+    mapping, _, _ = GreedyMapper(table, policies).map(lease, 0, 10, strictend=True)
+    assert mapping == {1: 4, 2: 4, 3: 3}

@@ -239,7 +239,8 @@ class SlotTable:
     def remove(self, rr) -> None:
         for pnode, d in rr.demand.items():
             self.profiles[pnode].add(rr.start, rr.end, d, -1)
-            if not self.profiles[pnode].t:
+            # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
+            if not self.profiles[pnode].t or pnode not in self.busy:
                 self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total(), -1)
