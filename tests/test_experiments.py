@@ -67,7 +67,7 @@ def test_a_grid_runs_on_local_processes_as_a_user_runs_it(tmp_path):
 
 def test_a_grid_runs_on_a_dask_cluster_of_two_workers(tmp_path, capsys):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   scheduler_port=0) as cluster:
         code = main(command(tmp_path, "--profiles", "backfilling,backfilling+SR+M", "--scheduler",
                             cluster.scheduler_address))
