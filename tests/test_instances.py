@@ -48,8 +48,9 @@ def test_trace_loads_with_its_counts(name):
             assert all(low <= r.numnodes <= high for r in workload.requests)
 
 
+# daemon/: tests/test_daemon_recovery.py; experiments/ holds multi-configurations: tests/test_multiconfig.py
 @pytest.mark.parametrize("conf", sorted(str(p.relative_to(INSTANCES)) for p in INSTANCES.rglob("*.conf")
-                                        if p.parent.name != "daemon"))   # daemon/: tests/test_daemon_recovery.py
+                                        if p.parent.name not in ("daemon", "experiments")))
 def test_configuration_is_valid(conf):
     cfg = load_config(INSTANCES / conf)
     assert cfg.get("general", "mode") == "simulated"
