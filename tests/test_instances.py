@@ -28,6 +28,8 @@ COUNTS = {
     "haizea/tests/reservation.lwf": (2, 0), "haizea/tests/reservation_prematureend.lwf": (2, 0),
     "haizea/tests/reuse1.lwf": (2, 1), "haizea/tests/reuse2.lwf": (3, 2), "haizea/tests/wait.lwf": (8, 0),
     "haizea/expected/quickstart.lwf": (2, 1), "quickstart/quickstart.lwf": (2, 1),
+    "experiments/traces/inj1.lwf": (13, 13), "experiments/traces/inj2.lwf": (13, 13),
+    "experiments/traces/withoutprematureend.lwf": (139, 0), "experiments/traces/withprematureend.lwf": (139, 0),
 }
 SIZES = {"1small": (1, 24), "2medium": (25, 48), "3large": (49, 72)}
 
