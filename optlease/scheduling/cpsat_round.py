@@ -241,6 +241,11 @@ class CpsatRound(HintCompletion, PlanCommit):
         moves = [other for other in movable if _differs(got[other.id], before[other.id])]
         stops = [other for other in running if got[other.id].suspend_at is not None]
         admitted = accepted and self._apply(now, moves, got, stops, new=(lease, new))
+        if accepted and not admitted and tried is not None:
+            # the model admits it but its plan did not fit the slot table (the snapshot over-approximates): the
+            # lease goes where the greedy pass's search put it, and the bookings in its way back to the queue
+            in_way = self._make_room(lease, tried, movable)
+            admitted, moves, stops = in_way is not None, in_way or [], []
         self.admissions.append(Admission(now, lease.id, admitted, len(moves) if admitted else 0, plan.stats,
                                          len(stops) if admitted else 0))
         if admitted:
