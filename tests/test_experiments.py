@@ -67,7 +67,7 @@ def test_a_grid_runs_on_local_processes_as_a_user_runs_it(tmp_path):
 
 def test_a_grid_runs_on_a_dask_cluster_of_two_workers(tmp_path, capsys):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   scheduler_port=0) as cluster:
         code = main(command(tmp_path, "--profiles", "backfilling,backfilling+SR+M", "--scheduler",
                             cluster.scheduler_address))
@@ -123,27 +123,6 @@ def test_a_sweep_killed_halfway_resumes_without_rerunning_finished_runs(tmp_path
     assert f"ok {truncated.stem} (" in resumed.stderr
 
 
-def test_a_failing_run_is_reported_and_stops_no_other(tmp_path, capsys):
-    multi = (GRID / "multi.conf").read_text().replace("[multi]\ntracedir: traces\n", f"[multi]\ntracedir: "
-                                                      f"{GRID / 'traces'}\n").replace("injectiondir: traces",
-                                                                                      f"injectiondir: {GRID}/traces")
-    # loading the admission policy fails only when the run starts, in its worker
-    multi += "\n[broken:scheduling]\nsuspension: none\npolicy-admission: nosuch.module.Policy\n"
-    conf = tmp_path / "multi.conf"
-    conf.write_text(multi)
-    code = main(["run-experiments", "-c", str(conf), "-d", str(tmp_path / "confs"), "--datadir",
-                 str(tmp_path / "data"), "--profiles", "broken,backfilling", "--workers", "2"])
-    out, err = capsys.readouterr()
-    assert code == 1
-    check_grid(tmp_path / "data", ["backfilling"])
-    assert not list((tmp_path / "data").glob("broken_*.parquet"))
-    failed = [line for line in out.splitlines() if line.startswith("failed: ")]
-    assert len(failed) == 6 and all(str(tmp_path / "confs" / "broken_") in line and
-                                    "cannot load policy 'nosuch.module.Policy'" in line for line in failed)
-    assert "runs: 12, skipped (done before): 0, ran: 12, failed: 6" in out
-    assert err.count("FAILED broken_") == 6
-
-
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -168,19 +147,26 @@ def test_on_a_terminal_the_sweep_shows_a_bar_with_done_total_and_failures():
     assert log.getvalue() == "[1/1] ok a (0.2 s on h:1)\n"
 
 
-def test_a_run_that_kills_its_worker_process_fails_alone(tmp_path, capsys):
-    """A worker process that dies (here: a probe that exits it, as the out-of-memory killer would) breaks a local
-    pool; the sweep runs the others again and only the run that killed its worker fails."""
+def test_failing_runs_are_reported_and_stop_no_other(tmp_path, capsys):
+    """Two runs fail: one whose probe does not load in its worker (installed on one machine, not on the workers),
+    one that kills its worker process (as the out-of-memory killer would), which breaks a local pool; the sweep
+    reports both with their configuration and one line, and the other runs finish."""
     multi = (GRID / "multi.conf").read_text().split("[common:general]")[1]
     conf = tmp_path / "multi.conf"
     conf.write_text(f"[multi]\ntracedir: {GRID / 'traces'}\ntracefiles: withprematureend.lwf\nbasedatadir: data\n"
-                    f"[common:general]{multi}\n[crash:accounting]\nprobes: experiments_crash.KillsItsProcess\n"
+                    f"[common:general]{multi}\n"
+                    f"[broken:accounting]\nprobes: nosuch.module.Probe\n[broken:scheduling]\nsuspension: none\n"
+                    f"[crash:accounting]\nprobes: experiments_crash.KillsItsProcess\n"
                     f"[crash:scheduling]\nsuspension: none\n")
     code = main(["run-experiments", "-c", str(conf), "-d", str(tmp_path / "confs"), "--workers", "2",
-                 "--profiles", "backfilling,crash,nobackfilling,backfilling+SR"])
+                 "--profiles", "backfilling,crash,nobackfilling,broken,backfilling+SR"])
     out, err = capsys.readouterr()
     assert code == 1, err
     assert sorted(p.name for p in (tmp_path / "data").glob("*.parquet")) == \
         sorted(f"{p}_withprematureend.parquet" for p in ["backfilling", "nobackfilling", "backfilling+SR"])
-    assert "runs: 4, skipped (done before): 0, ran: 4, failed: 1" in out
-    assert f"failed: {tmp_path / 'confs' / 'crash_withprematureend.conf'}: its worker process died" in out
+    assert "runs: 5, skipped (done before): 0, ran: 5, failed: 2" in out
+    confs = tmp_path / "confs"
+    assert f"failed: {confs / 'crash_withprematureend.conf'}: its worker process died" in out
+    assert f"failed: {confs / 'broken_withprematureend.conf'}: [accounting] probes: cannot load probe " \
+           f"'nosuch.module.Probe'" in out
+    assert err.count("FAILED ") == 2

@@ -48,7 +48,8 @@ def test_trace_loads_with_its_counts(name):
             assert all(low <= r.numnodes <= high for r in workload.requests)
 
 
-@pytest.mark.parametrize("conf", sorted(str(p.relative_to(INSTANCES)) for p in INSTANCES.rglob("*.conf")))
+@pytest.mark.parametrize("conf", sorted(str(p.relative_to(INSTANCES)) for p in INSTANCES.rglob("*.conf")
+                                        if p.parent.name != "daemon"))   # daemon/: tests/test_daemon_recovery.py
 def test_configuration_is_valid(conf):
     cfg = load_config(INSTANCES / conf)
     assert cfg.get("general", "mode") == "simulated"

@@ -4,6 +4,8 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from optlease.domain.lease import LeaseState
 from optlease.engine.api import parse_lease_xml
@@ -118,6 +120,14 @@ def test_request_json_round_trip(tmp_path):
     m.stop()
 
 
+def test_a_persistence_file_in_a_missing_folder_is_one_line(tmp_path):
+    from optlease.engine.persist import StoreError
+
+    with pytest.raises(StoreError, match="its folder does not exist") as exc:
+        Store(str(tmp_path / "gone" / "state.db"))
+    assert "\n" not in str(exc.value) and not (tmp_path / "gone").exists()
+
+
 def test_schema_version_is_checked(tmp_path):
     Store(str(tmp_path / "x.db")).close()
     db = sqlite3.connect(tmp_path / "x.db")
@@ -149,3 +159,113 @@ def test_bad_requests_are_one_line_input_errors(tmp_path, xml, message):
         parse_lease_xml(xml, 1, 0, m.origin, m.site)
     assert "\n" not in str(exc.value)
     m.stop()
+
+
+CPSAT = CONF.replace("[simulation]", "mapper: cpsat\n[simulation]")
+
+
+def plan_of(m):
+    return {i: [(rr.kind, rr.start, rr.end, rr.state, dict(rr.mapping)) for v in lease.vmrrs
+                for rr in (*v.pre, v, *v.post)] for i, lease in m.all.items()}
+
+
+def test_cpsat_replay_takes_the_journaled_decisions_and_never_solves_again(tmp_path, monkeypatch):
+    from optlease.scheduling.cpsat_round import CpsatRound
+
+    cfg = parse_config(CPSAT.format(db="state.db"), str(tmp_path / "d.conf"), tmp_path)
+    m = Manager(cfg)
+    for n, mins in [(4, 30), (3, 50), (1, 5), (2, 10), (1, 40), (4, 3), (2, 7)]:
+        submit(m, BE.format(n=n, m=mins))
+    m.step(m.now())
+    m.step(m.last_t + 60)
+    submit(m, BE.format(n=1, m=2))
+    m.step(m.last_t + 60)
+    solved = [r for r in m.stepper.planner.records if r.stats.source == "cpsat" and r.changed]
+    assert solved, "the scenario must have rounds the solver changed"
+    before = plan_of(m)
+    m.stop()
+
+    def no_solver(*args, **kw):
+        raise AssertionError("replay solved a round again")
+    monkeypatch.setattr(CpsatRound, "_plan", no_solver)
+    monkeypatch.setattr(CpsatRound, "_complete", no_solver)
+    again = Manager(cfg)
+    assert plan_of(again) == before
+    assert not [n for n in again.notes if "recorded as" in n or "solved again" in n], again.notes
+    again.stop()
+
+
+def test_a_failing_step_stops_the_manager_and_nothing_uncommitted_is_served(tmp_path):
+    from optlease.engine.atomic import Stopped
+
+    m = manager(tmp_path)
+    submit(m, BE.format(n=1, m=5))
+    real_step = m.stepper.step
+
+    def broken(now, arrivals=()):
+        real_step(now, arrivals)      # the step changes the scheduler, then a bug strikes
+        raise RuntimeError("a bug in a round")
+    m.stepper.step = broken
+    m.start()
+    m.wake.set()
+    m._thread.join(timeout=10)
+    assert not m._thread.is_alive() and m.stopping.is_set()
+    assert m.fatal.startswith("the scheduling step at ") and "RuntimeError: a bug in a round" in m.fatal
+    assert m.fatal_rc == 1 and "\n" not in m.fatal
+    with pytest.raises(Stopped, match="has stopped"):   # the lease is Active in memory, never committed: refused
+        with m.lock:
+            pass
+    m.stop()
+    again = manager(tmp_path)
+    assert states(again) == {1: LeaseState.NEW}           # what the disk holds, replayed without complaint
+    again.stop()
+
+
+def test_a_dying_scheduling_thread_takes_the_daemon_down(tmp_path):
+    m = manager(tmp_path)
+
+    def dead(next_event, wake=None):
+        raise OverflowError("cannot convert float infinity to integer")
+    m.clock.advance = dead
+    m.start()
+    m._thread.join(timeout=10)
+    assert m.stopping.is_set() and m.fatal_rc == 1
+    assert m.fatal == "the scheduling thread stopped: OverflowError: cannot convert float infinity to integer"
+    m.stop()
+
+
+IMMEDIATE = ('<lease><nodes><node-set numnodes="{n}"><res type="CPU" amount="100"/><res type="Memory" amount="512"/>'
+             '</node-set></nodes><start><now/></start><duration time="00:{m:02d}:00"/></lease>')
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("be"), st.integers(1, 4), st.integers(1, 40)),
+    st.tuples(st.just("ar"), st.integers(1, 4), st.integers(1, 40), st.integers(1, 59)),
+    st.tuples(st.just("now"), st.integers(1, 4), st.integers(1, 40)),
+    st.tuples(st.just("cancel"), st.integers(1, 30)),
+    st.tuples(st.just("step"), st.integers(0, 1800))), min_size=1, max_size=30)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_any_journal_the_daemon_writes_replays_to_the_same_state(tmp_path_factory, ops):
+    """Whatever requests, cancellations and steps came, a restart rebuilds every lease and reservation as they were,
+    and the replay itself never fails."""
+    tmp_path = tmp_path_factory.mktemp("journal")
+    m = manager(tmp_path)
+    t = m.last_t
+    for op in ops:
+        if op[0] == "step":
+            t += op[1]
+            run_until(m, t)
+        elif op[0] == "cancel":
+            if op[1] in m.all and m.all[op[1]].state not in (LeaseState.DONE, LeaseState.CANCELLED,
+                                                              LeaseState.REJECTED, LeaseState.FAILED):
+                m.cancel(op[1])
+        else:
+            xml = {"be": BE, "now": IMMEDIATE}.get(op[0], AR)
+            submit(m, xml.format(n=op[1], m=op[2], s=op[3] if op[0] == "ar" else 0))
+    before = (states(m), plan_of(m), {i: lease.accumulated for i, lease in m.all.items()})
+    m.stop()
+    again = manager(tmp_path)
+    assert (states(again), plan_of(again), {i: lease.accumulated for i, lease in again.all.items()}) == before
+    assert not [n for n in again.notes if "recorded as" in n], again.notes
+    again.stop()

@@ -14,3 +14,26 @@ def test_bench_simulate_quick_prints_json_figures():
     run = json.loads(out.stdout)["1000requests-aggressive"]
     assert run["be_completed"] == 951 and run["wall_time_s"] > 0
     assert abs(run["wait_avg_s"] - 376.3) / 376.3 < 0.05
+
+
+def test_bench_restart_prints_its_replay_figures():
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_restart.py"), "--entries", "200"],
+                         capture_output=True, text=True, check=True, timeout=300)
+    run = json.loads(out.stdout)
+    assert run["entries"] == 200 and run["leases"] == 100 and run["consistent"] is True
+    assert run["replay_s"] > 0 and run["replay_entries_per_s"] > 0
+
+
+def test_bench_scale_quick_prints_cost_per_event_by_site_size():
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_scale.py"), "--quick"],
+                         capture_output=True, text=True, check=True, timeout=300)
+    small, large = json.loads(out.stdout)["runs"]
+    assert (small["nodes"], large["nodes"]) == (144, 1152)
+    assert small["be_completed"] == large["be_completed"] == 951
+    # FCFS on the Blue site reproduces the reference wait; on eight times the site nobody waits
+    assert abs(small["wait_avg_s"] - 1816.0) / 1816.0 < 0.001 and large["wait_avg_s"] == 0
+    for run in (small, large):
+        assert run["events"] > 951 and run["peak_rss_mb"] > 0
+        # the cost of an event is the wall time over the events (the wall time is rounded to the millisecond)
+        assert abs(run["us_per_event"] - 1e6 * run["wall_time_s"] / run["events"]) < 1
+    assert small["cost_per_event_vs_144"] == 1.0 and large["cost_per_event_vs_144"] > 0

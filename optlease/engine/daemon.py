@@ -17,7 +17,6 @@ from typing import TextIO
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.enact.base import TaskOutcome, parse_vm_name
-from optlease.enact import base as task
 from optlease.engine.clock import RealClock
 from optlease.engine.daemon_site import FROM_AGENTS, make_enactor, site_from_agents, site_from_config
 from optlease.eventlog import LEVELS, EventLog

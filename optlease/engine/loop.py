@@ -112,7 +112,7 @@ def _first_valid(heap: list[tuple[int, int, int, Lease]], valid) -> int | None:
     return None
 
 
-def cancel(sched: LeaseScheduler, lease: Lease, now: int) -> None:
+def cancel(sched: LeaseScheduler, lease: Lease, now: int, said: str = "cancelled") -> None:
     """A user cancels a lease: its reservations leave the slot table (what already ran is kept as history), it
     leaves the queue, and it ends as cancelled. The next scheduling round uses the room it frees."""
     if lease.state is S.NEW:
@@ -124,7 +124,7 @@ def cancel(sched: LeaseScheduler, lease: Lease, now: int) -> None:
     vmrr = lease.last_vmrr()
     if vmrr is not None and any(rr.state in ("scheduled", "active") for rr in (*vmrr.pre, vmrr, *vmrr.post)):
         sched.cancel_vmrr(vmrr, now)
-    sched.log.info("LSCHED", "Lease #%i has been cancelled." % lease.id)
+    sched.log.info("LSCHED", "Lease #%i has been %s." % (lease.id, said))
     lease.set_state(S.CANCELLED)
     lease.end = now
     sched.leases.pop(lease.id, None)
@@ -135,7 +135,7 @@ def fail(sched: LeaseScheduler, lease: Lease, now: int, reason: str) -> None:
     """Enactment could not carry a lease out (an error or no answer from its host): like a cancellation, its
     reservations leave the slot table and the next round uses the room, but it ends as failed, with the reason."""
     state = lease.state
-    cancel(sched, lease, now)
+    cancel(sched, lease, now, said="failed")
     # cancel() ended it as cancelled; a failure is said as such when allowed
     lease.state = S.PENDING if state is S.NEW else state
     lease.set_state(S.FAILED if S.FAILED in TRANSITIONS[state] else S.CANCELLED)

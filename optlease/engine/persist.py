@@ -91,10 +91,11 @@ class Journal:
 
     epoch: int | None
     requests: dict[int, LeaseRequest]
-    events: list[tuple[int, int, str, int | None]]   # (seq, t, kind, lease_id); `down`, `up`: (seq, t, kind, node)
+    events: list[tuple[int, str, int | None]]     # (t, kind, lease_id); for `down` and `up`: (t, kind, node)
     states: dict[int, str]                        # lease id -> state recorded at the last step
     reasons: dict[int, str | None] = None         # lease id -> its recorded reason (why it failed)
     decisions: dict[int, list] = field(default_factory=dict)   # step seq -> its round decisions (JSON), in order
+    seqs: list[int] = field(default_factory=list)  # each event's seq, in the order of `events`
 
 
 class Store:
@@ -170,14 +171,15 @@ class Store:
                     requests[i] = request_from_json(body)
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     raise StoreError(f"request {i} is not one optlease wrote ({_why(exc)})", self.path) from None
-            events = [(seq, t, kind, lid if node is None else node) for seq, t, kind, lid, node in
-                      db.execute("SELECT seq, t, kind, lease_id, node FROM events ORDER BY seq")]
+            rows = db.execute("SELECT seq, t, kind, lease_id, node FROM events ORDER BY seq").fetchall()
+            events = [(t, kind, lid if node is None else node) for _, t, kind, lid, node in rows]
             states = dict(db.execute("SELECT id, state FROM leases"))
             reasons = dict(db.execute("SELECT id, reason FROM leases"))
             decisions: dict[int, list] = {}
             for seq, body in db.execute("SELECT seq, body FROM decisions ORDER BY seq, n"):
                 decisions.setdefault(seq, []).append(body)
-            return Journal(None if epoch is None else int(epoch[0]), requests, events, states, reasons, decisions)
+            return Journal(None if epoch is None else int(epoch[0]), requests, events, states, reasons, decisions,
+                           [row[0] for row in rows])
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read it: {_why(exc)}", self.path) from None
 

@@ -28,7 +28,7 @@ class Recovery:
 
     def _replay(self, journal: Journal) -> None:
         """Rebuild the scheduler from the journal: the same inputs at the same instants, the same decisions."""
-        for seq, t, kind, lease_id in journal.events:
+        for seq, (t, kind, lease_id) in zip(journal.seqs, journal.events):
             try:
                 self._replay_one(journal, seq, t, kind, lease_id)
             except StoreError:

@@ -19,7 +19,7 @@ from lxml import etree
 
 from optlease.domain.site import MAX_CAPACITY, MAX_NODES, Site, SiteError
 from optlease.errors import InputError
-from optlease.formats.lwf import safe_parser
+from optlease.formats.lwf import read_bounded, safe_parser
 from optlease.numbers import parse_whole
 
 MAX_BYTES = 16 * 2**20
@@ -232,9 +232,4 @@ def parse_glue_site(data: bytes, path: str = "<glue>") -> Site:
 
 
 def load_glue_site(path: str | Path) -> Site:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise InputError(exc.strerror or str(exc), str(path)) from None
-    return parse_glue_site(data, str(path))
+    return parse_glue_site(read_bounded(path, MAX_BYTES), str(path))

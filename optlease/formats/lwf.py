@@ -36,6 +36,16 @@ class Workload:
     notes: list[str] = field(default_factory=list)
 
 
+def read_bounded(path: str | Path, limit: int) -> bytes:
+    """A document's bytes, at most `limit` + 1 of them (so that the caller can say it is too large without reading
+    it all); an unreadable file is an InputError naming it."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit + 1)
+    except OSError as exc:
+        raise InputError(exc.strerror or str(exc), str(path)) from None
+
+
 def safe_parser() -> etree.XMLParser:
     return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False,
                            remove_comments=True)

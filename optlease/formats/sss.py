@@ -24,7 +24,7 @@ from lxml import etree
 
 from optlease.domain.site import MAX_CAPACITY, MAX_NODES, Site, SiteError
 from optlease.errors import InputError
-from optlease.formats.lwf import safe_parser
+from optlease.formats.lwf import read_bounded, safe_parser
 from optlease.numbers import parse_whole
 
 MAX_BYTES = 16 * 2**20
@@ -266,9 +266,4 @@ def parse_sss(data: bytes, path: str = "<sss>") -> Site:
 
 
 def load_sss(path: str | Path) -> Site:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise InputError(exc.strerror or str(exc), str(path)) from None
-    return parse_sss(data, str(path))
+    return parse_sss(read_bounded(path, MAX_BYTES), str(path))

@@ -366,7 +366,7 @@ class LeaseScheduler:
 
     def end_rr(self, rr: RR, now: int) -> None:
         rr.state = "done"
-        self.table.forget(rr)
+        self.table.forget(rr, now)
         lease = rr.lease
         self._hold(rr, rr.start, rr.end)
         if rr.kind == VM:

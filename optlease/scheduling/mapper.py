@@ -6,6 +6,9 @@ lease at a time is assumed gone until the lease fits.
 """
 from __future__ import annotations
 
+import heapq
+import itertools
+
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import Lease
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
@@ -22,11 +25,14 @@ class GreedyMapper:
         table = self.table
         demands = lease.demands
         vnodes = sorted(demands)
-        candidates = table.nodes if onlynodes is None else [n for n in table.nodes if n in onlynodes]
-        if not allow_preemption:
-            smallest = min(demands.values())
-            candidates = table.nodes_with_room(smallest, start, candidates)
-        pnodes = self.policies.sort_hosts(candidates, start, lease, table)
+        smallest = None if allow_preemption else min(demands.values())
+        if onlynodes is None and self.policies.empty_nodes_alike:
+            pnodes = Cached(self._hosts(lease, start, smallest))
+        else:
+            candidates = table.nodes if onlynodes is None else [n for n in table.nodes if n in onlynodes]
+            if smallest is not None:
+                candidates = table.nodes_with_room(smallest, start, candidates)
+            pnodes = self.policies.sort_hosts(candidates, start, lease, table)
         preemptable = []
         if allow_preemption:
             preemptable = self.policies.sort_preemptees(lease, table.leases_between(start, end), start)
@@ -38,6 +44,27 @@ class GreedyMapper:
             if not preemptable:
                 return None, None, None
             preempting.append(preemptable.pop(0))
+
+    def _hosts(self, lease: Lease, start: int, smallest):
+        """The nodes in the host policy's order (where `smallest` fits at start; None: all), as `sort_hosts` gives
+        them, but lazily and with no work per idle node: idle nodes all score alike, so they come in node order
+        wherever their score falls among the busy nodes' (equal scores keep node order)."""
+        table, policies = self.table, self.policies
+        busy = table.nodes_in_order(table.busy)
+        if smallest is not None:
+            busy = table.nodes_with_room(smallest, start, busy)
+        rank = table.rank
+        ranked = [(-score, rank[n], n) for score, n in policies.score_hosts(busy, start, lease, table)]
+        ranked.sort()
+        idle = table.idle_nodes(smallest)
+        first = next(idle, None)
+        if first is None:
+            yield from (n for *_, n in ranked)
+            return
+        key = -policies.score_hosts([first], start, lease, table)[0][0]
+        idle_ranked = ((key, rank[n], n) for n in itertools.chain((first,), idle))
+        for *_, n in heapq.merge(ranked, idle_ranked):
+            yield n
 
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):
         table = self.table
@@ -85,3 +112,17 @@ class GreedyMapper:
                 return None, None
             maxend = min(maxend, latest)
         return dict(mapping), maxend
+
+
+class Cached:
+    """A lazy sequence that can be walked again: what was drawn from the iterator is kept."""
+
+    def __init__(self, it) -> None:
+        self.it = it
+        self.seen: list = []
+
+    def __iter__(self):
+        yield from self.seen
+        for x in self.it:
+            self.seen.append(x)
+            yield x

@@ -61,6 +61,8 @@ class ARPreemptsEverything:
 
 
 class NoPolicy:
+    empty_nodes_alike = True
+
     def score(self, node: int, time: int, lease: Lease, table: SlotTable) -> float:
         return 0.0
 
@@ -69,6 +71,8 @@ class GreedyHosts:
     """Prefer nodes with fewer leases to preempt, then nodes whose capacity stays unchanged the longest."""
 
     HORIZON = 4
+    # A node with nothing booked has no lease to preempt and never changes: every such node scores the same.
+    empty_nodes_alike = True
 
     def score(self, node: int, time: int, lease: Lease, table: SlotTable) -> float:
         in_node = min(table.count_leases_at(node, time), self.HORIZON)
@@ -95,13 +99,20 @@ class Policies:
         self.preemption: PreemptabilityPolicy = policy_loader(preemption, PREEMPTION, "policy-preemption")()
         self.hosts: HostSelectionPolicy = policy_loader(host_selection, HOST_SELECTION, "policy-host-selection")()
         self.preemption_enabled = preemption != "no-preemption"
+        # Whether the host policy gives every node with nothing booked one score (the mapper then need not ask it
+        # about each idle node); a policy of the user's says so with the same attribute.
+        self.empty_nodes_alike = getattr(self.hosts, "empty_nodes_alike", False) is True
 
     def sort_hosts(self, nodes: list[int], time: int, lease: Lease, table: SlotTable) -> list[int]:
         if isinstance(self.hosts, NoPolicy):
             return nodes
-        scored = [(self.hosts.score(n, time, lease, table), n) for n in nodes]
         # Stable: equal scores keep node order.
-        return [n for _, n in sorted(scored, key=lambda sn: -sn[0])]
+        return [n for _, n in sorted(self.score_hosts(nodes, time, lease, table), key=lambda sn: -sn[0])]
+
+    def score_hosts(self, nodes: list[int], time: int, lease: Lease, table: SlotTable) -> list[tuple[float, int]]:
+        """(score, node) for each node, in the given order."""
+        score = self.hosts.score
+        return [(score(n, time, lease, table), n) for n in nodes]
 
     def sort_preemptees(self, preemptor: Lease, leases: list[Lease], time: int) -> list[Lease]:
         scored = [(self.preemption.score(preemptor, lease, time), lease) for lease in leases]

@@ -1,10 +1,13 @@
 """The slot table: every resource reservation on every node over time, and fast questions about what is free.
 
 Usage of each node is a piecewise-constant profile (breakpoints + usage vectors aligned with the site's resource
-types); a site-wide profile answers "is there enough anywhere?" in O(log n) before any per-node work is done.
+types); a site-wide profile answers "is there enough anywhere?" in O(log n) before any per-node work is done, and
+nodes with an empty profile (idle from now on) are kept apart, in node order per capacity, so that questions about
+them cost nothing per node.
 """
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right
 from itertools import count
 from operator import add as _add, sub as _sub
@@ -126,6 +129,10 @@ class Profile:
         if i > 0:
             del self.t[:i]
             del self.u[:i]
+        # A first segment at zero says what holds before it anyway: dropping it leaves an idle node's profile empty.
+        if i >= 0 and self.u[0] == self.zero:
+            del self.t[0]
+            del self.u[0]
 
 
 class SlotTable:
@@ -156,12 +163,44 @@ class SlotTable:
         # cannot fit later unless this moved, since adding reservations only takes capacity away.
         self.released = 0
         self._seq = count()
+        self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
+        # The nodes in planning whose profile is empty, by capacity (ranks, sorted), and the others (`busy`).
+        self.idle: dict[Vec, SortedList] = {}
+        self.busy: set[int] = set()
+        for n in self.nodes:
+            self.idle.setdefault(self.caps[n], SortedList()).add(self.rank[n])
+
+    def _touch(self, node: int) -> None:
+        """File a node whose profile may have changed among the idle or the busy ones."""
+        if node in self.down:
+            return
+        if self.profiles[node].t:
+            if node not in self.busy:
+                self.idle[self.caps[node]].discard(self.rank[node])
+                self.busy.add(node)
+        elif node in self.busy:
+            self.busy.discard(node)
+            self.idle.setdefault(self.caps[node], SortedList()).add(self.rank[node])
+
+    def nodes_in_order(self, nodes: Iterable[int]) -> list[int]:
+        """The given nodes in node order (the order of `nodes`)."""
+        return sorted(nodes, key=self.rank.__getitem__)
+
+    def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
+        """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
+        node_ids = self.site.node_ids
+        ranks = [iter(r) for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
+        return (node_ids[r] for r in (ranks[0] if len(ranks) == 1 else heapq.merge(*ranks)))
 
     def take_down(self, node: int) -> None:
         """Take a node out of planning (idempotent). What it still holds stays in its profile: the caller removes
         the reservations of the leases that were on it."""
         if node in self.down or node not in self.profiles:
             return
+        if node in self.busy:
+            self.busy.discard(node)
+        else:
+            self.idle[self.caps[node]].discard(self.rank[node])
         self.down.add(node)
         self.total_cap = vsub(self.total_cap, self.caps[node])
         self.caps[node] = self.zero
@@ -175,6 +214,8 @@ class SlotTable:
         self.caps[node] = self.vector(self.site.capacity(node))
         self.total_cap = vadd(self.total_cap, self.caps[node])
         self.nodes = [n for n in self.site.node_ids if n not in self.down]
+        self.busy.add(node)     # filed again (busy or idle) by its profile
+        self._touch(node)
         self.released += 1      # capacity came back: leases that did not fit may fit now
 
     def vector(self, amounts: dict[str, int]) -> Vec:
@@ -185,10 +226,12 @@ class SlotTable:
 
     def add(self, rr) -> None:
         self.reservations.add(rr)
-        profiles, by_node = self.profiles, self.by_node
+        profiles, by_node, busy = self.profiles, self.by_node, self.busy
         for pnode, d in rr.demand.items():
             profiles[pnode].add(rr.start, rr.end, d)
             by_node[pnode].add(rr)
+            if pnode not in busy:   # adding usage never empties a profile
+                self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
         self._index(rr)
@@ -196,16 +239,24 @@ class SlotTable:
     def remove(self, rr) -> None:
         for pnode, d in rr.demand.items():
             self.profiles[pnode].add(rr.start, rr.end, d, -1)
+            # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
+            if not self.profiles[pnode].t or pnode not in self.busy:
+                self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total(), -1)
         self.forget(rr)
 
-    def forget(self, rr) -> None:
-        """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it)."""
+    def forget(self, rr, now: int | None = None) -> None:
+        """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it;
+        given `now`, its nodes are pruned at once, so that a node it leaves idle is filed idle now)."""
         self.released += 1
         self.reservations.discard(rr)
         for pnode in rr.demand:
             self.by_node[pnode].discard(rr)
+            if now is not None:
+                self.profiles[pnode].prune(now)
+                if not self.profiles[pnode].t:
+                    self._touch(pnode)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
@@ -296,6 +347,7 @@ class SlotTable:
         return prof
 
     def prune(self, before: int) -> None:
-        for prof in self.profiles.values():
-            prof.prune(before)
+        for node in list(self.busy):
+            self.profiles[node].prune(before)
+            self._touch(node)
         self.total.prune(before)

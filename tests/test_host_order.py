@@ -1,0 +1,82 @@
+"""The mapper's host order, which skips the per-node work for idle nodes, is exactly the host policy's order over
+every node with room (hypothesis): on random sites of two node sizes, after random bookings, cancellations, ends, prunes
+and nodes taken down and brought back."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from optlease.domain.site import Site
+from optlease.scheduling.mapper import GreedyMapper
+from optlease.scheduling.policies import Policies
+from optlease.scheduling.records import RR
+from optlease.scheduling.slottable import SlotTable
+
+SIZES = ({"CPU": 100, "Memory": 1024}, {"CPU": 200, "Memory": 512})
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("book"), st.integers(1, 12), st.integers(0, 60), st.integers(0, 30), st.integers(1, 200)),
+    st.tuples(st.just("cancel"), st.integers(0, 20)),
+    st.tuples(st.just("end"), st.integers(0, 20)),
+    st.tuples(st.just("prune"), st.integers(0, 10)),
+    st.tuples(st.just("down"), st.integers(1, 12)),
+    st.tuples(st.just("up"), st.integers(1, 12)),
+), max_size=25)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(SIZES), min_size=1, max_size=12), ops, st.integers(0, 80), st.integers(1, 60),
+       st.integers(1, 250), st.sampled_from(["greedy", "no-policy"]))
+def test_lazy_host_order_is_the_policy_order(sizes, steps, start, duration, cpu, host_policy):
+    site = Site(("CPU", "Memory"), tuple(dict(s) for s in sizes))
+    table = SlotTable(site)
+    policies = Policies(host_selection=host_policy)
+    mapper = GreedyMapper(table, policies)
+    booked: list[RR] = []
+    pruned = 0
+    for step in steps:
+        kind, *args = step
+        if kind == "book":
+            node, begin, length, amount = args
+            if node in table.profiles and node not in table.down:
+                rr = RR(SimpleNamespace(id=len(booked)), "vm", begin, begin + length, {1: node},
+                        {node: (amount, 64)}, table.next_seq())
+                table.add(rr)
+                booked.append(rr)
+        elif kind == "cancel" and booked:
+            table.remove(booked.pop(args[0] % len(booked)))
+        elif kind == "end" and booked:
+            rr = booked.pop(args[0] % len(booked))
+            pruned = max(pruned, rr.end)    # it ends: time has come to its end
+            table.forget(rr, pruned)
+        elif kind == "prune":
+            pruned = max(pruned, args[0])
+            table.prune(pruned)
+        elif kind == "down" and args[0] in table.profiles:
+            table.take_down(args[0])
+        elif kind == "up":
+            table.bring_up(args[0])
+    assert {n for n in table.nodes if not table.profiles[n].t} == set(table.idle_nodes())
+    start = max(start, pruned)      # no question looks before a prune
+    lease = SimpleNamespace(req=SimpleNamespace(duration=duration))
+    for smallest in ((cpu, 64), None):
+        room = table.nodes if smallest is None else table.nodes_with_room(smallest, start, table.nodes)
+        assert list(mapper._hosts(lease, start, smallest)) == policies.sort_hosts(room, start, lease, table)
+
+
+class HighestFirst:
+    """A host policy of a user's that scores idle nodes apart (by node id) and does not say they are alike."""
+
+    def score(self, node, time, lease, table) -> float:
+        return float(node)
+
+
+def test_a_policy_that_does_not_say_idle_nodes_are_alike_is_asked_about_each():
+    table = SlotTable(Site.homogeneous(4, SIZES[0]))
+    policies = Policies(host_selection="test_host_order.HighestFirst")
+    assert not policies.empty_nodes_alike
+    lease = SimpleNamespace(demands={1: (50, 64), 2: (50, 64), 3: (80, 64)}, req=SimpleNamespace(duration=10))
+    mapping, _, _ = GreedyMapper(table, policies).map(lease, 0, 10, strictend=True)
+    assert mapping == {1: 4, 2: 4, 3: 3}

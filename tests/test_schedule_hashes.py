@@ -1,0 +1,58 @@
+"""Every scheduling decision on the Blue traces is kept: the schedule file (`optlease simulate --schedule-out`)
+hashes to the sha256 it had before any speed work, on the traces that run fast (the month with FCFS; with
+aggressive backfilling and the 10 % AR injection, its first five days; 1000requests.swf on eight times the site)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from optlease.engine.run import simulate
+from optlease.formats.config import load_config
+from optlease.formats.schedule_json import schedule_document
+
+from conftest import INSTANCES
+
+BLUE = INSTANCES / "blue"
+FIVE_DAYS = 5 * 86_400
+
+
+def first_days(src: Path, dst: Path, time_field: int) -> str:
+    """The requests of `src` that arrive before FIVE_DAYS (SWF: submit time, field 2; old LWF: arrival, field 1)."""
+    kept = [line for line in src.read_text().splitlines()
+            if not line.strip() or line.startswith(";") or float(line.split()[time_field]) < FIVE_DAYS]
+    dst.write_text("\n".join(kept) + "\n")
+    return str(dst)
+
+
+@pytest.mark.parametrize("trace, backfilling, injected, nodes, digest", [
+    pytest.param("1000requests.swf", "off", False, 144,
+                 "a6fd6b496bf6f467507e426d719e28eee6c8d8126d78369cc9c916f60c06df4b", id="1000requests-fcfs"),
+    pytest.param("1000requests.swf", "aggressive", False, 144,
+                 "35ebd4131a74952e08bd31ba960a628c323de0cb76e800da4120299187884832", id="1000requests-aggressive"),
+    # the same jobs on eight times the site: which idle node each VM lands on
+    pytest.param("1000requests.swf", "aggressive", False, 1152,
+                 "5753bbf3fae3fdfe70562e1b85caa03a8d8c1ddf6e97e57c0e9e212b228cdaa3", id="1000requests-aggressive-x8"),
+    pytest.param("30days.swf", "off", False, 144,
+                 "a277f09a7bed8be00b462a288fa7c7f61b21f57e22a25c168eba4bb746d3badf", id="30days-fcfs"),
+    pytest.param("5days", "aggressive", True, 144,
+                 "08717302a727a98a44b8a8985d727c51a4f1a657a7c4f5cdf0635148a4bb5fe0", id="5days-work10-aggressive"),
+    pytest.param("5days", "off", True, 144,
+                 "398e1f0a8628d25c96671342f56772fbbb9387a5251261ae635d5520d1f45102", id="5days-work10-fcfs"),
+])
+def test_schedule_unchanged(tmp_path, trace, backfilling, injected, nodes, digest):
+    injection = None
+    if trace == "5days":
+        trace = first_days(BLUE / "30days.swf", tmp_path / "5days.swf", 1)
+        if injected:
+            injection = first_days(BLUE / "injected" / "work_10-dur_2h-size_1small.lwf", tmp_path / "5days.lwf", 0)
+    else:
+        trace = str(BLUE / trace)
+    cfg = load_config(BLUE / "blue.conf", overrides={"scheduling": {"backfilling": backfilling},
+                                                     "simulation": {"resources": f"{nodes} CPU:100 Memory:1024"}})
+    result = simulate(cfg, tracefile=trace, injection=injection)
+    # the bytes write_schedule puts in the file
+    text = json.dumps(schedule_document(result.site, result.leases, cfg.get("simulation", "starttime")), indent=1)
+    assert hashlib.sha256((text + "\n").encode()).hexdigest() == digest
