@@ -497,6 +497,33 @@ def test_the_round_model_admits_an_immediate_lease_greedy_refuses_by_moving_a_pl
     assert [(a.now, a.lease_id, a.admitted, a.moved) for a in sim.stepper.planner.admissions] == [(600, 4, True, 1)]
 
 
+@pytest.mark.parametrize("mapper", ["greedy", "cpsat"])
+def test_an_ar_behind_the_round_booking_of_a_lease_older_than_a_week_is_admitted_as_greedy_admits_it(mapper):
+    """One node, `ar-preempts-everything`. Lease 1 runs 8 days; leases 2 and 3 (2 h each) arrived at 1 s and 2 s.
+    Greedy (aggressive) books lease 2 from 8 days and keeps lease 3 queued; the cpsat round also books lease 3, from
+    8 days 2 h. AR 4 asks at 7 days 1 h for 8 days 2 h 10 min, 1,000 s. Greedy admits it: lease 3 has no booking in
+    the way, and waits behind it. Under cpsat the greedy pass may not displace lease 3's booking (Haizea's aging:
+    a lease older than 7 days is never preempted), and the round model used to refuse the AR as optimal: its wait
+    guard, taken from a hint that refused the AR, let lease 3 only keep its start or be deferred past the
+    look-ahead, which its weight after a week of waiting made dearer than the AR. The admission's hint is now the
+    greedy pass's search for the AR with the round's bookings lifted, then the bookings again in the line's order
+    (lease 3 after the AR, as greedy has it), so the AR is admitted and lease 3 starts when it ends."""
+    from optlease.domain.lease import LeaseRequest
+
+    hour, day = 3600, 86400
+    reqs = [LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 8 * day, (VM1,)),
+            LeaseRequest(2, LeaseKind.BEST_EFFORT, 1, 2 * hour, (VM1,)),
+            LeaseRequest(3, LeaseKind.BEST_EFFORT, 2, 2 * hour, (VM1,)),
+            LeaseRequest(4, LeaseKind.AR, 7 * day + hour, 1000, (VM1,), start=8 * day + 2 * hour + 600)]
+    sim, leases, _, _ = run_requests("1 CPU:100 Memory:1024", reqs, mapper=mapper,
+                                     policy_preemption="ar-preempts-everything")
+    assert leases[4].state is LeaseState.DONE and leases[4].first_start == 8 * day + 2 * hour + 600
+    assert [leases[i].first_start for i in (2, 3)] == [8 * day, 8 * day + 2 * hour + 1600]
+    if mapper == "cpsat":
+        assert [(a.now, a.lease_id, a.admitted, a.moved) for a in sim.stepper.planner.admissions] == \
+            [(7 * day + hour, 4, True, 1)]
+
+
 # Lease 1 (preemptible) runs on a node from 0 s; AR 5 (asked at 100 s) takes that node from 300 s to 900 s and suspends
 # lease 1 there (32 s to write its 1,024 MB, 32 s to read it back)
 SUSPENDED_BY_AN_AR = [(1, LeaseKind.BEST_EFFORT, 0, 1000, {"preemptible": True}),

@@ -221,7 +221,10 @@ class CpsatRound(HintCompletion, PlanCommit):
         movable, running = self._movable(now), self._preemptible_for(lease)
         if not movable and not running:
             return False   # nothing the model may move or suspend: the greedy pass's refusal stands
-        snap, greedy, hint = self.snapshot(now, movable, running)
+        # the hint: the greedy pass's search for the lease with the round's bookings lifted, the movable leases
+        # booked again after it; where the lease does not fit even so, the round's own hint (the lease refused)
+        lifted, tried = self._rebook(now, self._line(now, movable), new=lease)
+        snap, greedy, hint = self.snapshot(now, movable, running, lifted if tried is not None else None)
         leases = list(snap.leases)
         leases.append(LeaseSnapshot(lease.req, Phase.NEW, Overheads(shutdown=oh.shutdown_time(lease, sched.opts))))
         policy = self.policy if not running else replace(
@@ -229,7 +232,7 @@ class CpsatRound(HintCompletion, PlanCommit):
             suspend_for_waiting=False)
         snap = RoundSnapshot(now, snap.site, tuple(leases), policy)
         refused = LeasePlan(lease.id, Outcome.REJECTED, reason="refused by the greedy pass")
-        greedy, hint = Plan((*greedy.leases, refused)), Plan((*hint.leases, refused))
+        greedy, hint = Plan((*greedy.leases, refused)), Plan((*hint.leases, tried or refused))
         data = prepare(snap, self.options.weights, self.options.lookahead)
         plan = self._plan(snap, self.options, hint, data)
         got, before = plan.by_id, greedy.by_id
@@ -238,6 +241,11 @@ class CpsatRound(HintCompletion, PlanCommit):
         moves = [other for other in movable if _differs(got[other.id], before[other.id])]
         stops = [other for other in running if got[other.id].suspend_at is not None]
         admitted = accepted and self._apply(now, moves, got, stops, new=(lease, new))
+        if accepted and not admitted and tried is not None:
+            # the model admits it but its plan did not fit the slot table (the snapshot over-approximates): the
+            # lease goes where the greedy pass's search put it, and the bookings in its way back to the queue
+            in_way = self._make_room(lease, tried, movable)
+            admitted, moves, stops = in_way is not None, in_way or [], []
         self.admissions.append(Admission(now, lease.id, admitted, len(moves) if admitted else 0, plan.stats,
                                          len(stops) if admitted else 0))
         if admitted:
@@ -281,9 +289,11 @@ class CpsatRound(HintCompletion, PlanCommit):
         vmrr = lease.last_vmrr()
         return next((rr.start for rr in vmrr.pre if rr.kind != MIGRATE), vmrr.start)
 
-    def snapshot(self, now: int, movable: list[Lease], running: list[Lease] = ()) -> tuple[RoundSnapshot, Plan, Plan]:
+    def snapshot(self, now: int, movable: list[Lease], running: list[Lease] = (),
+                 completed: dict[int, LeasePlan] | None = None) -> tuple[RoundSnapshot, Plan, Plan]:
         """The round as the solver sees it, the greedy plan of it, and the hint: the greedy plan with every lease
-        it left queued booked at its earliest fit after the others (conservative backfilling, not committed).
+        it left queued booked at its earliest fit after the others (conservative backfilling, not committed), or
+        the movable leases' plans `completed` when the caller has them (`admit`).
         `running`: the running leases the round may suspend (`_suspendable`), as they are, not as occupancies."""
         sched = self.sched
         ids = {lease.id for lease in (*movable, *running)}
@@ -326,7 +336,8 @@ class CpsatRound(HintCompletion, PlanCommit):
             leases.append(snap)
             greedy.append(as_is)
             hint.append(as_is)
-        completed = self._complete(now, movable)
+        if completed is None:
+            completed = self._complete(now, movable)
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
             filled = completed.get(lease.id, plan)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from optlease.domain.lease import LeaseState
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.leasesched import Withdrawn
-from optlease.scheduling.records import SHUTDOWN, RR, Lease, NotSchedulable
+from optlease.scheduling.records import BOOKED, SHUTDOWN, RR, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Outcome
 
 S = LeaseState
@@ -62,6 +62,25 @@ class PlanCommit:
         for vmrr, saved in reversed(stopped):
             self.sched.unsuspend(vmrr, saved)
         return False
+
+    def _make_room(self, lease: Lease, p: LeasePlan, movable: list[Lease]) -> list[Lease] | None:
+        """Book a new lease at `p` (found with the round's bookings lifted, `_rebook`), sending the movable
+        bookings on its nodes during its run back to the queue, as Haizea's queued leases wait behind an AR; the
+        leases sent back, or None (nothing changed) where it does not fit so."""
+        nodes, end = set(p.nodes), p.end + oh.shutdown_time(lease, self.sched.opts)
+        in_way = []
+        for other in movable:
+            if other.state in BOOKED:
+                vmrr = other.last_vmrr()
+                if any(rr.start < end and p.start < rr.end and nodes & set(rr.demand)
+                       for rr in (*vmrr.pre, vmrr, *vmrr.post)):
+                    in_way.append(other)
+        withdrawn = [(other, self._withdraw(other)) for other in in_way]
+        if self._book_new(lease, p):
+            return in_way
+        for other, saved in reversed(withdrawn):
+            self._restore(other, saved)
+        return None
 
     def _book_new(self, lease: Lease, p: LeasePlan) -> bool:
         """Book an admitted AR or immediate lease where the plan says, if it fits the slot table as it stands."""

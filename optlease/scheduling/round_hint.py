@@ -33,8 +33,19 @@ class HintCompletion:
         if not queued:
             return {}
         oldest = min(queued)
-        rebook = self._line(now, [lease for lease in movable if (lease.req.arrival, lease.id) >= oldest])
-        sched, out, added = self.sched, {}, []
+        out, _ = self._rebook(now, self._line(now, [lease for lease in movable
+                                                    if (lease.req.arrival, lease.id) >= oldest]))
+        return out
+
+    def _rebook(self, now: int, rebook: list[Lease], new: Lease | None = None) \
+            -> tuple[dict[int, LeasePlan], LeasePlan | None]:
+        """Book `rebook` in order, each at its earliest fit, with their own bookings lifted; tried on the slot table
+        and taken out again. With `new` (an AR or immediate lease the greedy pass refused), the greedy pass's own
+        search books it first, without preempting anyone: the bookings of a round are plans, which an AR displaces
+        as Haizea's AR displaces queued best-effort work, and the leases are booked again after it (a lease that
+        then fits nowhere is deferred). Returns the plans, and the new lease's plan (None: it does not fit even
+        with every booking lifted, and nothing is planned)."""
+        sched, out, added, first = self.sched, {}, [], None
         withdrawn = [rr for lease in rebook if lease.state in BOOKED
                      for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
         log, quiet = sched.log, sched.log.info_on
@@ -42,10 +53,22 @@ class HintCompletion:
         for rr in withdrawn:
             sched.table.remove(rr)
         try:
+            if new is not None:
+                try:
+                    vmrr, _ = sched.vm.schedule(new, now, None, False, None, preempting=False)
+                except NotSchedulable:
+                    return {}, None
+                for rr in (*vmrr.pre, vmrr, *vmrr.post):
+                    sched.table.add(rr)
+                    added.append(rr)
+                first = LeasePlan(new.id, Outcome.ACCEPTED, start=vmrr.start,
+                                  nodes=tuple(vmrr.mapping[v] for v in sorted(new.demands)), end=vmrr.end)
             for lease in rebook:
                 try:
                     vmrr = self._asap(lease, now)
                 except NotSchedulable:
+                    if new is not None:
+                        out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="no room after the new lease")
                     continue
                 for rr in (*vmrr.pre, vmrr, *vmrr.post):
                     sched.table.add(rr)
@@ -59,7 +82,7 @@ class HintCompletion:
             for rr in withdrawn:
                 sched.table.add(rr)
             log.info_on = quiet
-        return out
+        return out, first
 
     def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
         """The order the completion books leases in: those that have waited past `WAIT_GUARD` first, in arrival
