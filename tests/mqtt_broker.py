@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import queue
+import random
 import shutil
 import socket
 import subprocess
@@ -19,9 +20,17 @@ MOSQUITTO = shutil.which("mosquitto") or next(
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, below the kernel's ephemeral range (32768 and up on Linux): a port the kernel hands
+    out could be taken by any outgoing connection (a client of the broker, say) before the server binds it."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port between 20000 and 32000")
 
 
 class Mosquitto:

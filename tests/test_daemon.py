@@ -11,6 +11,7 @@ import xmlrpc.client
 import pytest
 
 from conftest import REPO, run_cli, wait_until
+from mqtt_broker import free_port
 
 CONF = """[general]
 loglevel: INFO
@@ -35,11 +36,6 @@ imagetransfer-bandwidth: 100
 listen: 127.0.0.1:{port}
 {extra}"""
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

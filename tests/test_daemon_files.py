@@ -12,17 +12,11 @@ import sys
 import pytest
 
 from conftest import REPO, run_cli, wait_until
+from mqtt_broker import free_port
 from optlease.formats.daemon_config import daemon_config
 
 SCHEDULING = {"suspension": "none"}
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_conf(tmp_path, persistence: str = "state.db", daemon: dict | None = None, general: dict | None = None):

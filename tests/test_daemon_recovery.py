@@ -16,7 +16,7 @@ from lxml import etree
 
 from conftest import REPO, run_cli, wait_until
 from optlease.formats.lease_states import label_of_code
-from test_daemon import free_port
+from mqtt_broker import free_port
 
 SCALE = 10      # simulated seconds per real second
 CONF = """[general]
