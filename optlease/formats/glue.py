@@ -19,7 +19,7 @@ from lxml import etree
 
 from optlease.domain.site import MAX_CAPACITY, MAX_NODES, Site, SiteError
 from optlease.errors import InputError
-from optlease.formats.lwf import read_bounded, safe_parser
+from optlease.formats.lwf import read_bounded, safe_parser, xml_root
 from optlease.numbers import parse_whole
 
 MAX_BYTES = 16 * 2**20
@@ -196,14 +196,7 @@ def parse_glue_site(data: bytes, path: str = "<glue>") -> Site:
     if len(data) > MAX_BYTES:
         raise InputError(f"a GLUE document of {len(data)} bytes is more than optlease reads ({MAX_BYTES})", path)
     if data.lstrip().startswith(b"<"):
-        try:
-            root = etree.fromstring(data, safe_parser())
-        except etree.XMLSyntaxError as exc:
-            line = exc.position[0] if exc.position else None
-            raise InputError(f"malformed XML: {exc.msg}", f"{path}:{line}" if line else path) from None
-        if root.getroottree().docinfo.internalDTD is not None:
-            raise InputError("a DOCTYPE with declarations: GLUE documents are read without DTDs", f"{path}:1")
-        groups = _xml_groups(root, path)
+        groups = _xml_groups(xml_root(data, path, "GLUE"), path)
     else:
         try:
             text = data.decode("utf-8")

@@ -51,6 +51,22 @@ def safe_parser() -> etree.XMLParser:
                            remove_comments=True)
 
 
+def xml_root(data: bytes, path: str, what: str) -> etree._Element:
+    """The root element of an XML document read with `safe_parser`; malformed XML, or a DOCTYPE with declarations
+    (entities are never expanded, so a document that relies on them would read as empty values), is one line naming
+    the file and line."""
+    try:
+        root = etree.fromstring(data, safe_parser())
+    except etree.XMLSyntaxError as exc:
+        line = exc.position[0] if exc.position else None
+        why = (exc.msg or "unreadable").splitlines()[0]    # libxml2 may add its own lines: keep the first
+        raise InputError(f"malformed XML: {why}", f"{path}:{line}" if line else path) from None
+    if root.getroottree().docinfo.internalDTD is not None:
+        raise InputError(f"a DOCTYPE with declarations: optlease reads {what} documents without DTDs or entities",
+                         f"{path}:1")
+    return root
+
+
 class _Reader:
     def __init__(self, path: str, origin: datetime | None) -> None:
         self.path = path

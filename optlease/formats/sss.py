@@ -24,7 +24,7 @@ from lxml import etree
 
 from optlease.domain.site import MAX_CAPACITY, MAX_NODES, Site, SiteError
 from optlease.errors import InputError
-from optlease.formats.lwf import read_bounded, safe_parser
+from optlease.formats.lwf import read_bounded, safe_parser, xml_root
 from optlease.numbers import parse_whole
 
 MAX_BYTES = 16 * 2**20
@@ -229,15 +229,7 @@ def parse_sss(data: bytes, path: str = "<sss>") -> Site:
     if len(data) > MAX_BYTES:
         raise InputError(f"an SSS document of {len(data)} bytes is more than optlease reads ({MAX_BYTES})", path)
     reader = _Reader(path)
-    try:
-        root = etree.fromstring(data, safe_parser())
-    except etree.XMLSyntaxError as exc:
-        line = exc.position[0] if exc.position else None
-        raise InputError(f"malformed XML: {exc.msg}", f"{path}:{line}" if line else path) from None
-    if root.getroottree().docinfo.internalDTD is not None:
-        # entities are never expanded (safe_parser); a document that relies on them would read as empty amounts
-        raise InputError("a DOCTYPE with declarations: optlease reads SSS documents without DTDs or entities",
-                         f"{path}:1")
+    root = xml_root(data, path, "SSS")
     node_els = [root] if root.tag == "Node" else [el for el in root if el.tag == "Node"]
     if not node_els:
         raise reader.error(root, "holds no <Node> element")
