@@ -51,16 +51,20 @@ def safe_parser() -> etree.XMLParser:
                            remove_comments=True)
 
 
-def xml_root(data: bytes, path: str, what: str) -> etree._Element:
-    """The root element of an XML document read with `safe_parser`; malformed XML, or a DOCTYPE with declarations
-    (entities are never expanded, so a document that relies on them would read as empty values), is one line naming
-    the file and line."""
+def parse_xml(data: bytes, path: str) -> etree._Element:
+    """An XML document read with `safe_parser`; malformed XML is one line naming the file and line."""
     try:
-        root = etree.fromstring(data, safe_parser())
+        return etree.fromstring(data, safe_parser())
     except etree.XMLSyntaxError as exc:
         line = exc.position[0] if exc.position else None
         why = (exc.msg or "unreadable").splitlines()[0]    # libxml2 may add its own lines: keep the first
         raise InputError(f"malformed XML: {why}", f"{path}:{line}" if line else path) from None
+
+
+def xml_root(data: bytes, path: str, what: str) -> etree._Element:
+    """`parse_xml`, refusing a DOCTYPE with declarations too (entities are never expanded, so a document that relies
+    on them would read as empty values)."""
+    root = parse_xml(data, path)
     if root.getroottree().docinfo.internalDTD is not None:
         raise InputError(f"a DOCTYPE with declarations: optlease reads {what} documents without DTDs or entities",
                          f"{path}:1")
@@ -200,11 +204,7 @@ class _Reader:
 
 def parse_lwf(data: bytes, path: str = "<lwf>", origin: datetime | None = None) -> Workload:
     reader = _Reader(path, origin)
-    try:
-        root = etree.fromstring(data, safe_parser())
-    except etree.XMLSyntaxError as exc:
-        line = exc.position[0] if exc.position else None
-        raise InputError(f"malformed XML: {exc.msg}", f"{path}:{line}" if line else path) from None
+    root = parse_xml(data, path)
     if root is None or root.tag != "lease-workload":
         raise reader.error(root, f"root element is <{getattr(root, 'tag', '?')}>, expected <lease-workload>")
     site_el = root.find("site")
