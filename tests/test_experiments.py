@@ -170,3 +170,30 @@ def test_failing_runs_are_reported_and_stop_no_other(tmp_path, capsys):
     assert f"failed: {confs / 'broken_withprematureend.conf'}: [accounting] probes: cannot load probe " \
            f"'nosuch.module.Probe'" in out
     assert err.count("FAILED ") == 2
+
+
+def test_a_dask_worker_killed_mid_run_fails_that_run_alone(tmp_path, capsys):
+    """On a Dask cluster a run that kills its worker process (the out-of-memory killer, a crash in native code) is
+    rescheduled by Dask on another worker, which dies in turn; once Dask gives up (KilledWorker) the sweep reports that
+    run as failed with its configuration and one line, and the other runs of the sweep finish on the workers the
+    nannies restarted."""
+    distributed = pytest.importorskip("distributed")
+    multi = (GRID / "multi.conf").read_text().split("[common:general]")[1]
+    conf = tmp_path / "multi.conf"
+    conf.write_text(f"[multi]\ntracedir: {GRID / 'traces'}\ntracefiles: withprematureend.lwf\nbasedatadir: data\n"
+                    f"[common:general]{multi}\n"
+                    f"[crash:accounting]\nprobes: experiments_crash.KillsItsProcess\n"
+                    f"[crash:scheduling]\nsuspension: none\n")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  scheduler_port=0) as cluster:
+        code = main(["run-experiments", "-c", str(conf), "-d", str(tmp_path / "confs"),
+                     "--profiles", "backfilling,crash,nobackfilling", "--scheduler", cluster.scheduler_address])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert sorted(p.name for p in (tmp_path / "data").glob("*.parquet")) == \
+        sorted(f"{p}_withprematureend.parquet" for p in ["backfilling", "nobackfilling"])
+    assert "runs: 3, skipped (done before): 0, ran: 3, failed: 1" in out
+    crash = tmp_path / "confs" / "crash_withprematureend.conf"
+    failed = [line for line in out.splitlines() if line.startswith("failed: ")]
+    assert len(failed) == 1 and failed[0].startswith(f"failed: {crash}: the worker failed: KilledWorker: ")
+    assert err.count("FAILED ") == 1 and err.count("] ok ") == 2
