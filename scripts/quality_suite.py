@@ -21,7 +21,9 @@ with the run-time estimate it booked. For each workload:
 - preemptions of both; the offline schedule's mean bounded slowdown where its run finished.
 
 A workload is listed but not counted in the means when the best greedy mode's bounded slowdown is under 1.2, or the
-offline schedule's is within 10 % of it (no room to gain), or a run of it is missing.
+offline schedule's is within 10 % of it (no room to gain), or its cpsat run or every greedy run is missing. A greedy
+mode that the family ran but that failed on a workload is named in its row ("failed: ..."): the best greedy mode
+there is the best of those that finished.
 """
 from __future__ import annotations
 
@@ -118,8 +120,10 @@ def ratio(a, b) -> float | None:
     return a / b if b else (1.0 if a == 0 else None)
 
 
-def judge(family: str, workload: str, runs: dict[str, dict[str, dict]], tuning: set[str]) -> dict:
-    """One workload's row: the best estimate of each greedy mode, the best greedy mode, cpsat against it."""
+def judge(family: str, workload: str, runs: dict[str, dict[str, dict]], tuning: set[str],
+          expected: set[str]) -> dict:
+    """One workload's row: the best estimate of each greedy mode, the best greedy mode, cpsat against it;
+    `expected`: the greedy modes its family ran (one missing here failed, and the best greedy mode may be better)."""
     modes = {}
     for name in sorted(runs):
         if not name.startswith("greedy-"):
@@ -131,6 +135,7 @@ def judge(family: str, workload: str, runs: dict[str, dict[str, dict]], tuning: 
     cpsat = next(iter(runs.get("cpsat", {}).values()), None)
     offline = next(iter(runs.get("offline", {}).values()), None)
     row: dict = {"family": family, "workload": workload, "tuning": workload in tuning,
+                 "greedy_missing": sorted(expected - set(modes)),
                  "greedy": {m: {"estimate": f["estimate"], "bounded_slowdown": f["bounded_slowdown"]}
                             for m, f in modes.items()}}
     best_name = min(modes, key=lambda m: modes[m]["bounded_slowdown"]) if modes else None
@@ -211,7 +216,8 @@ def markdown(rows: list[dict], summary: dict) -> str:
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         best, cp = r["best_greedy"] or {}, r["cpsat"] or {}
-        name = r["workload"] + (" (tuning)" if r["tuning"] else "")
+        name = r["workload"] + (" (tuning)" if r["tuning"] else "") + \
+            (f" (failed: {', '.join(r['greedy_missing'])})" if r["greedy_missing"] else "")
         out.append(" | ".join([
             f"| {r['family']}", name, f"{best.get('mode', '-')} ({best.get('estimate', '-')})",
             fmt(best.get("bounded_slowdown")), fmt(cp.get("bounded_slowdown")), fmt(r.get("ratio")),
@@ -255,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"quality_suite: {exc}", file=sys.stderr)
         return 2
     tuning = set(args.tuning or DEFAULT_TUNING)
-    rows = [judge(f, w, runs[(f, w)], tuning) for f, w in sorted(runs)]
+    modes = {f: {m for (g, _), r in runs.items() if g == f for m in r if m.startswith("greedy-")}
+             for f, _ in families}
+    rows = [judge(f, w, runs[(f, w)], tuning, modes[f]) for f, w in sorted(runs)]
     summary = summarize(rows)
     text = json.dumps({"summary": summary, "workloads": rows}, indent=1)
     if args.json:
