@@ -93,3 +93,54 @@ def test_bad_input_is_one_line(tmp_path):
                           (["--family", f"x={tmp_path / 'none'}"], "not a folder")):
         out = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and message in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+SUITE = REPO / "instances" / "suite"
+SHARED = REPO.parent / "shared" / "instances" / "haizea" / "blue" / "injected_leases"
+LOADS = [f"work_{n:02d}" for n in (5, 10, 15, 20, 25, 30)]
+SIZES = ["size_1small", "size_2medium", "size_3large"]
+
+
+def test_the_synthetic_family_is_regenerated_byte_for_byte(tmp_path):
+    """make-synthetic.sh writes the committed workloads again from their seeds, and checks them against SHA256SUMS."""
+    copy = tmp_path / "suite"
+    copy.mkdir()
+    for name in ("make-synthetic.sh", "SHA256SUMS"):
+        (copy / name).write_bytes((SUITE / name).read_bytes())
+    optlease = Path(sys.executable).with_name("optlease")
+    done = subprocess.run(["sh", str(copy / "make-synthetic.sh")], capture_output=True, text=True, timeout=120,
+                          env={"OPTLEASE": str(optlease), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    written = sorted(p.name for p in (copy / "synthetic").glob("*.lwf"))
+    assert written == sorted(p.name for p in (SUITE / "synthetic").glob("*.lwf")) and len(written) == 10
+    assert all((copy / "synthetic" / n).read_bytes() == (SUITE / "synthetic" / n).read_bytes() for n in written)
+
+
+def test_the_suites_files_expand_and_the_blue_months_cover_every_ar_load_and_size(tmp_path):
+    """Every multi-configuration of the suite expands; the HPDC'08 cpsat grid and the suite's 30-day family are the
+    same twelve injections, covering every AR load and size class, with the same options for cpsat, so the grid's
+    runs serve the suite."""
+    from optlease.formats.multiconfig import load_multiconfig
+
+    expected = {"synthetic.conf": 90, "blue15.conf": 54, "blue30.conf": 108}
+    runs = {}
+    for name, count in expected.items():
+        injections = {"blue15.conf": SHARED / "15days", "blue30.conf": SHARED / "30days"}.get(name)
+        dirs = {"datadir": str(tmp_path / name), **({"injectiondir": str(injections)} if injections else {})}
+        multi = load_multiconfig(SUITE / name, dirs)
+        runs[name] = multi.runs()
+        assert len(runs[name]) == count, name
+    grid = load_multiconfig(REPO / "instances" / "experiments" / "hpdc08-cpsat.conf",
+                            {"injectiondir": str(SHARED / "30days"), "datadir": str(tmp_path / "grid")}).runs()
+    for family in (grid, runs["blue15.conf"], runs["blue30.conf"]):
+        stems = {r.injectionfile.stem for r in family}
+        assert all(any(load in s for s in stems) for load in LOADS) and all(any(z in s for s in stems) for z in SIZES)
+    assert {r.injectionfile.stem for r in grid} == {r.injectionfile.stem for r in runs["blue30.conf"]}
+    assert "work_10-dur_2h-size_1small" in {r.injectionfile.stem for r in grid}
+
+    def options(run):   # what decides the schedule: everything but where the files go and the labels
+        return {(s, k): v for s, opts in run.sections.items() for k, v in opts.items()
+                if (s, k) not in {("accounting", "datafile"), ("accounting", "schedule-file"),
+                                  ("accounting", "attributes"), ("tracefile", "tracefile")}}
+    suite_cpsat = {r.injectionfile.stem: options(r) for r in runs["blue30.conf"] if r.profile == "cpsat"}
+    assert all(options(r) == suite_cpsat[r.injectionfile.stem] for r in grid)
