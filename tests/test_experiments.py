@@ -110,6 +110,10 @@ def test_a_sweep_killed_halfway_resumes_without_rerunning_finished_runs(tmp_path
         sweep.wait(10)
     finished = sorted(data.glob("*.parquet"))
     assert 3 <= len(finished) < 12
+    # the runs go workload by workload, both profiles of one trace and injection before the next: what a stopped
+    # sweep leaves compares profile with profile
+    order = [f"{p}_{t}{i}" for t in TRACES for i in INJECTIONS for p in ("nobackfilling", "backfilling+SR")]
+    assert sorted(p.stem for p in finished) == sorted(order[:len(finished)])
     # a data file cut short (a disk that filled up) is no finished run: it is run again
     truncated = finished.pop()
     truncated.write_bytes(truncated.read_bytes()[:100])

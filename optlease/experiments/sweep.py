@@ -87,13 +87,23 @@ def finished(datafile: Path) -> bool:
     return True
 
 
+def in_workload_order(tasks: list[Task]) -> list[Task]:
+    """The runs workload by workload (every profile of the first trace and injection, then of the next), profiles in
+    the file's order: a sweep stopped early, or a grid too large for the time at hand, leaves runs that compare with
+    each other, rather than one profile's runs alone."""
+    first: dict[tuple[Path, Path | None], int] = {}
+    for task in tasks:
+        first.setdefault((task.run.tracefile, task.run.injectionfile), len(first))
+    return sorted(tasks, key=lambda t: first[(t.run.tracefile, t.run.injectionfile)])
+
+
 def run_sweep(tasks: list[Task], only_missing: bool = False, workers: int | None = None,
               scheduler: str | None = None, on_start: Callable[[int], None] = lambda total: None,
               on_outcome: Callable[[Outcome], None] = lambda outcome: None) -> Summary:
     """Run `tasks`, in parallel; `on_start(count)` once the runs to do are known, `on_outcome` after each."""
     began = time.perf_counter()
     summary = Summary(runs=len(tasks))
-    todo = [t for t in tasks if not (only_missing and finished(t.run.datafile))]
+    todo = in_workload_order([t for t in tasks if not (only_missing and finished(t.run.datafile))])
     summary.skipped = len(tasks) - len(todo)
     for task in todo:
         task.run.datafile.parent.mkdir(parents=True, exist_ok=True)
