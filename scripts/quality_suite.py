@@ -23,8 +23,8 @@ with the run-time estimate it booked. For each workload:
 A workload is listed but not counted in the means when the best greedy mode's bounded slowdown is under 1.2, or the
 offline schedule's is within 10 % of it either way (no room to gain; an offline schedule above it is no bound: its
 solve stopped at its time limit, or it weighs rejected requests against waiting differently), or its cpsat run or every greedy run is missing. A greedy
-mode that the family ran but that failed on a workload is named in its row ("failed: ..."): the best greedy mode
-there is the best of those that finished.
+mode that the family ran but that has no run of a workload (it failed there, or has not run yet) is named in its
+row: the best greedy mode there is the best of those that finished.
 """
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def ratio(a, b) -> float | None:
 def judge(family: str, workload: str, runs: dict[str, dict[str, dict]], tuning: set[str],
           expected: set[str]) -> dict:
     """One workload's row: the best estimate of each greedy mode, the best greedy mode, cpsat against it;
-    `expected`: the greedy modes its family ran (one missing here failed, and the best greedy mode may be better)."""
+    `expected`: the greedy modes its family ran (one missing here failed or has not run: the best may be better)."""
     modes = {}
     for name in sorted(runs):
         if not name.startswith("greedy-"):
@@ -218,7 +218,7 @@ def markdown(rows: list[dict], summary: dict) -> str:
     for r in rows:
         best, cp = r["best_greedy"] or {}, r["cpsat"] or {}
         name = r["workload"] + (" (tuning)" if r["tuning"] else "") + \
-            (f" (failed: {', '.join(r['greedy_missing'])})" if r["greedy_missing"] else "")
+            (f" (no run of {', '.join(r['greedy_missing'])})" if r["greedy_missing"] else "")
         out.append(" | ".join([
             f"| {r['family']}", name, f"{best.get('mode', '-')} ({best.get('estimate', '-')})",
             fmt(best.get("bounded_slowdown")), fmt(cp.get("bounded_slowdown")), fmt(r.get("ratio")),
