@@ -22,9 +22,9 @@ with the run-time estimate it booked. For each workload:
 
 A workload is listed but not counted in the means when the best greedy mode's bounded slowdown is under 1.2, or the
 offline schedule's is within 10 % of it either way (no room to gain; an offline schedule above it is no bound: its
-solve stopped at its time limit, or it weighs rejected requests against waiting differently), or its cpsat run or every greedy run is missing. A greedy
-mode that the family ran but that has no run of a workload (it failed there, or has not run yet) is named in its
-row: the best greedy mode there is the best of those that finished.
+solve stopped at its time limit, or it weighs rejected requests against waiting differently), or its cpsat run or
+every greedy run is missing. A greedy mode that the family ran but that has no run of a workload (it failed there,
+or has not run yet) is named in its row: the best greedy mode there is the best of those that finished.
 """
 from __future__ import annotations
 
@@ -157,8 +157,9 @@ def judge(family: str, workload: str, runs: dict[str, dict[str, dict]], tuning: 
         })
         if best["bounded_slowdown"] < NO_ROOM_SLOWDOWN:
             reasons.append(f"best greedy bounded slowdown {best['bounded_slowdown']:.3g} < {NO_ROOM_SLOWDOWN}")
+        bsd = best["bounded_slowdown"]
         if offline and offline["bounded_slowdown"] is not None and \
-                abs(offline["bounded_slowdown"] - best["bounded_slowdown"]) <= NO_ROOM_OFFLINE * best["bounded_slowdown"]:
+                abs(offline["bounded_slowdown"] - bsd) <= NO_ROOM_OFFLINE * bsd:
             reasons.append(f"offline {offline['bounded_slowdown']:.3g} within {NO_ROOM_OFFLINE:.0%} of best greedy")
     row["counted"] = not reasons
     row["not_counted_because"] = "; ".join(reasons)
@@ -183,11 +184,11 @@ def summarize(rows: list[dict]) -> dict:
         "family_mean_ratio": {f: _bar(v, BARS["family_mean_ratio"]) for f, v in by_family.items()},
         "no_workload_above": {"bar": BARS["workload_ratio"],
                               "above": [r["workload"] for r in counted if r["ratio"] > BARS["workload_ratio"]]},
-        "acceptance_never_lower": [r["workload"] for r in counted
-                                   if (r["ar_acceptance_delta"] or 0) < 0 or (r["immediate_acceptance_delta"] or 0) < 0],
+        "acceptance_never_lower": [r["workload"] for r in counted if (r["ar_acceptance_delta"] or 0) < 0
+                                   or (r["immediate_acceptance_delta"] or 0) < 0],
         "max_wait_at_most": {"bar": BARS["max_wait_ratio"],
-                             "above": [r["workload"] for r in counted
-                                       if r["max_wait_ratio"] is not None and r["max_wait_ratio"] > BARS["max_wait_ratio"]]},
+                             "above": [r["workload"] for r in counted if r["max_wait_ratio"] is not None
+                                       and r["max_wait_ratio"] > BARS["max_wait_ratio"]]},
     }
     return {"workloads": len(rows), "counted": len(counted),
             "suite_mean_ratio": checks["suite_mean_ratio"]["value"],
