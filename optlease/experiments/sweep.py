@@ -103,7 +103,7 @@ def run_sweep(tasks: list[Task], only_missing: bool = False, workers: int | None
     """Run `tasks`, in parallel; `on_start(count)` once the runs to do are known, `on_outcome` after each."""
     began = time.perf_counter()
     summary = Summary(runs=len(tasks))
-    todo = in_workload_order([t for t in tasks if not (only_missing and finished(t.run.datafile))])
+    todo = [t for t in in_workload_order(tasks) if not (only_missing and finished(t.run.datafile))]
     summary.skipped = len(tasks) - len(todo)
     for task in todo:
         task.run.datafile.parent.mkdir(parents=True, exist_ok=True)
