@@ -163,8 +163,8 @@ class LeaseScheduler:
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}
         else:
-            # Haizea: the resume waits for its estimate of the copies, wherever it goes
-            earliest = {n: now + oh.migration_estimate(lease, self.opts) for n in nodes}
+            # Haizea: the resume waits for its estimate of the copies, wherever it goes (one estimate for every node)
+            earliest = dict.fromkeys(nodes, now + oh.migration_estimate(lease, self.opts))
         vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
         if preempt:
             self.log.info("LSCHED", "Must preempt leases %s to make room for lease #%i" % (
@@ -285,8 +285,10 @@ class LeaseScheduler:
     def reevaluate(self, now: int) -> None:
         """After a premature end: leases booked for the future may now start earlier, so they are booked again
         (Haizea: back to the queue where they no longer fit)."""
-        future = [lease for lease in self.leases.values()
-                  if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
+        # only leases with a backfilled reservation in the table can qualify
+        booked = {rr.lease.id: rr.lease for rr in self.table.backfills}
+        future = [lease for lease in booked.values() if self.leases.get(lease.id) is lease
+                  and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
                   and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
                   and self._replannable(lease)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))

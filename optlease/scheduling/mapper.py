@@ -50,7 +50,7 @@ class GreedyMapper:
         them, but lazily and with no work per idle node: idle nodes all score alike, so they come in node order
         wherever their score falls among the busy nodes' (equal scores keep node order)."""
         table, policies = self.table, self.policies
-        busy = table.nodes_in_order(table.busy)
+        busy = table.busy_nodes()
         if smallest is not None:
             busy = table.nodes_with_room(smallest, start, busy)
         rank = table.rank

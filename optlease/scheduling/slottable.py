@@ -155,6 +155,9 @@ class SlotTable:
         self.starting: dict[int, set] = {}
         self.ending: dict[int, set] = {}
         self.reservations: set = set()
+        # VM reservations booked for the future by backfilling (their `backfill` flag set when added), until they
+        # leave the table: what a premature end may book again, without a walk over every lease
+        self.backfills: set = set()
         self.cpu = self.types.index("CPU")
         # Nodes out of planning (their host went silent): left out of `nodes`, their capacity counts as zero, so
         # no mapper and no fit test can place anything there until they come back.
@@ -167,6 +170,7 @@ class SlotTable:
         # The nodes in planning whose profile is empty, by capacity (ranks, sorted), and the others (`busy`).
         self.idle: dict[Vec, SortedList] = {}
         self.busy: set[int] = set()
+        self.busy_ranks: SortedList = SortedList()   # the busy nodes' ranks: `busy` in node order
         for n in self.nodes:
             self.idle.setdefault(self.caps[n], SortedList()).add(self.rank[n])
 
@@ -178,13 +182,20 @@ class SlotTable:
             if node not in self.busy:
                 self.idle[self.caps[node]].discard(self.rank[node])
                 self.busy.add(node)
+                self.busy_ranks.add(self.rank[node])
         elif node in self.busy:
             self.busy.discard(node)
+            self.busy_ranks.discard(self.rank[node])
             self.idle.setdefault(self.caps[node], SortedList()).add(self.rank[node])
 
     def nodes_in_order(self, nodes: Iterable[int]) -> list[int]:
         """The given nodes in node order (the order of `nodes`)."""
         return sorted(nodes, key=self.rank.__getitem__)
+
+    def busy_nodes(self) -> list[int]:
+        """The nodes in planning with something booked, in node order."""
+        node_ids = self.site.node_ids
+        return [node_ids[r] for r in self.busy_ranks]
 
     def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
         """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
@@ -199,6 +210,7 @@ class SlotTable:
             return
         if node in self.busy:
             self.busy.discard(node)
+            self.busy_ranks.discard(self.rank[node])
         else:
             self.idle[self.caps[node]].discard(self.rank[node])
         self.down.add(node)
@@ -215,6 +227,7 @@ class SlotTable:
         self.total_cap = vadd(self.total_cap, self.caps[node])
         self.nodes = [n for n in self.site.node_ids if n not in self.down]
         self.busy.add(node)     # filed again (busy or idle) by its profile
+        self.busy_ranks.add(self.rank[node])
         self._touch(node)
         self.released += 1      # capacity came back: leases that did not fit may fit now
 
@@ -234,6 +247,8 @@ class SlotTable:
                 self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
+        if rr.backfill:
+            self.backfills.add(rr)
         self._index(rr)
 
     def remove(self, rr) -> None:
@@ -251,6 +266,7 @@ class SlotTable:
         given `now`, its nodes are pruned at once, so that a node it leaves idle is filed idle now)."""
         self.released += 1
         self.reservations.discard(rr)
+        self.backfills.discard(rr)
         for pnode in rr.demand:
             self.by_node[pnode].discard(rr)
             if now is not None:
