@@ -402,7 +402,7 @@ class LeaseScheduler:
             self.table.remove(rr)
             rr.state = "cancelled"
         vmrr.post = []
-        self.table.retime(vmrr, vmrr.start, now)
+        self.table.cut(vmrr, now)
         self.end_rr(vmrr, now)
         self.finish(lease, now)
         self.reevaluate(now)
