@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from itertools import count
-from operator import add as _add, sub as _sub
+from operator import add as _add, le as _le, sub as _sub
 from typing import Iterable
 
 from sortedcontainers import SortedList
@@ -22,15 +22,15 @@ Vec = tuple[int, ...]
 
 
 def vadd(a: Vec, b: Vec) -> Vec:
-    return tuple(x + y for x, y in zip(a, b))
+    return tuple(map(_add, a, b))
 
 
 def vsub(a: Vec, b: Vec) -> Vec:
-    return tuple(x - y for x, y in zip(a, b))
+    return tuple(map(_sub, a, b))
 
 
 def fits(need: Vec, free: Vec) -> bool:
-    return all(n <= f for n, f in zip(need, free))
+    return all(map(_le, need, free))
 
 
 class Profile:
@@ -88,12 +88,12 @@ class Profile:
         t, u = self.t, self.u
         i = bisect_right(t, a) - 1
         cur = u[i] if i >= 0 else self.zero
-        if not all([n + c <= k for n, c, k in zip(need, cur, cap)]):
+        if not all(map(_le, map(_add, need, cur), cap)):
             return False
         i += 1
         n_t = len(t)
         while i < n_t and t[i] < b:
-            if not all([n + c <= k for n, c, k in zip(need, u[i], cap)]):
+            if not all(map(_le, map(_add, need, u[i]), cap)):
                 return False
             i += 1
         return True
@@ -108,7 +108,7 @@ class Profile:
         while True:
             cur = u[i] if i >= 0 else self.zero
             nxt = t[i + 1] if i + 1 < n_t else INF
-            if all([n + c <= k for n, c, k in zip(need, cur, cap)]):
+            if all(map(_le, map(_add, need, cur), cap)):
                 if nxt >= x + length:
                     return x
             elif nxt == INF:
@@ -122,11 +122,11 @@ class Profile:
         t, u = self.t, self.u
         i = bisect_right(t, a) - 1
         cur = u[i] if i >= 0 else self.zero
-        if not all(n + c <= k for n, c, k in zip(need, cur, cap)):
+        if not all(map(_le, map(_add, need, cur), cap)):
             return a
         i += 1
         while i < len(t):
-            if not all(n + c <= k for n, c, k in zip(need, u[i], cap)):
+            if not all(map(_le, map(_add, need, u[i]), cap)):
                 return t[i]
             i += 1
         return INF
@@ -248,8 +248,9 @@ class SlotTable:
     def add(self, rr) -> None:
         self.reservations.add(rr)
         profiles, by_node, busy = self.profiles, self.by_node, self.busy
+        start, end = rr.start, rr.end
         for pnode, d in rr.demand.items():
-            profiles[pnode].add(rr.start, rr.end, d)
+            profiles[pnode].add(start, end, d)
             by_node[pnode].add(rr)
             if pnode not in busy:   # adding usage never empties a profile
                 self._touch(pnode)
@@ -260,10 +261,13 @@ class SlotTable:
         self._index(rr)
 
     def remove(self, rr) -> None:
+        profiles, busy = self.profiles, self.busy
+        start, end = rr.start, rr.end
         for pnode, d in rr.demand.items():
-            self.profiles[pnode].add(rr.start, rr.end, d, -1)
+            prof = profiles[pnode]
+            prof.add(start, end, d, -1)
             # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
-            if not self.profiles[pnode].t or pnode not in self.busy:
+            if not prof.t or pnode not in busy:
                 self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total(), -1)
@@ -275,11 +279,13 @@ class SlotTable:
         self.released += 1
         self.reservations.discard(rr)
         self.backfills.discard(rr)
+        by_node, profiles = self.by_node, self.profiles
         for pnode in rr.demand:
-            self.by_node[pnode].discard(rr)
+            by_node[pnode].discard(rr)
             if now is not None:
-                self.profiles[pnode].prune(now)
-                if not self.profiles[pnode].t:
+                prof = profiles[pnode]
+                prof.prune(now)
+                if not prof.t:
                     self._touch(pnode)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
@@ -331,14 +337,20 @@ class SlotTable:
 
     def nodes_with_room(self, need: Vec, t: int, nodes) -> list[int]:
         """The nodes (in the given order) where `need` fits at instant t."""
-        caps, profiles, zero = self.caps, self.profiles, self.zero
+        caps, profiles = self.caps, self.profiles
+        # what may be in use on a node of each capacity for `need` to fit: one comparison of vectors per node
+        limits = {cap: tuple(map(_sub, cap, need)) for cap in set(caps[n] for n in nodes)} if nodes else {}
         out = []
-        for n in nodes:
+        append = out.append
+        for n in nodes:   # this runs for every node of every fit test: Profile.at, inlined
             prof = profiles[n]
-            i = bisect_right(prof.t, t) - 1   # Profile.at, inlined: this runs for every node of every fit test
-            used = prof.u[i] if i >= 0 else zero
-            if all([u + x <= c for u, x, c in zip(used, need, caps[n])]):
-                out.append(n)
+            pt = prof.t
+            if not pt or t < pt[0]:
+                used = prof.zero
+            else:
+                used = prof.u[bisect_right(pt, t) - 1]
+            if all(map(_le, used, limits[caps[n]])):
+                append(n)
         return out
 
     def free_at(self, node: int, t: int) -> Vec:
@@ -379,6 +391,9 @@ class SlotTable:
         rrs = self.by_node[node]
         if not rrs:
             return 0
+        if len(rrs) == 1:
+            rr = next(iter(rrs))
+            return 1 if rr.start <= t < rr.end else 0
         return len({rr.lease.id for rr in rrs if rr.start <= t < rr.end})
 
     def leases_between(self, a: int, b: int) -> list:
