@@ -50,7 +50,8 @@ class GreedyMapper:
         them, but lazily and with no work per idle node: idle nodes all score alike, so they come in node order
         wherever their score falls among the busy nodes' (equal scores keep node order)."""
         table, policies = self.table, self.policies
-        busy = table.busy_nodes()
+        # the busy nodes in any order: sorting by (score, node order) below fixes theirs
+        busy = table.busy
         if smallest is not None:
             busy = table.nodes_with_room(smallest, start, busy)
         rank = table.rank

@@ -55,6 +55,18 @@ class Profile:
             u.append(d)
             u.append(zero)
             return
+        # Taking back the last booking of a profile (a future booking cancelled, a node's only lease ending): its
+        # two breakpoints go, and the one before when usage there is what it was before the booking.
+        n = len(t)
+        if sign < 0 and n >= 2 and t[-1] == b and t[-2] == a and u[-1] == zero and u[-2] == d:
+            del t[-1]
+            del u[-1]
+            if (u[-2] if n > 2 else zero) == zero:
+                del t[-1]
+                del u[-1]
+            else:
+                u[-1] = zero
+            return
         # Breakpoints at a and b (inlined: this is the hottest path of a simulation).
         i = bisect_left(t, a)
         if i == len(t) or t[i] != a:
@@ -178,7 +190,6 @@ class SlotTable:
         # The nodes in planning whose profile is empty, by capacity (ranks, sorted), and the others (`busy`).
         self.idle: dict[Vec, SortedList] = {}
         self.busy: set[int] = set()
-        self.busy_ranks: SortedList = SortedList()   # the busy nodes' ranks: `busy` in node order
         for n in self.nodes:
             self.idle.setdefault(self.caps[n], SortedList()).add(self.rank[n])
 
@@ -190,20 +201,13 @@ class SlotTable:
             if node not in self.busy:
                 self.idle[self.caps[node]].discard(self.rank[node])
                 self.busy.add(node)
-                self.busy_ranks.add(self.rank[node])
         elif node in self.busy:
             self.busy.discard(node)
-            self.busy_ranks.discard(self.rank[node])
             self.idle.setdefault(self.caps[node], SortedList()).add(self.rank[node])
 
     def nodes_in_order(self, nodes: Iterable[int]) -> list[int]:
         """The given nodes in node order (the order of `nodes`)."""
         return sorted(nodes, key=self.rank.__getitem__)
-
-    def busy_nodes(self) -> list[int]:
-        """The nodes in planning with something booked, in node order."""
-        node_ids = self.site.node_ids
-        return [node_ids[r] for r in self.busy_ranks]
 
     def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
         """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
@@ -218,7 +222,6 @@ class SlotTable:
             return
         if node in self.busy:
             self.busy.discard(node)
-            self.busy_ranks.discard(self.rank[node])
         else:
             self.idle[self.caps[node]].discard(self.rank[node])
         self.down.add(node)
@@ -235,7 +238,6 @@ class SlotTable:
         self.total_cap = vadd(self.total_cap, self.caps[node])
         self.nodes = [n for n in self.site.node_ids if n not in self.down]
         self.busy.add(node)     # filed again (busy or idle) by its profile
-        self.busy_ranks.add(self.rank[node])
         self._touch(node)
         self.released += 1      # capacity came back: leases that did not fit may fit now
 
@@ -394,7 +396,7 @@ class SlotTable:
         if len(rrs) == 1:
             rr = next(iter(rrs))
             return 1 if rr.start <= t < rr.end else 0
-        return len({rr.lease.id for rr in rrs if rr.start <= t < rr.end})
+        return len({rr.lease for rr in rrs if rr.start <= t < rr.end})   # one Lease object per lease
 
     def leases_between(self, a: int, b: int) -> list:
         seen: dict = {}
