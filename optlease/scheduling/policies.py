@@ -5,6 +5,7 @@ Admission decides whether a request may be scheduled at all; preemptability scor
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Protocol
 
 from optlease.domain.lease import LeaseKind, LeaseState
@@ -84,6 +85,31 @@ class GreedyHosts:
             stable = (change - time) / lease.req.duration
         return 0.5 * few_leases + 0.25 * 1.0 + 0.25 * stable
 
+    def score_many(self, nodes, time: int, lease: Lease, table: SlotTable) -> list[tuple[float, int]]:
+        """(score, node) for each node, as `score` gives it, with its lookups inlined: the mapper scores every busy
+        node with room at each placement."""
+        horizon, duration = self.HORIZON, lease.req.duration
+        by_node, profiles = table.by_node, table.profiles
+        out = []
+        for node in nodes:
+            rrs = by_node[node]
+            if not rrs:
+                in_node = 0
+            elif len(rrs) == 1:
+                rr = next(iter(rrs))
+                in_node = 1 if rr.start <= time < rr.end else 0
+            else:
+                in_node = min(len({rr.lease for rr in rrs if rr.start <= time < rr.end}), horizon)
+            few_leases = 1 - in_node / horizon
+            pt = profiles[node].t
+            i = bisect_right(pt, time)
+            if i == len(pt) or pt[i] - time >= duration:
+                stable = 1.0
+            else:
+                stable = (pt[i] - time) / duration
+            out.append((0.5 * few_leases + 0.25 * 1.0 + 0.25 * stable, node))
+        return out
+
 
 ADMISSION = {"accept-all": AcceptAll, "no-ARs": NoARs}
 PREEMPTION = {"no-preemption": NoPreemption, "ar-preempts-everything": ARPreemptsEverything}
@@ -111,6 +137,8 @@ class Policies:
 
     def score_hosts(self, nodes: list[int], time: int, lease: Lease, table: SlotTable) -> list[tuple[float, int]]:
         """(score, node) for each node, in the given order."""
+        if type(self.hosts) is GreedyHosts:
+            return self.hosts.score_many(nodes, time, lease, table)
         score = self.hosts.score
         return [(score(n, time, lease, table), n) for n in nodes]
 

@@ -251,8 +251,19 @@ class SlotTable:
         self.reservations.add(rr)
         profiles, by_node, busy = self.profiles, self.by_node, self.busy
         start, end = rr.start, rr.end
+        zero = self.zero
         for pnode, d in rr.demand.items():
-            profiles[pnode].add(start, end, d)
+            if start < end:
+                prof = profiles[pnode]
+                pt = prof.t
+                if pt and (start <= pt[-1] or prof.u[-1] != zero) or d == zero:
+                    prof.add(start, end, d)
+                else:   # Profile.add's first case (booked past every breakpoint), inlined: the common one
+                    pu = prof.u
+                    pt.append(start)
+                    pt.append(end)
+                    pu.append(d)
+                    pu.append(zero)
             by_node[pnode].add(rr)
             if pnode not in busy:   # adding usage never empties a profile
                 self._touch(pnode)
@@ -341,7 +352,7 @@ class SlotTable:
         """The nodes (in the given order) where `need` fits at instant t."""
         caps, profiles = self.caps, self.profiles
         # what may be in use on a node of each capacity for `need` to fit: one comparison of vectors per node
-        limits = {cap: tuple(map(_sub, cap, need)) for cap in set(caps[n] for n in nodes)} if nodes else {}
+        limits: dict[Vec, Vec] = {}
         out = []
         append = out.append
         for n in nodes:   # this runs for every node of every fit test: Profile.at, inlined
@@ -351,7 +362,11 @@ class SlotTable:
                 used = prof.zero
             else:
                 used = prof.u[bisect_right(pt, t) - 1]
-            if all(map(_le, used, limits[caps[n]])):
+            cap = caps[n]
+            limit = limits.get(cap)
+            if limit is None:
+                limit = limits[cap] = tuple(map(_sub, cap, need))
+            if all(map(_le, used, limit)):
                 append(n)
         return out
 
