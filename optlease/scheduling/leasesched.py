@@ -33,6 +33,9 @@ class LeaseScheduler:
         self.pending: list[Lease] = []
         self.leases: dict[int, Lease] = {}     # in the system: not done, rejected or cancelled
         self.finished: list[Lease] = []
+        # leases whose VMs run (a VM reservation started and not ended or cancelled): what the CPU-utilization
+        # probe sums at each instant, without a walk over every lease in the system
+        self.running: dict[int, Lease] = {}
         self._empty = GreedyMapper(SlotTable(site), policies)
         self._fits_empty: dict[tuple, bool] = {}
         self._room: dict = {}
@@ -278,6 +281,8 @@ class LeaseScheduler:
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             if rr.state == "active":
                 self._hold(rr, rr.start, now, outcome="requeued" if rr.kind == VM else "cancelled")
+                if rr.kind == VM:
+                    self.running.pop(rr.lease.id, None)
             if rr.state != "done":
                 self.table.remove(rr)
                 rr.state = "cancelled"
@@ -351,6 +356,7 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("VMSCHED", "Started VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.set_state(S.ACTIVE)
+            self.running[lease.id] = lease
             if lease.first_start is None:
                 lease.first_start = now
             real_end = now + lease.real_remaining()
@@ -372,6 +378,7 @@ class LeaseScheduler:
         lease = rr.lease
         self._hold(rr, rr.start, rr.end)
         if rr.kind == VM:
+            self.running.pop(lease.id, None)
             if self.log.info_on:
                 self.log.info("VMSCHED", "Stopped VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.accumulated += rr.end - rr.start
@@ -473,6 +480,7 @@ class LeaseScheduler:
         lease.set_state(S.DONE)
         lease.end = now
         self.leases.pop(lease.id, None)
+        self.running.pop(lease.id, None)
         self.finished.append(lease)
 
     def _hold(self, rr: RR, start: int, end: int, outcome: str | None = None) -> None:
