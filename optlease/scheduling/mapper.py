@@ -73,12 +73,18 @@ class GreedyMapper:
         maxend = end
         pos = 0
         cur = vnodes[0]
+        # fit tests already answered, by profile: nodes alike share one (SlotTable._change)
+        answers: dict[tuple, bool] = {}
         for pnode in pnodes:
             prof = table.usage_of(preempting, pnode, start) if preempting else table.profiles[pnode]
             cap = table.caps[pnode]
             need = demands[cur]
             while True:
-                if prof.fits_between(start, maxend, need, cap):
+                key = (prof, need, maxend, cap)
+                fit = answers.get(key)
+                if fit is None:
+                    fit = answers[key] = prof.fits_between(start, maxend, need, cap)
+                if fit:
                     mapping[cur] = pnode
                     pos += 1
                     if pos == len(vnodes):

@@ -36,12 +36,19 @@ def fits(need: Vec, free: Vec) -> bool:
 class Profile:
     """Usage over time: `u[i]` holds on [t[i], t[i+1]); zero before t[0] and after the last breakpoint's usage."""
 
-    __slots__ = ("t", "u", "zero")
+    __slots__ = ("t", "u", "zero", "owners")
 
     def __init__(self, zero: Vec) -> None:
         self.t: list[int] = []
         self.u: list[Vec] = []
         self.zero = zero
+        self.owners = 0   # in a slot table: how many nodes have this profile (SlotTable._change)
+
+    def copy(self) -> "Profile":
+        other = Profile(self.zero)
+        other.t = self.t[:]
+        other.u = self.u[:]
+        return other
 
     def add(self, a: int, b: int, d: Vec, sign: int = 1) -> None:
         if a >= b:
@@ -164,7 +171,12 @@ class SlotTable:
         self.zero: Vec = tuple(0 for _ in self.types)
         self.caps: dict[int, Vec] = {n: self.vector(site.capacity(n)) for n in site.node_ids}
         self.nodes: list[int] = list(site.node_ids)
-        self.profiles: dict[int, Profile] = {n: Profile(self.zero) for n in self.nodes}
+        # Nodes with the same usage over time share one Profile (copy on write, SlotTable._change): a lease's VMs
+        # booked on nodes alike change one profile, not one per node, and questions about them are answered once.
+        # Every node with nothing booked has `empty`.
+        self.empty = Profile(self.zero)
+        self.profiles: dict[int, Profile] = dict.fromkeys(self.nodes, self.empty)
+        self.empty.owners = len(self.nodes)
         self.by_node: dict[int, set] = {n: set() for n in self.nodes}
         self.total = Profile(self.zero)
         self.total_cap: Vec = self.zero
@@ -192,6 +204,31 @@ class SlotTable:
         self.busy: set[int] = set()
         for n in self.nodes:
             self.idle.setdefault(self.caps[n], SortedList()).add(self.rank[n])
+
+    def _change(self, node: int, memo: dict, key, change, *args) -> Profile:
+        """Apply `change(profile, *args)` to the node's usage. A profile the node shares is copied first, and the
+        other nodes that shared it and undergo the same change (same `key`, same `memo` for one operation) take
+        the same copy; a profile left empty is `empty`."""
+        prof = self.profiles[node]
+        seen = memo.get((id(prof), key))   # memo holds the old profile: its id is not reused meanwhile
+        if seen is not None:
+            new = seen[1]
+        elif prof.owners == 1 and prof is not self.empty:
+            change(prof, *args)
+            if prof.t:
+                return prof
+            new = self.empty
+        else:
+            new = prof.copy()
+            change(new, *args)
+            if not new.t:
+                new = self.empty
+            memo[(id(prof), key)] = (prof, new)
+        if new is not prof:
+            prof.owners -= 1
+            new.owners += 1
+            self.profiles[node] = new
+        return new
 
     def _touch(self, node: int) -> None:
         """File a node whose profile may have changed among the idle or the busy ones."""
@@ -251,19 +288,10 @@ class SlotTable:
         self.reservations.add(rr)
         profiles, by_node, busy = self.profiles, self.by_node, self.busy
         start, end = rr.start, rr.end
-        zero = self.zero
+        change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
             if start < end:
-                prof = profiles[pnode]
-                pt = prof.t
-                if pt and (start <= pt[-1] or prof.u[-1] != zero) or d == zero:
-                    prof.add(start, end, d)
-                else:   # Profile.add's first case (booked past every breakpoint), inlined: the common one
-                    pu = prof.u
-                    pt.append(start)
-                    pt.append(end)
-                    pu.append(d)
-                    pu.append(zero)
+                change(pnode, memo, d, add, start, end, d)
             by_node[pnode].add(rr)
             if pnode not in busy:   # adding usage never empties a profile
                 self._touch(pnode)
@@ -274,11 +302,11 @@ class SlotTable:
         self._index(rr)
 
     def remove(self, rr) -> None:
-        profiles, busy = self.profiles, self.busy
+        busy = self.busy
         start, end = rr.start, rr.end
+        change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
-            prof = profiles[pnode]
-            prof.add(start, end, d, -1)
+            prof = change(pnode, memo, d, add, start, end, d, -1)
             # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
             if not prof.t or pnode not in busy:
                 self._touch(pnode)
@@ -292,12 +320,11 @@ class SlotTable:
         self.released += 1
         self.reservations.discard(rr)
         self.backfills.discard(rr)
-        by_node, profiles = self.by_node, self.profiles
+        by_node, change, memo = self.by_node, self._change, {}
         for pnode in rr.demand:
             by_node[pnode].discard(rr)
             if now is not None:
-                prof = profiles[pnode]
-                prof.prune(now)
+                prof = change(pnode, memo, None, Profile.prune, now)
                 if not prof.t:
                     self._touch(pnode)
         self.ends.discard(rr.end)
@@ -323,10 +350,10 @@ class SlotTable:
         if not rr.start <= end < old:
             self.retime(rr, rr.start, end)
             return
-        profiles, busy = self.profiles, self.busy
+        busy = self.busy
+        change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
-            prof = profiles[pnode]
-            prof.add(end, old, d, -1)
+            prof = change(pnode, memo, d, add, end, old, d, -1)
             if not prof.t or pnode not in busy:
                 self._touch(pnode)
         if rr.demand:
@@ -353,20 +380,29 @@ class SlotTable:
         caps, profiles = self.caps, self.profiles
         # what may be in use on a node of each capacity for `need` to fit: one comparison of vectors per node
         limits: dict[Vec, Vec] = {}
+        # the answer for each profile (and capacity) met: nodes that share a profile are asked once
+        answers: dict[Profile, tuple[Vec, bool]] = {}
         out = []
         append = out.append
         for n in nodes:   # this runs for every node of every fit test: Profile.at, inlined
             prof = profiles[n]
+            cap = caps[n]
+            seen = answers.get(prof)
+            if seen is not None and seen[0] == cap:
+                if seen[1]:
+                    append(n)
+                continue
             pt = prof.t
             if not pt or t < pt[0]:
                 used = prof.zero
             else:
                 used = prof.u[bisect_right(pt, t) - 1]
-            cap = caps[n]
             limit = limits.get(cap)
             if limit is None:
                 limit = limits[cap] = tuple(map(_sub, cap, need))
-            if all(map(_le, used, limit)):
+            room = all(map(_le, used, limit))
+            answers[prof] = (cap, room)
+            if room:
                 append(n)
         return out
 
@@ -430,7 +466,8 @@ class SlotTable:
         return prof
 
     def prune(self, before: int) -> None:
+        memo: dict = {}
         for node in list(self.busy):
-            self.profiles[node].prune(before)
+            self._change(node, memo, None, Profile.prune, before)
             self._touch(node)
         self.total.prune(before)
