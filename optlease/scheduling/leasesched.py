@@ -210,7 +210,7 @@ class LeaseScheduler:
         vmrr.pre[:0] = copies
 
     def _copy(self, vmrr: RR, start: int, end: int, origin: dict[int, int]) -> RR:
-        copy = self.vm.rr(vmrr.lease, MIGRATE, start, end, vmrr.mapping)
+        copy = self.vm.rr(vmrr.lease, MIGRATE, start, end, vmrr.mapping, of=vmrr)
         copy.demand = {}
         copy.origin = origin   # the images it moves: vnode -> where from
         return copy
@@ -484,7 +484,8 @@ class LeaseScheduler:
         self.finished.append(lease)
 
     def _hold(self, rr: RR, start: int, end: int, outcome: str | None = None) -> None:
-        rr.lease.held.append(Held(rr.kind, start, end, dict(rr.mapping), rr.origin, outcome))
+        # the reservation's mapping itself: no reservation's mapping is changed in place
+        rr.lease.held.append(Held(rr.kind, start, end, rr.mapping, rr.origin, outcome))
 
 
 class Withdrawn(NamedTuple):

@@ -28,7 +28,12 @@ class VMScheduler:
         limit = self.opts.max_in_future
         return limit == -1 or self.future_count < limit
 
-    def rr(self, lease: Lease, kind: str, start: int, end: int, mapping: dict[int, int]) -> RR:
+    def rr(self, lease: Lease, kind: str, start: int, end: int, mapping: dict[int, int], of: RR | None = None) -> RR:
+        """A reservation of the lease's VMs placed by `mapping`; `of`: the VM reservation whose VMs it holds (its
+        resume, suspension, shutdown or image copy), which then shares its mapping and demand (neither is ever
+        changed in place: a wide lease's reservations would otherwise each copy them)."""
+        if of is not None and of.mapping is mapping and of.lease is lease:
+            return RR(lease, kind, start, end, mapping, of.demand, self.table.next_seq())
         demand: dict[int, tuple] = {}
         for vnode, pnode in mapping.items():
             d = lease.demands[vnode]
@@ -189,7 +194,7 @@ class VMScheduler:
         rrs = []
         for start, end, _nodes in sorted(blocks, key=lambda b: b[0]):
             # Each block holds the whole lease: VMs waiting for their turn (or already resumed) are in memory.
-            rr = self.rr(vmrr.lease, kind, start, end, vmrr.mapping)
+            rr = self.rr(vmrr.lease, kind, start, end, vmrr.mapping, of=vmrr)
             rr.vm = vmrr
             rr.first = rr.last = False
             rrs.append(rr)
@@ -198,6 +203,6 @@ class VMScheduler:
         (vmrr.pre if kind == RESUME else vmrr.post).extend(rrs)
 
     def add_shutdown(self, vmrr: RR, shutdown: int) -> None:
-        rr = self.rr(vmrr.lease, SHUTDOWN, vmrr.end, vmrr.end + shutdown, vmrr.mapping)
+        rr = self.rr(vmrr.lease, SHUTDOWN, vmrr.end, vmrr.end + shutdown, vmrr.mapping, of=vmrr)
         rr.vm = vmrr
         vmrr.post = [rr]
