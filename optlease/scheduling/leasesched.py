@@ -59,7 +59,7 @@ class LeaseScheduler:
         self.pending.append(lease)
 
     def _fits_site(self, lease: Lease) -> bool:
-        key = tuple(lease.demands[v] for v in sorted(lease.demands))
+        key = tuple(map(lease.demands.__getitem__, sorted(lease.demands)))
         if key not in self._fits_empty:
             mapping, _, _ = self._empty.map(lease, 0, 1, strictend=True)
             self._fits_empty[key] = mapping is not None

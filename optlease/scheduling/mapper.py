@@ -62,6 +62,10 @@ class GreedyMapper:
         if first is None:
             yield from (n for *_, n in ranked)
             return
+        if not ranked:   # no busy node with room: the idle nodes alone, in node order
+            yield first
+            yield from idle
+            return
         key = -policies.score_hosts([first], start, lease, table)[0][0]
         idle_ranked = ((key, rank[n], n) for n in itertools.chain((first,), idle))
         for *_, n in heapq.merge(ranked, idle_ranked):
