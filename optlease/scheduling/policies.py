@@ -98,8 +98,15 @@ class GreedyHosts:
             elif len(rrs) == 1:
                 rr = next(iter(rrs))
                 in_node = 1 if rr.start <= time < rr.end else 0
-            else:
-                in_node = min(len({rr.lease for rr in rrs if rr.start <= time < rr.end}), horizon)
+            else:   # leases with a reservation there at `time`: most often one lease (its VM and its shutdown)
+                first, in_node = None, 0
+                for rr in rrs:
+                    if rr.start <= time < rr.end:
+                        if first is None:
+                            first, in_node = rr.lease, 1
+                        elif rr.lease is not first:
+                            in_node = min(len({rr.lease for rr in rrs if rr.start <= time < rr.end}), horizon)
+                            break
             few_leases = 1 - in_node / horizon
             pt = profiles[node].t
             i = bisect_right(pt, time)
