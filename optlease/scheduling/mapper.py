@@ -55,7 +55,7 @@ class GreedyMapper:
         if smallest is not None:
             busy = table.nodes_with_room(smallest, start, busy)
         rank = table.rank
-        ranked = [(-score, rank[n], n) for score, n in policies.score_hosts(busy, start, lease, table)]
+        ranked = policies.ranked_hosts(busy, start, lease, table)
         ranked.sort()
         idle = table.idle_nodes(smallest)
         first = next(idle, None)

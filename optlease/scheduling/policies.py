@@ -85,11 +85,11 @@ class GreedyHosts:
             stable = (change - time) / lease.req.duration
         return 0.5 * few_leases + 0.25 * 1.0 + 0.25 * stable
 
-    def score_many(self, nodes, time: int, lease: Lease, table: SlotTable) -> list[tuple[float, int]]:
+    def score_many(self, nodes, time: int, lease: Lease, table: SlotTable, ranked: bool = False) -> list[tuple]:
         """(score, node) for each node, as `score` gives it, with its lookups inlined: the mapper scores every busy
-        node with room at each placement."""
+        node with room at each placement. `ranked`: (-score, the node's rank in the site, node) instead."""
         horizon, duration = self.HORIZON, lease.req.duration
-        by_node, profiles = table.by_node, table.profiles
+        by_node, profiles, rank = table.by_node, table.profiles, table.rank
         out = []
         for node in nodes:
             rrs = by_node[node]
@@ -114,7 +114,8 @@ class GreedyHosts:
                 stable = 1.0
             else:
                 stable = (pt[i] - time) / duration
-            out.append((0.5 * few_leases + 0.25 * 1.0 + 0.25 * stable, node))
+            score = 0.5 * few_leases + 0.25 * 1.0 + 0.25 * stable
+            out.append((-score, rank[node], node) if ranked else (score, node))
         return out
 
 
@@ -148,6 +149,14 @@ class Policies:
             return self.hosts.score_many(nodes, time, lease, table)
         score = self.hosts.score
         return [(score(n, time, lease, table), n) for n in nodes]
+
+    def ranked_hosts(self, nodes, time: int, lease: Lease, table: SlotTable) -> list[tuple[float, int, int]]:
+        """(-score, rank in the site, node) for each node: sorted, the host policy's order (equal scores in node
+        order)."""
+        if type(self.hosts) is GreedyHosts:
+            return self.hosts.score_many(nodes, time, lease, table, ranked=True)
+        rank = table.rank
+        return [(-score, rank[n], n) for score, n in self.score_hosts(nodes, time, lease, table)]
 
     def sort_preemptees(self, preemptor: Lease, leases: list[Lease], time: int) -> list[Lease]:
         scored = [(self.preemption.score(preemptor, lease, time), lease) for lease in leases]
