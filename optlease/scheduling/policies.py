@@ -105,7 +105,7 @@ class GreedyHosts:
                         if first is None:
                             first, in_node = rr.lease, 1
                         elif rr.lease is not first:
-                            in_node = min(len({rr.lease for rr in rrs if rr.start <= time < rr.end}), horizon)
+                            in_node = min(len({rr.lease.id for rr in rrs if rr.start <= time < rr.end}), horizon)
                             break
             few_leases = 1 - in_node / horizon
             pt = profiles[node].t

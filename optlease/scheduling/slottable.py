@@ -291,9 +291,12 @@ class SlotTable:
         change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
             if start < end:
-                change(pnode, memo, d, add, start, end, d)
+                # adding usage empties a profile only where a reservation was taken out after its past was pruned
+                # (what was left of it, below zero, is made up again)
+                if not change(pnode, memo, d, add, start, end, d).t:
+                    self._touch(pnode)
             by_node[pnode].add(rr)
-            if pnode not in busy:   # adding usage never empties a profile
+            if pnode not in busy:
                 self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
@@ -447,7 +450,7 @@ class SlotTable:
         if len(rrs) == 1:
             rr = next(iter(rrs))
             return 1 if rr.start <= t < rr.end else 0
-        return len({rr.lease for rr in rrs if rr.start <= t < rr.end})   # one Lease object per lease
+        return len({rr.lease.id for rr in rrs if rr.start <= t < rr.end})
 
     def leases_between(self, a: int, b: int) -> list:
         seen: dict = {}
