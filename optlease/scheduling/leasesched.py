@@ -12,7 +12,8 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import (BOOKED, MIGRATE, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held,
+from optlease.scheduling.preparation import ImageTransfers
+from optlease.scheduling.records import (BOOKED, MIGRATE, RESUME, SHUTDOWN, SUSPEND, TRANSFER, VM, RR, Held,
                                         Lease, NotSchedulable)
 from optlease.scheduling.slottable import SlotTable, fits
 from optlease.scheduling.vmsched import VMScheduler
@@ -29,6 +30,8 @@ class LeaseScheduler:
         self.log = log
         self.table = SlotTable(site)
         self.vm = VMScheduler(self.table, opts, policies, log)
+        # disk-image transfers and caches (`lease-preparation: imagetransfer`); None: images are not managed
+        self.prep = ImageTransfers(self.table, opts.preparation, log) if opts.preparation.managed else None
         self.queue: list[Lease] = []
         self.pending: list[Lease] = []
         self.leases: dict[int, Lease] = {}     # in the system: not done, rejected or cancelled
@@ -157,8 +160,14 @@ class LeaseScheduler:
         resuming = lease.state in SUSPENDED
         fixed = None
         nodes = self.table.nodes
+        ready = None
+        prep = self.prep if self.prep is not None and not resuming and self.prep.needs(lease) else None
         if not resuming:
             earliest = None  # every node, from now
+            if prep is not None and lease.kind is not LeaseKind.AR:
+                # a best-effort or immediate lease starts where and when its image can be there
+                ready = prep.earliest(lease, now)
+                earliest = {n: r.time for n, r in ready.items()}
         elif self.opts.migration == "no":
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}
@@ -166,6 +175,7 @@ class LeaseScheduler:
             # Haizea: the resume waits for its estimate of the copies, wherever it goes
             earliest = {n: now + oh.migration_estimate(lease, self.opts) for n in nodes}
         vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
+        plan = prep.plan(lease, vmrr, ready, now) if prep is not None else None
         if preempt:
             self.log.info("LSCHED", "Must preempt leases %s to make room for lease #%i" % (
                 [p.id for p in preempt], lease.id))
@@ -176,6 +186,8 @@ class LeaseScheduler:
                 self.move_images(lease, vmrr.mapping, now)
             else:
                 self.copy_in_rounds(vmrr, now)
+        if plan is not None:
+            prep.commit(plan, vmrr)
         if vmrr.backfill:
             self.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
@@ -275,6 +287,8 @@ class LeaseScheduler:
         if vmrr.backfill and vmrr.state == "scheduled":
             self.vm.future_count -= 1
             vmrr.backfill = False
+        if self.prep is not None:
+            self.prep.release(vmrr.lease)
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             if rr.state == "active":
                 self._hold(rr, rr.start, now, outcome="requeued" if rr.kind == VM else "cancelled")
@@ -342,7 +356,12 @@ class LeaseScheduler:
         """Start a reservation; for a VM that will really end before its reservation does, return that time."""
         rr.state = "active"
         lease = rr.lease
+        if rr.kind == TRANSFER:
+            self.prep.start(rr)
+            return None
         if rr.kind == VM:
+            if self.prep is not None:
+                self.prep.started(lease)
             if rr.backfill:
                 self.vm.future_count -= 1
                 rr.backfill = False
@@ -368,6 +387,9 @@ class LeaseScheduler:
         rr.state = "done"
         self.table.forget(rr, now)
         lease = rr.lease
+        if rr.kind == TRANSFER:
+            self.prep.end(rr, now)
+            return
         self._hold(rr, rr.start, rr.end)
         if rr.kind == VM:
             if self.log.info_on:
@@ -467,6 +489,8 @@ class LeaseScheduler:
             and vmrr is not None and all(rr.state == "scheduled" for rr in (*vmrr.pre, vmrr, *vmrr.post))
 
     def finish(self, lease: Lease, now: int) -> None:
+        if self.prep is not None:
+            self.prep.release(lease)
         self.vm.estimates.learn(lease)
         lease.set_state(S.DONE)
         lease.end = now
