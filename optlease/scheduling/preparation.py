@@ -110,24 +110,24 @@ class ImageTransfers:
 
     def first_gap(self, t: int, length: int) -> int:
         """The earliest start >= t of a free stretch of the link `length` long."""
-        for start, end, _ in self.link:
-            if end <= t:
+        for _, _, x in self.link:
+            if x.end <= t:
                 continue
-            if start >= t + length:
+            if x.start >= t + length:
                 return t
-            t = max(t, end)
+            t = max(t, x.end)
         return t
 
     def last_gap(self, deadline: int, length: int, now: int) -> int | None:
         """The latest start of a free stretch of the link `length` long that ends by `deadline`, not before `now`
         (None: there is none)."""
         end = deadline
-        for start, stop, _ in reversed(self.link):
-            if start >= end:
+        for _, _, x in reversed(self.link):
+            if x.start >= end:
                 continue
-            if stop <= end - length:
+            if x.end <= end - length:
                 break
-            end = start
+            end = x.start
         return end - length if end - length >= now else None
 
     # -- placing a lease ------------------------------------------------------------------------------------
