@@ -23,6 +23,7 @@ from optlease.engine.simulator import Simulator
 from optlease.eventlog import EventLog
 from optlease.formats.schedule_json import schedule_document
 from optlease.scheduling.imagecache import NodeCache
+from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.preparation import PreparationOptions
@@ -219,3 +220,24 @@ def test_without_images_managed_nothing_changes():
     assert result.images is None and "DEPLOY" not in log
     assert [h.kind for h in result.leases[0].held] == ["vm", "shutdown"]
     assert "images" not in document(result)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=workloads(), prep=preparations, migration=st.sampled_from(["no", "yes"]),
+       backfilling=st.sampled_from(["aggressive", "conservative"]))
+def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, migration, backfilling):
+    """The queue skips a lease whose try depends on nothing that changed since it last did not fit (what was freed,
+    how its image can come, the ends before its earliest start): trying every lease at every step, as Haizea
+    does, gives the same schedule."""
+    skipping, _ = run(reqs, prep, migration=migration, backfilling=backfilling)
+    process_queue = LeaseScheduler.process_queue
+
+    def every_lease(self, now):
+        for lease in self.queue:
+            lease.cache.pop("failed", None)
+        return process_queue(self, now)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LeaseScheduler, "process_queue", every_lease)
+        trying, _ = run(reqs, prep, migration=migration, backfilling=backfilling)
+    assert document(skipping) == document(trying)

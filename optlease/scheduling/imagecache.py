@@ -32,11 +32,12 @@ class Span:
 
 
 class NodeCache:
-    def __init__(self, node: int, capacity: int | None) -> None:
+    def __init__(self, node: int, capacity: int | None, where: dict[str, set] | None = None) -> None:
         self.node = node
         self.capacity = capacity          # MB; None: unbounded
         self.entries: dict[str, Entry] = {}
         self.closed: list[Span] = []      # spans of images already evicted
+        self.where = where if where is not None else {}   # image -> nodes whose caches hold it (shared)
 
     def used(self) -> int:
         return sum(e.size for e in self.entries.values())
@@ -74,10 +75,12 @@ class NodeCache:
                 self.evict(victim.image, now)
                 free += victim.size
         self.entries[image] = Entry(image, size, now, last_use)
+        self.where.setdefault(image, set()).add(self.node)
         return True
 
     def evict(self, image: str, now: int) -> None:
         entry = self.entries.pop(image)
+        self.where[image].discard(self.node)
         self.closed.append(Span(self.node, image, entry.size, entry.since, now))
 
     def spans(self) -> list[Span]:
@@ -89,12 +92,13 @@ class ImageCaches:
 
     def __init__(self, nodes, capacity: int | None) -> None:
         self.capacity = capacity
-        self.nodes: dict[int, NodeCache] = {n: NodeCache(n, capacity) for n in nodes}
+        self.where: dict[str, set] = {}     # image -> nodes whose caches hold it
+        self.nodes: dict[int, NodeCache] = {n: NodeCache(n, capacity, self.where) for n in nodes}
         self.hits = 0       # VMs booked to start from a cached image
         self.misses = 0     # VMs whose image had to be transferred (or came with another lease's transfer)
 
-    def holding(self, image: str) -> list[int]:
-        return [n for n, cache in self.nodes.items() if cache.has(image)]
+    def holding(self, image: str) -> set[int]:
+        return self.where.get(image, set())
 
     def spans(self) -> list[Span]:
         return [span for cache in self.nodes.values() for span in cache.spans()]

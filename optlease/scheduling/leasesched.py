@@ -114,7 +114,7 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
             future = self.vm.can_schedule_in_future()
-            attempt = (self.table.released, future)
+            attempt = (self.table.released, future) if self.prep is None else self._attempt(lease, now, future)
             try:
                 if lease.cache.get("failed") == attempt:
                     raise NotSchedulable("nothing was freed since it last did not fit")
@@ -130,6 +130,25 @@ class LeaseScheduler:
                 if self.opts.backfilling == "off":
                     break
         self.queue[:0] = kept
+
+    def _attempt(self, lease: Lease, now: int, future: bool) -> tuple:
+        """What a lease's try depends on when images are transferred (`process_queue` skips a lease whose key did
+        not change since it last did not fit). Besides what was freed: its image may come sooner (a cache took it
+        in, a transfer of it was booked); and a lease that must start as soon as its image (or its memory image)
+        is there starts later at each step, where an end in between may have made room, although none has
+        happened yet. Steps at transfers' ends, which free nothing, make that matter."""
+        key = (self.table.released, future)
+        if lease.state is S.QUEUED and self.prep.needs(lease):
+            key += (self.prep.version(lease),)
+            if future:
+                return key
+            first, ways = self.prep.first_ready(lease, now)
+            key += (ways,)
+        elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
+            first = now + oh.migration_estimate(lease, self.opts)
+        else:
+            return key
+        return key + (self.table.ends.bisect_right(first),)
 
     def room_now(self, lease: Lease, now: int) -> bool:
         """A necessary condition for starting now, answered from what is free at this instant (cached in
@@ -173,7 +192,8 @@ class LeaseScheduler:
             earliest = {n: now for n in set(fixed.values())}
         else:
             # Haizea: the resume waits for its estimate of the copies, wherever it goes
-            earliest = {n: now + oh.migration_estimate(lease, self.opts) for n in nodes}
+            ready_at = now + oh.migration_estimate(lease, self.opts)
+            earliest = {n: ready_at for n in nodes}
         vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
         plan = prep.plan(lease, vmrr, ready, now) if prep is not None else None
         if preempt:
@@ -385,9 +405,13 @@ class LeaseScheduler:
 
     def end_rr(self, rr: RR, now: int) -> None:
         rr.state = "done"
+        released = self.table.released
         self.table.forget(rr, now)
         lease = rr.lease
         if rr.kind == TRANSFER:
+            # a transfer's end frees no node capacity and no link time ahead: a lease that did not fit still does
+            # not, unless a cache now holds its image (`ImageTransfers.version`)
+            self.table.released = released
             self.prep.end(rr, now)
             return
         self._hold(rr, rr.start, rr.end)

@@ -95,6 +95,10 @@ class ImageTransfers:
         self.waiting: dict[int, list[Transfer]] = {}       # lease id -> transfers not over that feed it
         self.pinned: dict[int, list[tuple[int, str, int]]] = {}   # lease id -> (node, image, vnode) it starts from
         self._ids = count(1)
+        # per image, bumped when a cache takes it in or a transfer of it is booked: what can let a lease that did
+        # not fit start sooner (its nodes' capacity aside)
+        self.changes: dict[str, int] = {}
+        self.sources: dict[int, tuple[int, int]] = {}   # lease id -> VMs booked from a cache, by a transfer
         self.transfers = 0      # transfers completed
         self.volume = 0         # MB sent over the link by them
         self.seconds = 0        # link time they took
@@ -134,6 +138,14 @@ class ImageTransfers:
     def needs(self, lease: Lease) -> bool:
         return lease.req.software is not None
 
+    def version(self, lease: Lease) -> int:
+        """How often the ways the lease's image can come changed: which caches hold it, which transfers of it a
+        lease could ride on (0: it has no image)."""
+        return self.changes.get(lease.req.software.id, 0) if lease.req.software is not None else 0
+
+    def _changed(self, image: str) -> None:
+        self.changes[image] = self.changes.get(image, 0) + 1
+
     def earliest(self, lease: Lease, now: int) -> dict[int, Ready]:
         """When each node could have the lease's image: by a transfer in the link's first free stretch, from its
         cache, or riding on a transfer of the same image that has not begun."""
@@ -156,6 +168,20 @@ class ImageTransfers:
                     if n in ready and t.end < ready[n].time:
                         ready[n] = Ready(t.end, PIGGYBACK, on=t)
         return ready
+
+    def first_ready(self, lease: Lease, now: int) -> tuple[int, tuple]:
+        """The earliest time `earliest` gives any node, and which ways reach a node by then (cache, the transfers
+        to ride on by id, a transfer of its own), without building it: with `version`, they say which nodes."""
+        image = lease.req.software.id
+        length = self.duration(lease, lease.numnodes)
+        ways = [(self.first_gap(now, length) + length, 0)]
+        if self.caches is not None and self.caches.holding(image):
+            ways.append((now, -1))
+        if self.opts.avoid_redundant:
+            ways += [(t.end, t.tid) for _, _, t in self.link if t.state == "scheduled" and t.image == image
+                     and t.end > now]
+        first = min(w[0] for w in ways)
+        return first, tuple(sorted(w[1] for w in ways if w[0] == first))
 
     def plan(self, lease: Lease, vmrr: RR, ready: dict[int, Ready] | None, now: int) -> Plan:
         """How the booking `vmrr` gets its images; NotSchedulable when an AR's cannot arrive by its start."""
@@ -191,7 +217,6 @@ class ImageTransfers:
         for vnode, pnode in plan.hits.items():
             self.caches.nodes[pnode].pin(image.id, (lease.id, vnode), vmrr.end)
             self.pinned.setdefault(lease.id, []).append((pnode, image.id, vnode))
-            self.caches.hits += 1
         waiting = self.waiting.setdefault(lease.id, [])
         for vnode, (pnode, transfer) in plan.rides.items():
             transfer.feeds.append((lease, vnode, pnode))
@@ -205,8 +230,8 @@ class ImageTransfers:
             insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
             self.table.add(t)
             waiting.append(t)
-        if self.caches is not None:
-            self.caches.misses += len(plan.rides) + len(plan.own)
+            self._changed(image.id)
+        self.sources[lease.id] = (len(plan.hits), len(plan.rides) + len(plan.own))
         if not waiting:
             del self.waiting[lease.id]
 
@@ -219,17 +244,27 @@ class ImageTransfers:
                 self._off_link(t)
                 self.table.remove(t)
                 t.state = "cancelled"
-        self.started(lease)
+                self._changed(t.image)
+        self.sources.pop(lease.id, None)
+        self._unpin(lease)
 
     def started(self, lease: Lease) -> None:
         """The lease's VMs started: they run from their own copies, so the cached images they came from are free
-        to be evicted again."""
+        to be evicted again. The booking counts toward the caches' hit rate (one that is given up does not)."""
+        hits, misses = self.sources.pop(lease.id, (0, 0))
+        if self.caches is not None:
+            self.caches.hits += hits
+            self.caches.misses += misses
+        self._unpin(lease)
+
+    def _unpin(self, lease: Lease) -> None:
         for pnode, image, vnode in self.pinned.pop(lease.id, ()):
             self.caches.nodes[pnode].unpin(image, (lease.id, vnode))
 
     # -- transfers starting and ending ----------------------------------------------------------------------
     def start(self, t: Transfer) -> None:
         self.log.info("DEPLOY", "Starting image transfer for lease %i" % t.lease.id)
+        self._changed(t.image)     # under way: nobody can ride on it any more
 
     def end(self, t: Transfer, now: int) -> None:
         self.log.info("DEPLOY", "Completed image transfer for lease %i" % t.lease.id)
@@ -251,7 +286,11 @@ class ImageTransfers:
         if self.caches is not None:
             for pnode in sorted({p for _, _, p in t.feeds}):
                 uses = [lease.last_vmrr().end for lease, _, p in t.feeds if p == pnode and lease.last_vmrr()]
-                self.caches.nodes[pnode].admit(t.image, t.size, now, max(uses, default=now))
+                cache = self.caches.nodes[pnode]
+                before = set(cache.entries)
+                cache.admit(t.image, t.size, now, max(uses, default=now))
+                for image in before ^ set(cache.entries):      # taken in, or evicted to make room
+                    self._changed(image)
 
     def _off_link(self, t: Transfer) -> None:
         for i, (_, _, other) in enumerate(self.link):
