@@ -186,7 +186,7 @@ class LeaseScheduler:
             if prep is not None and lease.kind is not LeaseKind.AR:
                 # a best-effort or immediate lease starts where and when its image can be there
                 ready = prep.earliest(lease, now)
-                earliest = {n: r.time for n, r in ready.items()}
+                earliest = ready.times
         elif self.opts.migration == "no":
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}

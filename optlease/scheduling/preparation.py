@@ -65,6 +65,14 @@ class Transfer(RR):
     __slots__ = ("image", "size", "feeds", "tid", "copies")
 
 
+class Earliest(NamedTuple):
+    """When each node could have a lease's image (`times`), the start of the transfer of its own it would book,
+    and how the nodes that need no such transfer get it (`how`)."""
+    times: dict[int, int]
+    start: int
+    how: dict
+
+
 class Ready(NamedTuple):
     """When a node can have a lease's image, and how: `start` of the transfer to book, or the transfer `on` which
     it would come."""
@@ -95,6 +103,8 @@ class ImageTransfers:
         self.waiting: dict[int, list[Transfer]] = {}       # lease id -> transfers not over that feed it
         self.pinned: dict[int, list[tuple[int, str, int]]] = {}   # lease id -> (node, image, vnode) it starts from
         self._ids = count(1)
+        self._gaps: dict[tuple[int, int], int] = {}        # first_gap's answers while the link is unchanged
+        self.open: dict[str, list[Transfer]] = {}         # image -> its transfers booked and not begun
         # per image, bumped when a cache takes it in or a transfer of it is booked: what can let a lease that did
         # not fit start sooner (its nodes' capacity aside)
         self.changes: dict[str, int] = {}
@@ -113,14 +123,20 @@ class ImageTransfers:
         return one * (copies if self.opts.mechanism == "unicast" else 1)
 
     def first_gap(self, t: int, length: int) -> int:
-        """The earliest start >= t of a free stretch of the link `length` long."""
-        for _, _, x in self.link:
-            if x.end <= t:
-                continue
-            if x.start >= t + length:
-                return t
-            t = max(t, x.end)
-        return t
+        """The earliest start >= t of a free stretch of the link `length` long (remembered until the link
+        changes: every lease in the queue asks at the same instant)."""
+        key = (t, length)
+        found = self._gaps.get(key)
+        if found is None:
+            found = t
+            for _, _, x in self.link:
+                if x.end <= found:
+                    continue
+                if x.start >= found + length:
+                    break
+                found = x.end
+            self._gaps[key] = found
+        return found
 
     def last_gap(self, deadline: int, length: int, now: int) -> int | None:
         """The latest start of a free stretch of the link `length` long that ends by `deadline`, not before `now`
@@ -146,27 +162,29 @@ class ImageTransfers:
     def _changed(self, image: str) -> None:
         self.changes[image] = self.changes.get(image, 0) + 1
 
-    def earliest(self, lease: Lease, now: int) -> dict[int, Ready]:
+    def earliest(self, lease: Lease, now: int) -> Earliest:
         """When each node could have the lease's image: by a transfer in the link's first free stretch, from its
         cache, or riding on a transfer of the same image that has not begun."""
         image = lease.req.software.id
         length = self.duration(lease, lease.numnodes)
         start = self.first_gap(now, length)
-        own = Ready(start + length, BY_TRANSFER, start)
-        ready = {n: own for n in self.table.nodes}
+        times = dict.fromkeys(self.table.nodes, start + length)
+        ready = Earliest(times, start, {})
         if self.caches is not None:
             for n in self.caches.holding(image):
-                if n in ready:
-                    ready[n] = Ready(now, FROM_CACHE)
+                if n in times:
+                    times[n] = now
+                    ready.how[n] = Ready(now, FROM_CACHE)
         if self.opts.avoid_redundant:
-            for _, _, t in self.link:
-                if t.state != "scheduled" or t.image != image or t.end <= now:
+            for t in self.open.get(image, ()):
+                if t.end <= now:
                     continue
                 # a multicast reaches one more node at no cost; a unicast only the nodes it already goes to
-                nodes = ready.keys() if self.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
+                nodes = times.keys() if self.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
                 for n in nodes:
-                    if n in ready and t.end < ready[n].time:
-                        ready[n] = Ready(t.end, PIGGYBACK, on=t)
+                    if n in times and t.end < times[n]:
+                        times[n] = t.end
+                        ready.how[n] = Ready(t.end, PIGGYBACK, on=t)
         return ready
 
     def first_ready(self, lease: Lease, now: int) -> tuple[int, tuple]:
@@ -178,12 +196,11 @@ class ImageTransfers:
         if self.caches is not None and self.caches.holding(image):
             ways.append((now, -1))
         if self.opts.avoid_redundant:
-            ways += [(t.end, t.tid) for _, _, t in self.link if t.state == "scheduled" and t.image == image
-                     and t.end > now]
+            ways += [(t.end, t.tid) for t in self.open.get(image, ()) if t.end > now]
         first = min(w[0] for w in ways)
         return first, tuple(sorted(w[1] for w in ways if w[0] == first))
 
-    def plan(self, lease: Lease, vmrr: RR, ready: dict[int, Ready] | None, now: int) -> Plan:
+    def plan(self, lease: Lease, vmrr: RR, ready: Earliest | None, now: int) -> Plan:
         """How the booking `vmrr` gets its images; NotSchedulable when an AR's cannot arrive by its start."""
         plan = Plan(lease)
         image = lease.req.software.id
@@ -192,7 +209,7 @@ class ImageTransfers:
                 cached = self.caches is not None and self.caches.nodes[pnode].has(image)
                 how = Ready(now, FROM_CACHE) if cached else None
             else:
-                how = ready[pnode]
+                how = ready.how.get(pnode)
             if how is not None and how.how == FROM_CACHE:
                 plan.hits[vnode] = pnode
             elif how is not None and how.how == PIGGYBACK:
@@ -206,7 +223,7 @@ class ImageTransfers:
                 if start is None:
                     raise NotSchedulable("Could not schedule the file transfer to complete in time.")
             else:
-                start = ready[next(iter(plan.own.values()))].start
+                start = ready.start
             plan.start, plan.end = start, start + length
         return plan
 
@@ -228,6 +245,8 @@ class ImageTransfers:
             t.copies = len(plan.own) if self.opts.mechanism == "unicast" else 1
             t.feeds = [(lease, v, p) for v, p in sorted(plan.own.items())]
             insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
+            self._gaps.clear()
+            self.open.setdefault(image.id, []).append(t)
             self.table.add(t)
             waiting.append(t)
             self._changed(image.id)
@@ -244,7 +263,6 @@ class ImageTransfers:
                 self._off_link(t)
                 self.table.remove(t)
                 t.state = "cancelled"
-                self._changed(t.image)
         self.sources.pop(lease.id, None)
         self._unpin(lease)
 
@@ -264,7 +282,7 @@ class ImageTransfers:
     # -- transfers starting and ending ----------------------------------------------------------------------
     def start(self, t: Transfer) -> None:
         self.log.info("DEPLOY", "Starting image transfer for lease %i" % t.lease.id)
-        self._changed(t.image)     # under way: nobody can ride on it any more
+        self._close(t)     # under way: nobody can ride on it any more
 
     def end(self, t: Transfer, now: int) -> None:
         self.log.info("DEPLOY", "Completed image transfer for lease %i" % t.lease.id)
@@ -293,10 +311,21 @@ class ImageTransfers:
                     self._changed(image)
 
     def _off_link(self, t: Transfer) -> None:
+        self._gaps.clear()
+        self._close(t)
         for i, (_, _, other) in enumerate(self.link):
             if other is t:
                 del self.link[i]
                 return
+
+    def _close(self, t: Transfer) -> None:
+        """No lease can ride on `t` any more."""
+        rides = self.open.get(t.image)
+        if rides is not None and t in rides:
+            rides.remove(t)
+            if not rides:
+                del self.open[t.image]
+            self._changed(t.image)
 
     # -- what the run reports -------------------------------------------------------------------------------
     def figures(self) -> dict:
