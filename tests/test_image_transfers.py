@@ -227,8 +227,8 @@ def test_without_images_managed_nothing_changes():
        backfilling=st.sampled_from(["aggressive", "conservative"]))
 def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, migration, backfilling):
     """The queue skips a lease whose try depends on nothing that changed since it last did not fit (what was freed,
-    how its image can come, the ends before its earliest start): trying every lease at every step, as Haizea
-    does, gives the same schedule."""
+    how its image can come, the ends before its earliest start), or that has no room as a whole when it could
+    start: trying every lease in full at every step, as Haizea does, gives the same schedule."""
     skipping, _ = run(reqs, prep, migration=migration, backfilling=backfilling)
     process_queue = LeaseScheduler.process_queue
 
@@ -239,5 +239,7 @@ def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, mig
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LeaseScheduler, "process_queue", every_lease)
+        patch.setattr(LeaseScheduler, "room_now", lambda self, lease, now: True)
+        patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, now: None)
         trying, _ = run(reqs, prep, migration=migration, backfilling=backfilling)
     assert document(skipping) == document(trying)

@@ -118,8 +118,11 @@ class LeaseScheduler:
             try:
                 if lease.cache.get("failed") == attempt:
                     raise NotSchedulable("nothing was freed since it last did not fit")
-                if not future and not self.room_now(lease, now):
-                    raise NotSchedulable("not enough room now")
+                if not future:
+                    # it must start at once, or (images managed) as soon as its image can be there
+                    ready = None if self.prep is None else self._room_when_ready(lease, now)
+                    if not (self.room_now(lease, now) if ready is None else ready):
+                        raise NotSchedulable("not enough room when it could start")
                 self.schedule_lease(lease, now)
                 self._room = {}
             except NotSchedulable:
@@ -149,6 +152,20 @@ class LeaseScheduler:
         else:
             return key
         return key + (self.table.ends.bisect_right(first),)
+
+    def _room_when_ready(self, lease: Lease, now: int) -> bool | None:
+        """A necessary condition for a lease that must start as soon as its image (or its memory image) can be
+        there: the site as a whole has room for it from then (the one start `VMScheduler.asap` would try). None
+        for a lease that would start now."""
+        if lease.state is S.QUEUED and self.prep.needs(lease):
+            first, resuming = self.prep.first_ready(lease, now)[0], False
+        elif lease.state in SUSPENDED and self.opts.migration == "yes":
+            first, resuming = now + oh.migration_estimate(lease, self.opts), True
+        else:
+            return None
+        t = max(now, first)
+        window = self.vm.shape(lease, resuming)[-1]
+        return self.table.earliest_total_room(t, window, lease.total_demand) <= t
 
     def room_now(self, lease: Lease, now: int) -> bool:
         """A necessary condition for starting now, answered from what is free at this instant (cached in
