@@ -165,7 +165,15 @@ class LeaseScheduler:
             return None
         t = max(now, first)
         window = self.vm.shape(lease, resuming)[-1]
-        return self.table.earliest_total_room(t, window, lease.total_demand) <= t
+        # Where the site had no room from an earlier start t0 until r0, it has none from t0 <= t < r0 either while
+        # nothing was freed (bookings only take room): remembered, so that the walk is not made again.
+        key = (self.table.released, window)
+        seen = lease.cache.get("room-from")
+        if seen is not None and seen[0] == key and seen[1] <= t < seen[2]:
+            return False
+        room = self.table.earliest_total_room(t, window, lease.total_demand)
+        lease.cache["room-from"] = (key, t, room)
+        return room <= t
 
     def room_now(self, lease: Lease, now: int) -> bool:
         """A necessary condition for starting now, answered from what is free at this instant (cached in

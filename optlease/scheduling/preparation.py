@@ -104,6 +104,8 @@ class ImageTransfers:
         self.pinned: dict[int, list[tuple[int, str, int]]] = {}   # lease id -> (node, image, vnode) it starts from
         self._ids = count(1)
         self._gaps: dict[tuple[int, int], int] = {}        # first_gap's answers while the link is unchanged
+        self._firsts: dict[tuple, tuple[int, tuple]] = {}  # first_ready's answers at one instant, likewise
+        self._firsts_at = -1
         self.open: dict[str, list[Transfer]] = {}         # image -> its transfers booked and not begun
         # per image, bumped when a cache takes it in or a transfer of it is booked: what can let a lease that did
         # not fit start sooner (its nodes' capacity aside)
@@ -192,13 +194,20 @@ class ImageTransfers:
         to ride on by id, a transfer of its own), without building it: with `version`, they say which nodes."""
         image = lease.req.software.id
         length = self.duration(lease, lease.numnodes)
-        ways = [(self.first_gap(now, length) + length, 0)]
-        if self.caches is not None and self.caches.holding(image):
-            ways.append((now, -1))
-        if self.opts.avoid_redundant:
-            ways += [(t.end, t.tid) for t in self.open.get(image, ()) if t.end > now]
-        first = min(w[0] for w in ways)
-        return first, tuple(sorted(w[1] for w in ways if w[0] == first))
+        if self._firsts_at != now:
+            self._firsts.clear()
+            self._firsts_at = now
+        key = (image, length, self.changes.get(image, 0))
+        found = self._firsts.get(key)
+        if found is None:
+            ways = [(self.first_gap(now, length) + length, 0)]
+            if self.caches is not None and self.caches.holding(image):
+                ways.append((now, -1))
+            if self.opts.avoid_redundant:
+                ways += [(t.end, t.tid) for t in self.open.get(image, ()) if t.end > now]
+            first = min(w[0] for w in ways)
+            found = self._firsts[key] = (first, tuple(sorted(w[1] for w in ways if w[0] == first)))
+        return found
 
     def plan(self, lease: Lease, vmrr: RR, ready: Earliest | None, now: int) -> Plan:
         """How the booking `vmrr` gets its images; NotSchedulable when an AR's cannot arrive by its start."""
@@ -246,6 +255,7 @@ class ImageTransfers:
             t.feeds = [(lease, v, p) for v, p in sorted(plan.own.items())]
             insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
             self._gaps.clear()
+            self._firsts.clear()
             self.open.setdefault(image.id, []).append(t)
             self.table.add(t)
             waiting.append(t)
@@ -312,6 +322,7 @@ class ImageTransfers:
 
     def _off_link(self, t: Transfer) -> None:
         self._gaps.clear()
+        self._firsts.clear()
         self._close(t)
         for i, (_, _, other) in enumerate(self.link):
             if other is t:
