@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from optlease.accounting.collection import AccountingDataCollection
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
@@ -32,6 +32,7 @@ class SimulationResult:
     admissions: list | None = None      # CpsatRound.admissions under `mapper: cpsat`
     notes: list[str] = field(default_factory=list)
     accounting: AccountingDataCollection | None = None   # the probes' data, stopped at the run's end
+    images: Any = None   # scheduling.preparation.ImageTransfers under `lease-preparation: imagetransfer`
 
 
 def kinds_breakdown(kinds: list[LeaseKind]) -> str:
@@ -124,7 +125,8 @@ class Simulator:
         if self.accounting is not None:
             self.accounting.stop(now)
         return SimulationResult(self.site, sorted(self.leases, key=lambda lease: lease.id), now,
-                                time.perf_counter() - wall, self.opts, stepper.rounds, accounting=self.accounting)
+                                time.perf_counter() - wall, self.opts, stepper.rounds, accounting=self.accounting,
+                                images=self.sched.prep)
 
     def _account(self, now: int, arrivals: list[Lease]) -> None:
         """The probes' hooks after an instant's step, in Haizea's order: requests, leases done, the time step."""

@@ -12,7 +12,8 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import (BOOKED, MIGRATE, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held,
+from optlease.scheduling.preparation import ImageTransfers
+from optlease.scheduling.records import (BOOKED, MIGRATE, RESUME, SHUTDOWN, SUSPEND, TRANSFER, VM, RR, Held,
                                         Lease, NotSchedulable)
 from optlease.scheduling.slottable import SlotTable, fits
 from optlease.scheduling.vmsched import VMScheduler
@@ -29,6 +30,8 @@ class LeaseScheduler:
         self.log = log
         self.table = SlotTable(site)
         self.vm = VMScheduler(self.table, opts, policies, log)
+        # disk-image transfers and caches (`lease-preparation: imagetransfer`); None: images are not managed
+        self.prep = ImageTransfers(self.table, opts.preparation, log) if opts.preparation.managed else None
         self.queue: list[Lease] = []
         self.pending: list[Lease] = []
         self.leases: dict[int, Lease] = {}     # in the system: not done, rejected or cancelled
@@ -114,12 +117,15 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
             future = self.vm.can_schedule_in_future()
-            attempt = (self.table.released, future)
+            attempt = (self.table.released, future) if self.prep is None else self._attempt(lease, now, future)
             try:
                 if lease.cache.get("failed") == attempt:
                     raise NotSchedulable("nothing was freed since it last did not fit")
-                if not future and not self.room_now(lease, now):
-                    raise NotSchedulable("not enough room now")
+                if not future:
+                    # it must start at once, or (images managed) as soon as its image can be there
+                    ready = None if self.prep is None else self._room_when_ready(lease, now)
+                    if not (self.room_now(lease, now) if ready is None else ready):
+                        raise NotSchedulable("not enough room when it could start")
                 self.schedule_lease(lease, now)
                 self._room = {}
             except NotSchedulable:
@@ -130,6 +136,47 @@ class LeaseScheduler:
                 if self.opts.backfilling == "off":
                     break
         self.queue[:0] = kept
+
+    def _attempt(self, lease: Lease, now: int, future: bool) -> tuple:
+        """What a lease's try depends on when images are transferred (`process_queue` skips a lease whose key did
+        not change since it last did not fit). Besides what was freed: its image may come sooner (a cache took it
+        in, a transfer of it was booked); and a lease that must start as soon as its image (or its memory image)
+        is there starts later at each step, where an end in between may have made room, although none has
+        happened yet. Steps at transfers' ends, which free nothing, make that matter."""
+        key = (self.table.released, future)
+        if lease.state is S.QUEUED and self.prep.needs(lease):
+            key += (self.prep.version(lease),)
+            if future:
+                return key
+            first, ways = self.prep.first_ready(lease, now)
+            key += (ways,)
+        elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
+            first = now + oh.migration_estimate(lease, self.opts)
+        else:
+            return key
+        return key + (self.table.ends.bisect_right(first),)
+
+    def _room_when_ready(self, lease: Lease, now: int) -> bool | None:
+        """A necessary condition for a lease that must start as soon as its image (or its memory image) can be
+        there: the site as a whole has room for it from then (the one start `VMScheduler.asap` would try). None
+        for a lease that would start now."""
+        if lease.state is S.QUEUED and self.prep.needs(lease):
+            first, resuming = self.prep.first_ready(lease, now)[0], False
+        elif lease.state in SUSPENDED and self.opts.migration == "yes":
+            first, resuming = now + oh.migration_estimate(lease, self.opts), True
+        else:
+            return None
+        t = max(now, first)
+        window = self.vm.shape(lease, resuming)[-1]
+        # Where the site had no room from an earlier start t0 until r0, it has none from t0 <= t < r0 either while
+        # nothing was freed (bookings only take room): remembered, so that the walk is not made again.
+        key = (self.table.released, window)
+        seen = lease.cache.get("room-from")
+        if seen is not None and seen[0] == key and seen[1] <= t < seen[2]:
+            return False
+        room = self.table.earliest_total_room(t, window, lease.total_demand)
+        lease.cache["room-from"] = (key, t, room)
+        return room <= t
 
     def room_now(self, lease: Lease, now: int) -> bool:
         """A necessary condition for starting now, answered from what is free at this instant (cached in
@@ -160,8 +207,14 @@ class LeaseScheduler:
         resuming = lease.state in SUSPENDED
         fixed = None
         nodes = self.table.nodes
+        ready = None
+        prep = self.prep if self.prep is not None and not resuming and self.prep.needs(lease) else None
         if not resuming:
             earliest = None  # every node, from now
+            if prep is not None and lease.kind is not LeaseKind.AR:
+                # a best-effort or immediate lease starts where and when its image can be there
+                ready = prep.earliest(lease, now)
+                earliest = ready.times
         elif self.opts.migration == "no":
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}
@@ -169,6 +222,7 @@ class LeaseScheduler:
             # Haizea: the resume waits for its estimate of the copies, wherever it goes (one estimate for every node)
             earliest = dict.fromkeys(nodes, now + oh.migration_estimate(lease, self.opts))
         vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
+        plan = prep.plan(lease, vmrr, ready, now) if prep is not None else None
         if preempt:
             self.log.info("LSCHED", "Must preempt leases %s to make room for lease #%i" % (
                 [p.id for p in preempt], lease.id))
@@ -179,6 +233,8 @@ class LeaseScheduler:
                 self.move_images(lease, vmrr.mapping, now)
             else:
                 self.copy_in_rounds(vmrr, now)
+        if plan is not None:
+            prep.commit(plan, vmrr)
         if vmrr.backfill:
             self.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
@@ -278,6 +334,8 @@ class LeaseScheduler:
         if vmrr.backfill and vmrr.state == "scheduled":
             self.vm.future_count -= 1
             vmrr.backfill = False
+        if self.prep is not None:
+            self.prep.release(vmrr.lease)
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             if rr.state == "active":
                 self._hold(rr, rr.start, now, outcome="requeued" if rr.kind == VM else "cancelled")
@@ -349,7 +407,12 @@ class LeaseScheduler:
         """Start a reservation; for a VM that will really end before its reservation does, return that time."""
         rr.state = "active"
         lease = rr.lease
+        if rr.kind == TRANSFER:
+            self.prep.start(rr)
+            return None
         if rr.kind == VM:
+            if self.prep is not None:
+                self.prep.started(lease)
             if rr.backfill:
                 self.vm.future_count -= 1
                 rr.backfill = False
@@ -374,8 +437,15 @@ class LeaseScheduler:
 
     def end_rr(self, rr: RR, now: int) -> None:
         rr.state = "done"
+        released = self.table.released
         self.table.forget(rr, now)
         lease = rr.lease
+        if rr.kind == TRANSFER:
+            # a transfer's end frees no node capacity and no link time ahead: a lease that did not fit still does
+            # not, unless a cache now holds its image (`ImageTransfers.version`)
+            self.table.released = released
+            self.prep.end(rr, now)
+            return
         self._hold(rr, rr.start, rr.end)
         if rr.kind == VM:
             self.running.pop(lease.id, None)
@@ -476,6 +546,8 @@ class LeaseScheduler:
             and vmrr is not None and all(rr.state == "scheduled" for rr in (*vmrr.pre, vmrr, *vmrr.post))
 
     def finish(self, lease: Lease, now: int) -> None:
+        if self.prep is not None:
+            self.prep.release(lease)
         self.vm.estimates.learn(lease)
         lease.set_state(S.DONE)
         lease.end = now

@@ -8,8 +8,9 @@ from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState, check_tra
 
 # Reservation kinds. `migrate` is the copy of a suspended lease's memory image between nodes: it holds no node
 # capacity (the VM is not running) and is written to schedule files as a `migrate` with a `from` mapping and
-# `"what": "memory-image"`.
-VM, SUSPEND, RESUME, SHUTDOWN, MIGRATE = "vm", "suspend", "resume", "shutdown", "migrate"
+# `"what": "memory-image"`. `transfer` is a disk image sent from the repository (scheduling.preparation): it holds no
+# node capacity either.
+VM, SUSPEND, RESUME, SHUTDOWN, MIGRATE, TRANSFER = "vm", "suspend", "resume", "shutdown", "migrate", "transfer"
 
 
 class RR:
@@ -75,6 +76,7 @@ class Held:
     mapping: dict[int, int]
     origin: dict[int, int] | None = None
     outcome: str | None = None
+    extra: dict | None = None     # more keys for the schedule file (a transfer's image, size, link and id)
 
 
 WAITING = (LeaseState.QUEUED, LeaseState.SUSPENDED_QUEUED)          # best-effort, in the queue
