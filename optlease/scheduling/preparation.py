@@ -59,6 +59,24 @@ class PreparationOptions:
                    cache_size=g("diskimage-cache-size"))
 
 
+class PreparedTable(SlotTable):
+    """The slot table of a run with image transfers: it also counts what gives room back in the future (a
+    reservation taken out or moved, a node back), which a reservation that simply ends does not (its usage is in the
+    past). `LeaseScheduler` remembers where a lease had no room until this changes."""
+
+    def __init__(self, site) -> None:
+        super().__init__(site)
+        self.freed = 0
+
+    def remove(self, rr) -> None:
+        self.freed += 1
+        super().remove(rr)
+
+    def bring_up(self, node: int) -> None:
+        self.freed += 1
+        super().bring_up(node)
+
+
 class Transfer(RR):
     """One transfer over the repository's link: `feeds` are the (lease, vnode, node) it brings the image to."""
 
