@@ -240,6 +240,6 @@ def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, mig
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LeaseScheduler, "process_queue", every_lease)
         patch.setattr(LeaseScheduler, "room_now", lambda self, lease, now: True)
-        patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, now: None)
+        patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, now, t: True)
         trying, _ = run(reqs, prep, migration=migration, backfilling=backfilling)
     assert document(skipping) == document(trying)
