@@ -121,7 +121,7 @@ class LeaseScheduler:
                     raise NotSchedulable("nothing was freed since it last did not fit")
                 if not future:
                     # it must start at once, or (images managed) as soon as its image can be there
-                    if not (self.room_now(lease, now) if first is None else self._room_when_ready(lease, now, first)):
+                    if not (self.room_now(lease, now) if first is None else self._room_when_ready(lease, *first)):
                         raise NotSchedulable("not enough room when it could start")
                 self.schedule_lease(lease, now)
                 self._room = {}
@@ -149,14 +149,24 @@ class LeaseScheduler:
             first, ways = self.prep.first_ready(lease, now)
             key += (ways,)
         elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
-            first = now + oh.migration_estimate(lease, self.opts)
+            first, ways = now + oh.migration_estimate(lease, self.opts), None
         else:
             return key, None
-        return key + (self.table.ends.bisect_right(first),), max(now, first)
+        return key + (self.table.ends.bisect_right(first),), (max(now, first), ways)
 
-    def _room_when_ready(self, lease: Lease, now: int, t: int) -> bool:
+    def _room_when_ready(self, lease: Lease, t: int, ways: tuple | None) -> bool:
         """A necessary condition for a lease that must start at `t`, as soon as its image (or its memory image) can
-        be there: the site as a whole has room for it from then (the one start `VMScheduler.asap` would try)."""
+        be there (the one start `VMScheduler.asap` would try): the nodes its image reaches by then (`ways`, as
+        `ImageTransfers.first_ready` names them; None: every node) have room for it at `t`, and the site as a
+        whole from `t` on."""
+        nodes = None if ways is None else self.prep.nodes_by(lease, ways)
+        if nodes is not None:
+            free = self.table.zero
+            for n in nodes:
+                if n not in self.table.down:
+                    free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
+            if not fits(lease.total_demand, free):
+                return False
         resuming = lease.state in SUSPENDED
         if self.opts.runtime_estimate == "requested":
             shape = ("window", resuming, lease.accumulated)     # what it is fixed by while it waits

@@ -227,6 +227,19 @@ class ImageTransfers:
             found = self._firsts[key] = (first, tuple(sorted(w[1] for w in ways if w[0] == first)))
         return found
 
+    def nodes_by(self, lease: Lease, ways: tuple) -> set[int] | None:
+        """The nodes the given ways (as `first_ready` names them) bring the lease's image to; None: every node."""
+        image = lease.req.software.id
+        nodes: set[int] = set()
+        for way in ways:
+            if way == 0 or (way > 0 and self.opts.mechanism == "multicast"):
+                return None
+            if way == -1:
+                nodes |= self.caches.holding(image)
+            else:
+                nodes |= {p for t in self.open.get(image, ()) if t.tid == way for _, _, p in t.feeds}
+        return nodes
+
     def plan(self, lease: Lease, vmrr: RR, ready: Earliest | None, now: int) -> Plan:
         """How the booking `vmrr` gets its images; NotSchedulable when an AR's cannot arrive by its start."""
         plan = Plan(lease)
