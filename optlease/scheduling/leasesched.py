@@ -159,13 +159,18 @@ class LeaseScheduler:
         be there (the one start `VMScheduler.asap` would try): the nodes its image reaches by then (`ways`, as
         `ImageTransfers.first_ready` names them; None: every node) have room for it at `t`, and the site as a
         whole from `t` on."""
-        nodes = None if ways is None else self.prep.nodes_by(lease, ways)
-        if nodes is not None:
-            free = self.table.zero
-            for n in nodes:
-                if n not in self.table.down:
-                    free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
-            if not fits(lease.total_demand, free):
+        if ways is not None and ways != (0,):
+            # what those nodes have free at t, kept for this pass over the queue until something is placed
+            key = ("ways", lease.req.software.id, self.prep.version(lease), ways, t)
+            if key not in self._room:
+                free = self.table.zero
+                nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
+                for n in () if nodes is None else nodes:
+                    if n not in self.table.down:
+                        free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
+                self._room[key] = None if nodes is None else free
+            free = self._room[key]
+            if free is not None and not fits(lease.total_demand, free):
                 return False
         resuming = lease.state in SUSPENDED
         if self.opts.runtime_estimate == "requested":
