@@ -36,6 +36,9 @@ class LeaseScheduler:
         self.pending: list[Lease] = []
         self.leases: dict[int, Lease] = {}     # in the system: not done, rejected or cancelled
         self.finished: list[Lease] = []
+        # leases whose VMs run (a VM reservation started and not ended or cancelled): what the CPU-utilization
+        # probe sums at each instant, without a walk over every lease in the system
+        self.running: dict[int, Lease] = {}
         self._empty = GreedyMapper(SlotTable(site), policies)
         self._fits_empty: dict[tuple, bool] = {}
         self._room: dict = {}
@@ -59,7 +62,7 @@ class LeaseScheduler:
         self.pending.append(lease)
 
     def _fits_site(self, lease: Lease) -> bool:
-        key = tuple(lease.demands[v] for v in sorted(lease.demands))
+        key = tuple(map(lease.demands.__getitem__, sorted(lease.demands)))
         if key not in self._fits_empty:
             mapping, _, _ = self._empty.map(lease, 0, 1, strictend=True)
             self._fits_empty[key] = mapping is not None
@@ -232,9 +235,8 @@ class LeaseScheduler:
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}
         else:
-            # Haizea: the resume waits for its estimate of the copies, wherever it goes
-            ready_at = now + oh.migration_estimate(lease, self.opts)
-            earliest = {n: ready_at for n in nodes}
+            # Haizea: the resume waits for its estimate of the copies, wherever it goes (one estimate for every node)
+            earliest = dict.fromkeys(nodes, now + oh.migration_estimate(lease, self.opts))
         vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
         plan = prep.plan(lease, vmrr, ready, now) if prep is not None else None
         if preempt:
@@ -280,7 +282,7 @@ class LeaseScheduler:
         vmrr.pre[:0] = copies
 
     def _copy(self, vmrr: RR, start: int, end: int, origin: dict[int, int]) -> RR:
-        copy = self.vm.rr(vmrr.lease, MIGRATE, start, end, vmrr.mapping)
+        copy = self.vm.rr(vmrr.lease, MIGRATE, start, end, vmrr.mapping, of=vmrr)
         copy.demand = {}
         copy.origin = origin   # the images it moves: vnode -> where from
         return copy
@@ -353,6 +355,8 @@ class LeaseScheduler:
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             if rr.state == "active":
                 self._hold(rr, rr.start, now, outcome="requeued" if rr.kind == VM else "cancelled")
+                if rr.kind == VM:
+                    self.running.pop(rr.lease.id, None)
             if rr.state != "done":
                 self.table.remove(rr)
                 rr.state = "cancelled"
@@ -360,8 +364,10 @@ class LeaseScheduler:
     def reevaluate(self, now: int) -> None:
         """After a premature end: leases booked for the future may now start earlier, so they are booked again
         (Haizea: back to the queue where they no longer fit)."""
-        future = [lease for lease in self.leases.values()
-                  if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
+        # only leases with a backfilled reservation in the table can qualify
+        booked = {rr.lease.id: rr.lease for rr in self.table.backfills}
+        future = [lease for lease in booked.values() if self.leases.get(lease.id) is lease
+                  and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
                   and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
                   and self._replannable(lease)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
@@ -429,6 +435,7 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("VMSCHED", "Started VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.set_state(S.ACTIVE)
+            self.running[lease.id] = lease
             if lease.first_start is None:
                 lease.first_start = now
             real_end = now + lease.real_remaining()
@@ -457,6 +464,7 @@ class LeaseScheduler:
             return
         self._hold(rr, rr.start, rr.end)
         if rr.kind == VM:
+            self.running.pop(lease.id, None)
             if self.log.info_on:
                 self.log.info("VMSCHED", "Stopped VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.accumulated += rr.end - rr.start
@@ -487,7 +495,7 @@ class LeaseScheduler:
             self.table.remove(rr)
             rr.state = "cancelled"
         vmrr.post = []
-        self.table.retime(vmrr, vmrr.start, now)
+        self.table.cut(vmrr, now)
         self.end_rr(vmrr, now)
         self.finish(lease, now)
         self.reevaluate(now)
@@ -560,10 +568,12 @@ class LeaseScheduler:
         lease.set_state(S.DONE)
         lease.end = now
         self.leases.pop(lease.id, None)
+        self.running.pop(lease.id, None)
         self.finished.append(lease)
 
     def _hold(self, rr: RR, start: int, end: int, outcome: str | None = None) -> None:
-        rr.lease.held.append(Held(rr.kind, start, end, dict(rr.mapping), rr.origin, outcome))
+        # the reservation's mapping itself: no reservation's mapping is changed in place
+        rr.lease.held.append(Held(rr.kind, start, end, rr.mapping, rr.origin, outcome))
 
 
 class Withdrawn(NamedTuple):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState, check_transition
 
@@ -103,14 +104,13 @@ class Lease:
     overruns: int = 0                         # times it ran past the run-time estimate it was booked for
     cache: dict = field(default_factory=dict)  # derived figures that never change (total demand, estimates)
 
-    @property
+    @cached_property
     def total_demand(self) -> tuple:
-        if "total" not in self.cache:
-            total = None
-            for d in self.demands.values():
-                total = d if total is None else tuple(x + y for x, y in zip(total, d))
-            self.cache["total"] = total
-        return self.cache["total"]
+        """The usage of all its VMs together (its demands never change: computed once)."""
+        total = None
+        for d in self.demands.values():
+            total = d if total is None else tuple(x + y for x, y in zip(total, d))
+        return total
 
     @property
     def id(self) -> int:
