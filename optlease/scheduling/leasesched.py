@@ -162,19 +162,6 @@ class LeaseScheduler:
         be there (the one start `VMScheduler.asap` would try): the nodes its image reaches by then (`ways`, as
         `ImageTransfers.first_ready` names them; None: every node) have room for it at `t`, and the site as a
         whole from `t` on."""
-        if ways is not None and ways != (0,):
-            # what those nodes have free at t, kept for this pass over the queue until something is placed
-            key = ("ways", lease.req.software.id, self.prep.version(lease), ways, t)
-            if key not in self._room:
-                free = self.table.zero
-                nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
-                for n in () if nodes is None else nodes:
-                    if n not in self.table.down:
-                        free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
-                self._room[key] = None if nodes is None else free
-            free = self._room[key]
-            if free is not None and not fits(lease.total_demand, free):
-                return False
         resuming = lease.state in SUSPENDED
         if self.opts.runtime_estimate == "requested":
             shape = ("window", resuming, lease.accumulated)     # what it is fixed by while it waits
@@ -190,6 +177,19 @@ class LeaseScheduler:
         seen = lease.cache.get("room-from")
         if seen is not None and seen[0] == key and seen[1] <= t < seen[2]:
             return False
+        if ways is not None and ways != (0,):
+            # what those nodes have free at t, kept for this pass over the queue until something is placed
+            nodes_key = ("ways", lease.req.software.id, self.prep.version(lease), ways, t)
+            if nodes_key not in self._room:
+                free = self.table.zero
+                nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
+                for n in () if nodes is None else nodes:
+                    if n not in self.table.down:
+                        free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
+                self._room[nodes_key] = None if nodes is None else free
+            free = self._room[nodes_key]
+            if free is not None and not fits(lease.total_demand, free):
+                return False
         room = self.table.earliest_total_room(t, window, lease.total_demand)
         lease.cache["room-from"] = (key, t, room)
         return room <= t
