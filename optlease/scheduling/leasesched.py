@@ -306,7 +306,10 @@ class LeaseScheduler:
         self.cancel_vmrr(vmrr, now)
         lease.vmrrs.pop()
         lease.requeues += 1
-        if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
+        if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING, S.RESUMING):
+            # a copy of its memory image or a resume that has begun is given up too: the image stays where it is
+            if lease.state is S.MIGRATING:
+                lease.set_state(S.SUSPENDED_SCHEDULED)
             lease.set_state(S.SUSPENDED_QUEUED)
         else:
             if lease.state is S.ACTIVE:
