@@ -139,7 +139,7 @@ def add_exclusion(rm: RoundModel) -> Terms:
                              m.new_interval_var(begin, job.resume, begin + job.resume, f"resume[lease={job.id}]"))
             continue
         for node in sorted({n for nodes in job.candidates for n in nodes if n not in rm.pool_of}):
-            xs = [rm.vm_to_node[job.id, vm, node] for vm, nodes in enumerate(job.candidates) if node in nodes]
+            xs = [rm.vm_to_node[job.id, vm, node] for vm in range(job.numvms) if (job.id, vm, node) in rm.vm_to_node]
             used = m.new_bool_var(f"resumes_on[lease={job.id},node={node}]")
             m.add_max_equality(used, xs)
             rm.derive(used, lambda v, xs=xs: max(v(x) for x in xs))

@@ -133,7 +133,8 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
 
 
 def _common(lease: LeaseSnapshot) -> dict:
-    return dict(id=lease.id, kind=lease.kind, demand=tuple(dict(vm) for vm in lease.request.vms),
+    # the request's own VM demands (nothing changes them; copying them cost a 140-VM lease 140 dicts per round)
+    return dict(id=lease.id, kind=lease.kind, demand=tuple(lease.request.vms),
                 remaining=lease.remaining, shutdown=lease.overheads.shutdown, suspend=lease.overheads.suspend,
                 allowed=lease.allowed_nodes)
 
