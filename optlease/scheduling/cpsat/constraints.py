@@ -170,7 +170,7 @@ def add_symmetry(rm: RoundModel) -> Terms:
         if job.origin or job.planned_nodes or job.pooled:   # pooled VMs have no order to break
             continue
         # a VM's node number, a pool counting as -1 - its index
-        index = [sum(n * rm.vm_to_node[job.id, vm, n] for n in nodes if (job.id, vm, n) in rm.vm_to_node)
+        index = [sum(n * rm.vm_to_node[job.id, vm, n] for n in rm.split(nodes)[0])
                  - sum((p + 1) * rm.vm_to_pool[job.id, vm, p] for p in range(len(rm.pools))
                        if (job.id, vm, p) in rm.vm_to_pool)
                  for vm, nodes in enumerate(job.candidates)]

@@ -141,9 +141,7 @@ def add_hint(rm: RoundModel, plan: Plan) -> int:
             m.add_hint(rm.start[job.id], p.start if placed else job.earliest)
         if job.pooled:
             counts = Counter(p.nodes) if placed else Counter()
-            for n in job.candidates[0]:
-                if (job.id, n) not in rm.vms_on_node:
-                    continue
+            for n in rm.split(job.candidates[0])[0]:
                 count, used = rm.vms_on_node[job.id, n]
                 m.add_hint(used, counts[n] > 0)
                 if count is not used:
@@ -157,9 +155,8 @@ def add_hint(rm: RoundModel, plan: Plan) -> int:
                         m.add_hint(count, in_pool[pool])
             continue
         for vm, cands in enumerate(job.candidates):
-            for n in cands:
-                if (job.id, vm, n) in rm.vm_to_node:
-                    m.add_hint(rm.vm_to_node[job.id, vm, n], placed and p.nodes[vm] == n)
+            for n in rm.split(cands)[0]:
+                m.add_hint(rm.vm_to_node[job.id, vm, n], placed and p.nodes[vm] == n)
             for pool in range(len(rm.pools)):
                 if (job.id, vm, pool) in rm.vm_to_pool:
                     m.add_hint(rm.vm_to_pool[job.id, vm, pool], placed and rm.pool_of.get(p.nodes[vm]) == pool)

@@ -50,6 +50,17 @@ class RoundModel:
     # that gives every variable a value is checked at once, where a partial one costs CP-SAT a search to complete
     derived: list[tuple[cp_model.IntVar, Callable]] = field(default_factory=list)
 
+    _split: dict = field(default_factory=dict)
+
+    def split(self, nodes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A candidate list as its nodes outside every pool and the pools it reaches (leases share a few candidate
+        lists, so each is split once)."""
+        if nodes not in self._split:
+            alone = tuple(n for n in nodes if n not in self.pool_of)
+            pools = tuple(sorted({self.pool_of[n] for n in nodes if n in self.pool_of}))
+            self._split[nodes] = (alone, pools)
+        return self._split[nodes]
+
     def derive(self, var: cp_model.IntVar, rule: Callable) -> None:
         """`rule(value)` is `var`'s value in a hinted plan, `value` reading the hint's value of any expression."""
         self.derived.append((var, rule))
@@ -169,17 +180,14 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
         most = job.resume + job.remaining + job.shutdown
         rm.derive(size, lambda v: min(most, max(0, v(finish) - v(rm.start[job.id]))))
     for vm, nodes in enumerate(job.candidates):
-        pools = set()
-        for node in nodes:
-            if node in rm.pool_of:
-                pools.add(rm.pool_of[node])
-                continue
+        alone, pools = rm.split(nodes)
+        for node in alone:
             x = m.new_bool_var(f"vm_to_node[{name},vm={vm + 1},node={node}]")
             rm.vm_to_node[job.id, vm, node] = x
             iv = m.new_optional_interval_var(rm.start[job.id], size, finish, x,
                                              f"tail[{name},vm={vm + 1},node={node}]")
             rm.holds.append(Demand(iv, node, job.demand[vm]))
-        for p in sorted(pools):
+        for p in pools:
             y = m.new_bool_var(f"vm_to_pool[{name},vm={vm + 1},pool={p}]")
             rm.vm_to_pool[job.id, vm, p] = y
             iv = m.new_optional_interval_var(rm.start[job.id], size, finish, y, f"tail[{name},vm={vm + 1},pool={p}]")
@@ -190,7 +198,8 @@ def _add_pooled(rm: RoundModel, job: Job, finish: cp_model.LinearExprT) -> None:
     """Identical fresh VMs: per candidate node, how many start there, and one interval holding them all."""
     m, name = rm.model, f"lease={job.id}"
     size = job.resume + job.remaining + job.shutdown
-    for p in sorted({rm.pool_of[n] for n in job.candidates[0] if n in rm.pool_of}):
+    alone, pools = rm.split(job.candidates[0])
+    for p in pools:
         used = m.new_bool_var(f"uses_pool[{name},pool={p}]")
         most = min(job.numvms, rm.pools[p].capacity)
         if most == 1:
@@ -202,9 +211,7 @@ def _add_pooled(rm: RoundModel, job: Job, finish: cp_model.LinearExprT) -> None:
         rm.vms_in_pool[job.id, p] = (count, used)
         iv = m.new_optional_interval_var(rm.start[job.id], size, finish, used, f"tail[{name},pool={p}]")
         rm.pool_holds[p].append((iv, count if most > 1 else 1, job.id, -1))
-    for node in job.candidates[0]:
-        if node in rm.pool_of:
-            continue
+    for node in alone:
         used = m.new_bool_var(f"uses_node[{name},node={node}]")
         most = job.per_node(rm.data.capacity[node])
         if most == 1:

@@ -16,6 +16,7 @@ The cumulative over the pool's slots therefore states exactly the plans the per-
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
@@ -119,10 +120,11 @@ def _staircase(cap: dict[str, int], demand: dict[str, int], slots: int,
     return tuple((end, used) for end, used in out if used > 0)
 
 
-def assign(pool: Pool, now: int, tails: list[tuple[int, int, int, int]]) -> dict[int, list[int]]:
-    """Lay the pool's tails (start, end, VM count, lease) on its nodes in start order; per lease, its nodes (one per
-    VM). Each slot is free from when its node's fixed holds leave it; any slot free at a start will do (module)."""
-    free_from: list[tuple[int, int]] = []   # (node, time) per slot
+def assign(pool: Pool, now: int, tails: list[tuple[int, int, int, object]]) -> dict[object, list[int]]:
+    """Lay the pool's tails (start, end, VM count, key) on its nodes in start order; per key, its nodes (one per
+    VM). Each slot is free from when its node's fixed holds leave it; any slot free at a start will do (module), so
+    each tail takes the slots free longest (a heap by the time each slot is free from, then node)."""
+    free_from: list[tuple[int, int]] = []   # (time, node) per slot
     for n in pool.nodes:
         steps = pool.blocks.get(n, ())
         times = [now] * pool.slots
@@ -131,13 +133,14 @@ def assign(pool: Pool, now: int, tails: list[tuple[int, int, int, int]]) -> dict
             for s in range(pool.slots - used, pool.slots - held):
                 times[s] = end
             held = max(held, used)
-        free_from.extend((n, t) for t in times)
-    out: dict[int, list[int]] = {}
-    for start, end, count, lease in sorted(tails):
-        picked = [i for i, (_, t) in enumerate(free_from) if t <= start][:count]
-        if len(picked) < count:
-            raise AssertionError(f"pool {pool.index}: lease {lease} finds {len(picked)} of {count} slots at {start}")
-        for i in picked:
-            out.setdefault(lease, []).append(free_from[i][0])
-            free_from[i] = (free_from[i][0], end)
+        free_from.extend((t, n) for t in times)
+    heapq.heapify(free_from)
+    out: dict[object, list[int]] = {}
+    for start, end, count, key in sorted(tails):
+        taken = [heapq.heappop(free_from) for _ in range(count)]
+        if any(t > start for t, _ in taken):
+            raise AssertionError(f"pool {pool.index}: {key} finds fewer than {count} free slots at {start}")
+        out.setdefault(key, []).extend(n for _, n in taken)
+        for _, n in taken:
+            heapq.heappush(free_from, (end, n))
     return out
