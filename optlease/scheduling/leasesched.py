@@ -290,7 +290,11 @@ class LeaseScheduler:
         self.cancel_vmrr(vmrr, now)
         lease.vmrrs.pop()
         lease.requeues += 1
-        if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
+        if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING, S.RESUMING):
+            # Still suspended: its memory images stay where they are now. A copy under way is given up (the rounds
+            # done stay done, as after a premature end); Haizea would fail here (migrating -> queued).
+            if lease.state is S.MIGRATING:
+                lease.set_state(S.SUSPENDED_SCHEDULED)
             lease.set_state(S.SUSPENDED_QUEUED)
         else:
             if lease.state is S.ACTIVE:
