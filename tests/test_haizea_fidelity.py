@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from optlease.accounting.metrics import run_summary
 from optlease.checker import check_schedule
-from optlease.domain.lease import LeaseKind, LeaseRequest
+from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.engine.run import simulate
 from optlease.errors import InputError
 from optlease.formats.config import load_config
@@ -94,6 +94,37 @@ def test_memory_images_move_in_rounds_and_the_resume_waits_for_the_estimate():
     copies = [r for r in doc["leases"][0]["reservations"] if r.get("what") == "memory-image"]
     assert [(r["kind"], r["start"][11:], r["from"]) for r in copies] == [
         ("migrate", "13:30:00", {"1": 1}), ("migrate", "13:31:22", {"2": 1})]
+
+
+def test_a_lease_preempted_while_it_migrates_is_requeued_suspended_and_ends():
+    """An AR takes the nodes a migrating lease was to resume on, in the middle of its copies (Haizea 1.1 fails here)."""
+    leases, log, _ = run("migration-preempted.lwf")
+    lease = leases[1]
+    assert line("13:32:00", "LSCHED", "... lease #1 has been cancelled and requeued.") in log
+    # the first round stays done, the one under way is given up, and only the image still on node 1 is copied again
+    copies = [(h.start, h.end, h.origin, h.outcome) for h in lease.held if h.kind == "migrate"]
+    assert copies == [(at("13:30:00"), at("13:31:22"), {1: 1}, None),
+                      (at("13:31:22"), at("13:32:00"), {2: 1}, "cancelled"),
+                      (at("13:32:00"), at("13:33:22"), {2: 1}, None)]
+    # it resumes where its images are once AR 3 is over, and keeps all it ran before its suspension
+    (resume,) = [h for h in lease.held if h.kind == "resume"]
+    assert resume.start >= held(leases[3], "vm")[0][1] and resume.mapping == {1: 2, 2: 3}
+    assert sum(end - start for start, end in held(lease, "vm")) == 3600
+    assert (lease.state, lease.suspensions, lease.migrations) == (LeaseState.DONE, 1, 1)
+    assert all(other.state is LeaseState.DONE for other in leases.values())
+
+
+def test_a_lease_preempted_while_it_resumes_is_requeued_suspended_and_ends():
+    leases, log, _ = run("resume-preempted.lwf")
+    lease = leases[1]
+    assert line("13:35:40", "LSCHED", "... lease #1 has been cancelled and requeued.") in log
+    resumes = [(h.start, h.outcome) for h in lease.held if h.kind == "resume"]
+    assert resumes[0] == (at("13:35:28"), "cancelled") and len(resumes) == 2
+    # nothing is copied again: the images stayed on nodes 2 and 3, where it resumes after AR 3
+    assert len(held(lease, "migrate")) == 2 and lease.image_nodes == {1: 2, 2: 3}
+    assert resumes[1][0] >= held(leases[3], "vm")[0][1]
+    assert sum(end - start for start, end in held(lease, "vm")) == 3600
+    assert all(other.state is LeaseState.DONE for other in leases.values())
 
 
 def test_a_premature_end_books_a_migrated_resume_again_sooner():

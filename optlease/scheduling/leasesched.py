@@ -307,7 +307,8 @@ class LeaseScheduler:
         lease.vmrrs.pop()
         lease.requeues += 1
         if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING, S.RESUMING):
-            # a copy of its memory image or a resume that has begun is given up too: the image stays where it is
+            # Still suspended: its memory images stay where they are now. A copy under way is given up (the rounds
+            # done stay done, as after a premature end); Haizea would fail here (migrating -> queued).
             if lease.state is S.MIGRATING:
                 lease.set_state(S.SUSPENDED_SCHEDULED)
             lease.set_state(S.SUSPENDED_QUEUED)
