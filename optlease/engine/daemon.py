@@ -17,6 +17,7 @@ from typing import TextIO
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.enact.base import TaskOutcome, parse_vm_name
+from optlease.engine import checkpoint
 from optlease.engine.clock import RealClock
 from optlease.engine.daemon_site import FROM_AGENTS, make_enactor, site_from_agents, site_from_config
 from optlease.eventlog import LEVELS, EventLog
@@ -191,10 +192,22 @@ class Manager(Atomic, Recovery):
                 self.store.add_step(t, changed, self.decisions.recorded)
             if late:
                 self._say_late(t, late, before, changed)
+            if self.store.path and self.store.entries >= checkpoint.CHECKPOINT_EVERY:
+                with self._atomic("the checkpoint"):
+                    self.write_checkpoint()
             if not catching_up:
                 with self._atomic("enactment"):
                     self._enact()
         self.enact_wake.set()
+
+    def write_checkpoint(self) -> None:
+        """Write a checkpoint of the live state and drop the journal entries it covers (lock held)."""
+        began = time.perf_counter()
+        body = checkpoint.dump(self)
+        dropped = self.store.add_checkpoint(self.next_id - 1, checkpoint.fingerprint(), body)
+        self.log.status("RM", f"checkpoint of {len(self.sched.leases) + len(self.inbox)} leases in the system "
+                              f"({len(body) // 1024} KiB) replaces {dropped} journal entries, in "
+                              f"{time.perf_counter() - began:.2f} s")
 
     def run(self) -> None:
         """The scheduling thread. Anything it raises stops the daemon with one line: never a frozen state."""
