@@ -90,6 +90,8 @@ def load(manager, body: bytes, ids: list[int], finished_lease) -> None:
     sched, stepper = manager.sched, manager.stepper
     vars(sched).update(state["sched"])
     sched.finished = []
+    if sched.table.changed is None:
+        sched.table.changed = set()
     vars(stepper).update(state["stepper"])
     vars(stepper.planner).update(state["planner"])
     manager.inbox = state["inbox"]

@@ -25,7 +25,8 @@ from optlease.engine.atomic import Atomic, GuardedLock, Stopped
 from optlease.engine.decisions import Decisions
 from optlease.engine.loop import Stepper, cancel, fail, leases_on, node_down, node_up, requeue
 from optlease.engine.recovery import Recovery
-from optlease.reconcile import _REPORTED as REPORTED_STATES, desired_state, reconcile, rows_of_leases
+from optlease.engine.plan_view import PlanView
+from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, reconcile
 from optlease.engine.persist import Store
 from optlease.errors import InputError
 from optlease.formats.config import Config
@@ -64,6 +65,8 @@ class Manager(Atomic, Recovery):
         self.origin = datetime.fromtimestamp(self.epoch)
         self.log = EventLog(self.origin, cfg.get("general", "loglevel"), None)
         self.sched = LeaseScheduler(self.site, self.opts, policies, self.log)
+        self.sched.table.changed = set()
+        self.view = PlanView({})      # node -> host names once they are known (below)
         self.stepper = Stepper(self.sched)
         self.decisions = Decisions(None if self.stepper.planner.name == "greedy" else self.stepper.planner)
         self.all: dict[int, Lease] = {}
@@ -72,6 +75,10 @@ class Manager(Atomic, Recovery):
         self._finished_seen = 0
         self.notes: list[str] = []
         self.lock = GuardedLock()
+        self._staged: list[tuple[LeaseRequest, str | None]] = []   # requests not yet committed, in id order
+        self._commits = threading.Condition()    # guards the two below (never taken while waiting for `lock`)
+        self._committing = False                 # a batch of staged requests is being written
+        self._committed = 0                      # every staged request up to this id is on disk
         self._replay(journal)
         self.next_id = self.store.next_id()
         self._set_log(out)
@@ -87,9 +94,12 @@ class Manager(Atomic, Recovery):
         self.migration_type = "warm"           # Haizea migrates suspended images only; they always move warm
         self._said: set[str] = set()
         self._dirty = True            # a step happened since the last enactment pass
-        self._last_news: tuple = ()   # what the hosts reported at the last pass
         self.enactor = enactor if enactor is not None else make_enactor(cfg, self.site)
         self.host_names = self._host_names(cfg)
+        self.view.host_of = dict(enumerate(self.host_names, start=1))
+        self._last_running: dict = {}
+        self._last_hosts: tuple = ()
+        self._unsettled: set[str] = set()    # VMs that differed from the plan at the last pass
         self.submitted_at: dict[int, float] = {}
         self._thread: threading.Thread | None = None
         self._enact_thread: threading.Thread | None = None
@@ -130,14 +140,22 @@ class Manager(Atomic, Recovery):
         return lease
 
     def _run_step(self, t: int) -> list[Lease]:
+        """One step at t; the leases it changed: those that arrived, those with a reservation starting or ending at
+        t, those whose reservations the step added, moved or dropped (the slot table's `changed`), and those that
+        finished."""
         arrivals = [lease for lease in self.inbox if lease.req.arrival <= t]
         if arrivals:
             self.inbox = [lease for lease in self.inbox if lease.req.arrival > t]
+        table = self.sched.table
+        at_t = [rr.lease for rr in table.starting_at(t)] + [rr.lease for rr in table.ending_at(t)]
         self.stepper.step(t, arrivals)
         self.last_t = t
         fin = self.sched.finished
-        changed = list(self.sched.leases.values()) + fin[self._finished_seen:]
+        changed = list({id(lease): lease for lease in (*arrivals, *at_t, *table.changed,
+                                                       *fin[self._finished_seen:])}.values())
+        table.changed.clear()
         self._finished_seen = len(fin)
+        self.view.touch(changed)
         return changed
 
     def _cancel(self, lease: Lease, t: int) -> None:
@@ -146,23 +164,54 @@ class Manager(Atomic, Recovery):
         self.log.now = t
         cancel(self.sched, lease, t)
         self._finished_seen = len(self.sched.finished)
+        self.view.touch([lease])
 
     # -- what the API calls (under the lock) -------------------------------------------------------------------
     def now(self) -> int:
         return max(self.clock.now(), self.last_t)
 
     def submit(self, make_request, xml: str | None = None) -> int:
-        """`make_request(id, arrival)` builds the request (raising InputError); it is committed, then queued."""
+        """`make_request(id, arrival)` builds the request (raising InputError); it is committed, then queued, and
+        only then is its id returned.
+
+        Group commit: requests that arrive while another batch is being written wait, then go to disk together in
+        one transaction (one fsync for the batch instead of one each). A request is in no step and no answer
+        before its batch is committed, so the journal's order is the order in which the scheduler saw them."""
         with self.lock:
-            arrival = self.now()
-            req = make_request(self.next_id, arrival)
-            with self._atomic(f"storing request {self.next_id}"):
-                self.store.add_request(req, xml)
+            req = make_request(self.next_id, self.now())
             self.next_id += 1
-            self.inbox.append(self._new_lease(req))
+            self._staged.append((req, xml))
             self.submitted_at[req.id] = time.time()
+        self._commit_staged(req.id)
         self.wake.set()
         return req.id
+
+    def _commit_staged(self, upto: int) -> None:
+        """Return once the request `upto` is committed: the first caller to find no batch under way writes every
+        request staged so far; the others wait for it and go in the next batch if theirs missed this one."""
+        with self._commits:
+            while self._committed < upto:
+                if not self._committing:
+                    self._committing = True
+                    break
+                self._commits.wait()
+            else:
+                return
+        top = 0
+        try:
+            with self.lock:
+                batch, self._staged = self._staged, []
+                if batch:
+                    with self._atomic(f"storing requests {batch[0][0].id} to {batch[-1][0].id}"):
+                        self.store.add_requests(batch)
+                    for req, _ in batch:
+                        self.inbox.append(self._new_lease(req))
+                    top = batch[-1][0].id
+        finally:
+            with self._commits:
+                self._committing = False
+                self._committed = max(self._committed, top)
+                self._commits.notify_all()
 
     def cancel(self, lease_id: int) -> None:
         with self.lock:
@@ -263,30 +312,67 @@ class Manager(Atomic, Recovery):
         self._watch_hosts()
         if self.stopping.is_set() or _busy(self.enactor):
             return
-        running = self.enactor.running()
+        running, hosts = self.enactor.running(), self.enactor.hosts()
+        table = self.sched.table
+        self.view.touch(table.changed)
+        table.changed.clear()
+        moved = self.view.update(self.sched.leases, self.last_t)
+        alive = frozenset(h for h, info in hosts.items() if info.alive)
+        down = frozenset(self.host(n) for n in table.down)
         # A pass with no news (no step since the last pass, no outcome, hosts and their reports unchanged) would
-        # find nothing to do: skip it, since a pass walks every lease in the system.
-        news = (frozenset(running.items()), frozenset(h for h, i in self.enactor.hosts().items() if i.alive))
-        if only_on_news and not self._dirty and not outcomes and news == self._last_news:
+        # find nothing to do: skip it.
+        if only_on_news and not self._dirty and not outcomes and not moved and not self._unsettled \
+                and (alive, down) == self._last_hosts and running == self._last_running:
             return
-        self._dirty, self._last_news = False, news
-        leases = list(self.sched.leases.values())
-        desired = desired_state(rows_of_leases(leases), self.last_t, dict(enumerate(self.host_names, start=1)))
-        actual = {}
-        down = {self.host(n) for n in self.sched.table.down}
-        for vm, (host, state) in running.items():
-            if host in down:
-                continue        # a silent host's VMs are gone: their leases were replanned when it went down
-            if state.lower() in REPORTED_STATES:
-                actual[vm] = (host, state)
-            elif parse_vm_name(vm) is not None:
-                self._say(f"{vm} on {host} is `{state}`: left alone until it settles")
-        buckets = reconcile(actual, desired, self.enactor.hosts(), self.migration_type)
+        # Only VMs whose plan or report changed, or that differed last time, can differ now, unless hosts came
+        # or went (then every VM is looked at).
+        if (alive, down) != self._last_hosts:
+            candidates = set(running) | set(self.view.desired)
+        else:
+            candidates = moved | self._unsettled | {vm for vm, _ in running.items() ^ self._last_running.items()}
+        self._dirty, self._last_running, self._last_hosts = False, running, (alive, down)
+        differ = self._differing(candidates, running, alive, down)
+        self._unsettled = differ
+        if not differ:
+            return
+        # The reconcile step orders tasks by the room on each host: it sees every VM on the hosts the differing VMs
+        # are on or planned on, and nothing else (VMs elsewhere are as planned and weigh on no host concerned).
+        desired = self.view.desired
+        concerned = {where for vm in differ for where in (running.get(vm, (None, ""))[0],
+                                                          getattr(desired.get(vm), "host", None))}
+        concerned.discard(None)
+        actual = {vm: (host, state) for vm, (host, state) in running.items()
+                  if host in concerned and host not in down and state.lower() in REPORTED_STATES}
+        wanted = {vm: desired[vm] for host in concerned for vm in self.view.on_host.get(host, ())}
+        wanted.update((vm, desired[vm]) for vm in differ if vm in desired)
+        buckets = reconcile(actual, wanted, hosts, self.migration_type)
         for vm, why in buckets.lost:
             self._lost(vm, why)
             self._dirty = True  # the plan changed under this pass
         if buckets.tasks:
             self.enactor.submit(buckets.tasks)
+
+    def _differing(self, candidates: set[str], running: dict, alive: frozenset, down: frozenset) -> set[str]:
+        """The optlease VMs among `candidates` that are not where and as the plan has them (or are on a host that
+        is not alive)."""
+        differ = set()
+        desired = self.view.desired
+        for vm in candidates:
+            if parse_vm_name(vm) is None:
+                continue            # not an optlease VM: never touched
+            have = running.get(vm)
+            if have is not None and have[0] in down:
+                have = None         # a silent host's VMs are gone: their leases were replanned when it went down
+            if have is not None and have[1].lower() not in REPORTED_STATES:
+                self._say(f"{vm} on {have[0]} is `{have[1]}`: left alone until it settles")
+                have = None
+            state = REPORTED_STATES[have[1].lower()] if have is not None else ABSENT
+            host = have[0] if have is not None and state != ABSENT else None
+            want = desired.get(vm)
+            if (host, state) != ((want.host, want.state) if want is not None else (None, ABSENT)) \
+                    or (host is not None and host not in alive):
+                differ.add(vm)
+        return differ
 
     def _enact_loop(self) -> None:
         """Enactment between steps: outcomes arrive and in-flight tasks finish while the scheduler sleeps. What it
@@ -411,10 +497,12 @@ class Manager(Atomic, Recovery):
         self.log.now = t
         fail(self.sched, lease, t, why)
         self._finished_seen = len(self.sched.finished)
+        self.view.touch([lease])
 
     def _requeue(self, lease: Lease, t: int) -> None:
         self.log.now = t
         requeue(self.sched, lease, t)
+        self.view.touch([lease])
 
 
 def _busy(enactor) -> bool:

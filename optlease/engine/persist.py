@@ -224,11 +224,16 @@ class Store:
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('epoch', ?)", (str(epoch),))
 
     def add_request(self, req: LeaseRequest, xml: str | None) -> None:
+        self.add_requests([(req, xml)])
+
+    def add_requests(self, batch: list[tuple[LeaseRequest, str | None]]) -> None:
+        """Requests (with the XML each came as), in one transaction, journaled in this order."""
         with self._tx():
-            self.db.execute("INSERT INTO requests VALUES (?, ?, ?, ?)", (req.id, req.arrival, request_to_json(req),
-                                                                         xml))
-            self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, 'request', ?)", (req.arrival, req.id))
-            self.entries += 1
+            self.db.executemany("INSERT INTO requests VALUES (?, ?, ?, ?)",
+                                [(req.id, req.arrival, request_to_json(req), xml) for req, xml in batch])
+            self.db.executemany("INSERT INTO events (t, kind, lease_id) VALUES (?, 'request', ?)",
+                                [(req.arrival, req.id) for req, _ in batch])
+            self.entries += len(batch)
 
     def add_cancel(self, t: int, lease: Lease) -> None:
         self.add_event(t, "cancel", lease)
