@@ -10,8 +10,10 @@ stops; a restart replays the journal, which holds every change up to the one bef
 """
 from __future__ import annotations
 
+import gc
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import TextIO
 
@@ -80,6 +82,10 @@ class Manager(Atomic, Recovery):
         self._committing = False                 # a batch of staged requests is being written
         self._committed = 0                      # every staged request up to this id is on disk
         self._replay(journal)
+        # What the replay built lives as long as the daemon: out of the collector's sight, so that no full
+        # collection walks a hundred thousand leases again in the middle of a request.
+        gc.collect()
+        gc.freeze()
         self.next_id = self.store.next_id()
         self._set_log(out)
         self.clock = RealClock(self.epoch, cfg.get("simulation", "time-scale"),
@@ -177,8 +183,13 @@ class Manager(Atomic, Recovery):
         Group commit: requests that arrive while another batch is being written wait, then go to disk together in
         one transaction (one fsync for the batch instead of one each). A request is in no step and no answer
         before its batch is committed, so the journal's order is the order in which the scheduler saw them."""
+        arrival = self.now()
+        req = make_request(0, arrival)      # parsed before taking the lock: nobody waits on a parser
         with self.lock:
-            req = make_request(self.next_id, self.now())
+            if arrival < self.last_t:       # a step ran meanwhile: the request arrives after it
+                req = make_request(self.next_id, self.now())
+            else:
+                req = replace(req, id=self.next_id)
             self.next_id += 1
             self._staged.append((req, xml))
             self.submitted_at[req.id] = time.time()
