@@ -168,7 +168,8 @@ class Api:
         """Leases in the system (Haizea's meaning); `True` adds finished, cancelled and rejected ones."""
         m = self.m
         with m.lock:
-            leases = [lease for lease in m.all.values()
+            # a copy taken at once: requests being committed meanwhile add to `all` without the manager's lock
+            leases = [lease for lease in list(m.all.values())
                       if include_finished or lease.state not in (LeaseState.DONE, LeaseState.CANCELLED,
                                                                  LeaseState.REJECTED, LeaseState.FAILED)]
             return [lease_to_xml(lease, m.origin) for lease in sorted(leases, key=lambda lease: lease.id)]

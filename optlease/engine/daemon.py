@@ -29,7 +29,7 @@ from optlease.engine.loop import Stepper, cancel, fail, leases_on, node_down, no
 from optlease.engine.recovery import Recovery
 from optlease.engine.plan_view import PlanView
 from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, reconcile
-from optlease.engine.persist import Store
+from optlease.engine.persist import Store, StoreError
 from optlease.errors import InputError
 from optlease.formats.config import Config
 from optlease.scheduling.leasesched import LeaseScheduler
@@ -77,7 +77,12 @@ class Manager(Atomic, Recovery):
         self._finished_seen = 0
         self.notes: list[str] = []
         self.lock = GuardedLock()
-        self._staged: list[tuple[LeaseRequest, str | None]] = []   # requests not yet committed, in id order
+        # The intake lock guards the requests on their way in (next_id, the staged ones, the inbox, the instant of
+        # the step under way); a request takes it, never the manager's lock. Order: lock, then _intake.
+        self._intake = threading.Lock()
+        self._staged: list[tuple] = []           # (request, its XML, how to build it again): not yet committed
+        self._stepping: int | None = None        # the instant of the step under way
+        self._last_id = 0                        # the last request committed
         self._commits = threading.Condition()    # guards the two below (never taken while waiting for `lock`)
         self._committing = False                 # a batch of staged requests is being written
         self._committed = 0                      # every staged request up to this id is on disk
@@ -87,6 +92,7 @@ class Manager(Atomic, Recovery):
         gc.collect()
         gc.freeze()
         self.next_id = self.store.next_id()
+        self._last_id = self.next_id - 1
         self._set_log(out)
         self.clock = RealClock(self.epoch, cfg.get("simulation", "time-scale"),
                                cfg.get("scheduling", "wakeup-interval"))
@@ -102,6 +108,8 @@ class Manager(Atomic, Recovery):
         self._dirty = True            # a step happened since the last enactment pass
         self.enactor = enactor if enactor is not None else make_enactor(cfg, self.site)
         self.host_names = self._host_names(cfg)
+        if hasattr(self.enactor, "on_outcome"):
+            self.enactor.on_outcome = self.enact_wake.set     # a result wakes the enactment pass at once
         self.view.host_of = dict(enumerate(self.host_names, start=1))
         self._last_running: dict = {}
         self._last_hosts: tuple = ()
@@ -149,9 +157,11 @@ class Manager(Atomic, Recovery):
         """One step at t; the leases it changed: those that arrived, those with a reservation starting or ending at
         t, those whose reservations the step added, moved or dropped (the slot table's `changed`), and those that
         finished."""
-        arrivals = [lease for lease in self.inbox if lease.req.arrival <= t]
-        if arrivals:
-            self.inbox = [lease for lease in self.inbox if lease.req.arrival > t]
+        with self._intake:
+            arrivals = [lease for lease in self.inbox if lease.req.arrival <= t]
+            if arrivals:
+                self.inbox = [lease for lease in self.inbox if lease.req.arrival > t]
+            self._stepping = t      # until the step is committed, a request committed arrives after it
         table = self.sched.table
         at_t = [rr.lease for rr in table.starting_at(t)] + [rr.lease for rr in table.ending_at(t)]
         self.stepper.step(t, arrivals)
@@ -165,8 +175,9 @@ class Manager(Atomic, Recovery):
         return changed
 
     def _cancel(self, lease: Lease, t: int) -> None:
-        if lease in self.inbox:
-            self.inbox.remove(lease)
+        with self._intake:
+            if lease in self.inbox:
+                self.inbox.remove(lease)
         self.log.now = t
         cancel(self.sched, lease, t)
         self._finished_seen = len(self.sched.finished)
@@ -178,20 +189,23 @@ class Manager(Atomic, Recovery):
 
     def submit(self, make_request, xml: str | None = None) -> int:
         """`make_request(id, arrival)` builds the request (raising InputError); it is committed, then queued, and
-        only then is its id returned.
+        only then is its id returned. The manager's lock is not taken: a request never waits for a scheduling
+        round, only for its commit.
 
         Group commit: requests that arrive while another batch is being written wait, then go to disk together in
         one transaction (one fsync for the batch instead of one each). A request is in no step and no answer
-        before its batch is committed, so the journal's order is the order in which the scheduler saw them."""
+        before its batch is committed. The journal's order is the order in which the scheduler saw them: a step
+        takes the requests committed before it began, and a request committed while a step runs arrives after
+        that step's instant (so that a replay, which reads the request before the step, does not step it there
+        either)."""
+        if self.lock.refused is not None:
+            raise Stopped(f"the lease manager has stopped: {self.lock.refused}")
         arrival = self.now()
-        req = make_request(0, arrival)      # parsed before taking the lock: nobody waits on a parser
-        with self.lock:
-            if arrival < self.last_t:       # a step ran meanwhile: the request arrives after it
-                req = make_request(self.next_id, self.now())
-            else:
-                req = replace(req, id=self.next_id)
+        req = make_request(0, arrival)      # parsed before any lock is taken: nobody waits on a parser
+        with self._intake:
+            req = replace(req, id=self.next_id)
             self.next_id += 1
-            self._staged.append((req, xml))
+            self._staged.append((req, xml, make_request))
             self.submitted_at[req.id] = time.time()
         self._commit_staged(req.id)
         self.wake.set()
@@ -208,16 +222,26 @@ class Manager(Atomic, Recovery):
                 self._commits.wait()
             else:
                 return
-        top = 0
+        top, failed = 0, None
         try:
-            with self.lock:
+            with self._intake:
                 batch, self._staged = self._staged, []
-                if batch:
-                    with self._atomic(f"storing requests {batch[0][0].id} to {batch[-1][0].id}"):
-                        self.store.add_requests(batch)
-                    for req, _ in batch:
+                # no request arrives before the last step, nor at the instant of a step under way
+                floor = self.last_t if self._stepping is None else self._stepping + 1
+                reqs = [(req if req.arrival >= floor else make(req.id, max(floor, self.now())), xml)
+                        for req, xml, make in batch]
+                try:
+                    if reqs:
+                        self.store.add_requests(reqs)
+                except StoreError as exc:
+                    failed = f"storing requests {reqs[0][0].id} to {reqs[-1][0].id}: {exc}"
+                else:
+                    for req, _ in reqs:
                         self.inbox.append(self._new_lease(req))
-                    top = batch[-1][0].id
+                    top = reqs[-1][0].id if reqs else 0
+                    self._last_id = max(self._last_id, top)
+            if failed is not None:
+                self._die(failed)       # after the intake lock is given back: _die waits for the manager's
         finally:
             with self._commits:
                 self._committing = False
@@ -248,8 +272,12 @@ class Manager(Atomic, Recovery):
             with self._atomic(f"the scheduling step at {self.log.t(t)}"):
                 self._dirty = True
                 self.decisions.begin()
-                changed = self._run_step(t)
-                self.store.add_step(t, changed, self.decisions.recorded)
+                try:
+                    changed = self._run_step(t)
+                    self.store.add_step(t, changed, self.decisions.recorded)
+                finally:
+                    with self._intake:
+                        self._stepping = None
             if late:
                 self._say_late(t, late, before, changed)
             if self.store.path and self.store.entries >= checkpoint.CHECKPOINT_EVERY:
@@ -263,8 +291,9 @@ class Manager(Atomic, Recovery):
     def write_checkpoint(self) -> None:
         """Write a checkpoint of the live state and drop the journal entries it covers (lock held)."""
         began = time.perf_counter()
-        body = checkpoint.dump(self)
-        dropped = self.store.add_checkpoint(self.next_id - 1, checkpoint.fingerprint(), body)
+        with self._intake:      # no request lands meanwhile
+            body = checkpoint.dump(self)
+            dropped = self.store.add_checkpoint(self._last_id, checkpoint.fingerprint(), body)
         self.log.status("RM", f"checkpoint of {len(self.sched.leases) + len(self.inbox)} leases in the system "
                               f"({len(body) // 1024} KiB) replaces {dropped} journal entries, in "
                               f"{time.perf_counter() - began:.2f} s")
@@ -314,15 +343,20 @@ class Manager(Atomic, Recovery):
         return self.host_names[pnode - 1] if pnode <= len(self.host_names) else f"node-{pnode}"
 
     def _enact(self, only_on_news: bool = False) -> None:
-        """One reconcile pass (lock held): read outcomes, then, unless tasks are still under way, diff what the hosts
-        run against the plan at the last step and submit the ordered waves. Idempotent: a pass with nothing to do
-        sends nothing, so it runs after every step and whenever enactment has news."""
+        """One reconcile pass (lock held): read outcomes, then diff what the hosts run against the plan at the last
+        step, for the VMs whose plan or report changed, and submit the ordered waves for those whose hosts have no
+        task under way. Idempotent: a pass with nothing to do sends nothing, so it runs after every step and
+        whenever enactment has news."""
         outcomes = self.enactor.outcomes()
         for outcome in outcomes:
             self._outcome(outcome)
         self._watch_hosts()
-        if self.stopping.is_set() or _busy(self.enactor):
+        pending = getattr(self.enactor, "pending", None)
+        if self.stopping.is_set() or (pending is None and _busy(self.enactor)):
             return
+        # Tasks under way: nothing new is planned for their VMs and hosts until they settle (what those hosts
+        # report is about to change), anything elsewhere is planned now.
+        held_hosts, held_vms = pending() if pending is not None else ((), ())
         running, hosts = self.enactor.running(), self.enactor.hosts()
         table = self.sched.table
         self.view.touch(table.changed)
@@ -344,18 +378,19 @@ class Manager(Atomic, Recovery):
         self._dirty, self._last_running, self._last_hosts = False, running, (alive, down)
         differ = self._differing(candidates, running, alive, down)
         self._unsettled = differ
-        if not differ:
+        desired = self.view.desired
+        where = {vm: {running.get(vm, (None, ""))[0], getattr(desired.get(vm), "host", None)} - {None}
+                 for vm in differ}
+        todo = [vm for vm in differ if vm not in held_vms and not where[vm] & set(held_hosts)]
+        if not todo:
             return
         # The reconcile step orders tasks by the room on each host: it sees every VM on the hosts the differing VMs
         # are on or planned on, and nothing else (VMs elsewhere are as planned and weigh on no host concerned).
-        desired = self.view.desired
-        concerned = {where for vm in differ for where in (running.get(vm, (None, ""))[0],
-                                                          getattr(desired.get(vm), "host", None))}
-        concerned.discard(None)
+        concerned = set().union(*(where[vm] for vm in todo))
         actual = {vm: (host, state) for vm, (host, state) in running.items()
                   if host in concerned and host not in down and state.lower() in REPORTED_STATES}
         wanted = {vm: desired[vm] for host in concerned for vm in self.view.on_host.get(host, ())}
-        wanted.update((vm, desired[vm]) for vm in differ if vm in desired)
+        wanted.update((vm, desired[vm]) for vm in todo if vm in desired)
         buckets = reconcile(actual, wanted, hosts, self.migration_type)
         for vm, why in buckets.lost:
             self._lost(vm, why)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
@@ -116,6 +117,7 @@ class Store:
         self.path = None if path in (None, "", "none") else path
         self._seen: dict[int, tuple] = {}
         self.entries = 0      # journal entries since the last checkpoint
+        self.lock = threading.Lock()   # one transaction at a time on the connection (requests and steps)
         if self.path:
             folder = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(folder):
@@ -296,7 +298,7 @@ class Store:
                             for n, rr in enumerate(reservations_of(lease))])
 
     def _tx(self):
-        return _Transaction(self.db, self.path)
+        return _Transaction(self.db, self.path, self.lock)
 
     def close(self) -> None:
         self.db.close()
@@ -305,17 +307,26 @@ class Store:
 class _Transaction:
     """One write, all or nothing; a write SQLite refuses (a full disk, a read-only file) is a StoreError."""
 
-    def __init__(self, db: sqlite3.Connection, path: str | None) -> None:
+    def __init__(self, db: sqlite3.Connection, path: str | None, lock: threading.Lock) -> None:
         self.db = db
         self.path = path
+        self.lock = lock
 
     def __enter__(self) -> None:
+        self.lock.acquire()
         try:
             self.db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            self.lock.release()
             raise StoreError(f"cannot write it: {_why(exc)}", self.path) from None
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._end(exc_type, exc)
+        finally:
+            self.lock.release()
+
+    def _end(self, exc_type, exc) -> None:
         try:
             if exc_type is None:
                 self.db.execute("COMMIT")

@@ -52,6 +52,7 @@ class Recovery:
                 raise StoreError(f"journal entry {seq} ({kind} at {t}) does not replay: "
                                  f"{type(exc).__name__}: {exc}".replace("\n", " "), self.store.path) from None
         self.decisions.begin()
+        self._stepping = None       # the replayed steps are all committed
         self._finished_seen = len(self.sched.finished)
         self.store.remember(list(self.all.values()))
         for lease_id, state in journal.states.items():
