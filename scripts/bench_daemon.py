@@ -95,7 +95,8 @@ def bench_fast(args) -> dict:
             subscribed.wait(5)
             for host in hosts:
                 procs.append(subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host,
-                                               "--libvirt", "test:///default", "--broker", f"127.0.0.1:{broker_port}"],
+                                               "--libvirt", "test:///default", "--broker", f"127.0.0.1:{broker_port}",
+                                               "--insecure"],
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.5)      # the agents announce themselves
             at_start = sum(messages.values())
