@@ -28,7 +28,7 @@ from optlease.engine.decisions import Decisions
 from optlease.engine.loop import Stepper, cancel, fail, leases_on, node_down, node_up, requeue
 from optlease.engine.recovery import Recovery
 from optlease.engine.plan_view import PlanView
-from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, reconcile
+from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, reconcile
 from optlease.engine.persist import Store, StoreError
 from optlease.errors import InputError
 from optlease.formats.config import Config
@@ -114,6 +114,7 @@ class Manager(Atomic, Recovery):
         self._last_running: dict = {}
         self._last_hosts: tuple = ()
         self._unsettled: set[str] = set()    # VMs that differed from the plan at the last pass
+        self._awaiting: dict[str, int] = {}  # VMs the plan runs that no host has reported yet -> since when
         self.submitted_at: dict[int, float] = {}
         self._thread: threading.Thread | None = None
         self._enact_thread: threading.Thread | None = None
@@ -362,6 +363,7 @@ class Manager(Atomic, Recovery):
         self.view.touch(table.changed)
         table.changed.clear()
         moved = self.view.update(self.sched.leases, self.last_t)
+        self._watch_starts(moved, running)
         alive = frozenset(h for h, info in hosts.items() if info.alive)
         down = frozenset(self.host(n) for n in table.down)
         # A pass with no news (no step since the last pass, no outcome, hosts and their reports unchanged) would
@@ -397,6 +399,27 @@ class Manager(Atomic, Recovery):
             self._dirty = True  # the plan changed under this pass
         if buckets.tasks:
             self.enactor.submit(buckets.tasks)
+
+    def _watch_starts(self, moved: set[str], running: dict) -> None:
+        """Say which VMs the plan stopped wanting before any host ran them: their start came too late (the hosts
+        were slow, or busy with earlier tasks), so that part of the lease never ran. Such a start is never sent:
+        the plan no longer has the VM running."""
+        desired = self.view.desired
+        for vm in moved:
+            want = desired.get(vm)
+            if want is not None and want.state == RUNNING and vm not in running:
+                self._awaiting.setdefault(vm, self.last_t)
+        for vm, since in list(self._awaiting.items()):
+            have = running.get(vm)
+            if have is not None:
+                del self._awaiting[vm]      # it runs (or ran) there
+                continue
+            want = desired.get(vm)
+            if want is None or want.state != RUNNING:
+                del self._awaiting[vm]
+                self.log.status("ENACT", f"{vm} was planned to run from {self.log.t(since)} to "
+                                         f"{self.log.t(self.last_t)} but no host ran it in time: its start was "
+                                         "never enacted")
 
     def _differing(self, candidates: set[str], running: dict, alive: frozenset, down: frozenset) -> set[str]:
         """The optlease VMs among `candidates` that are not where and as the plan has them (or are on a host that
