@@ -1,6 +1,6 @@
-"""Requests come in without the manager's lock: while steps run, clients keep submitting, and a restart (which
-replays each request where the journal has it) rebuilds exactly the state the daemon had, with every request
-stepped at the same instant as live."""
+"""Requests come in without the manager's lock: while steps run, clients keep submitting (at the very instant
+being stepped), and a restart (which replays each request where the journal has it) rebuilds exactly the state the
+daemon had, with every request stepped at the same instant as live."""
 from __future__ import annotations
 
 import threading

@@ -65,7 +65,7 @@ def dump(manager) -> bytes:
     finished = {lease.id for lease in manager.all.values() if lease.state in FINISHED}
     state = {
         "sched": {k: v for k, v in vars(sched).items() if k not in _SCHED_OWN},
-        "stepper": {k: v for k, v in vars(stepper).items() if k not in ("sched", "planner")},
+        "stepper": {k: v for k, v in vars(stepper).items() if k not in ("sched", "planner") and not callable(v)},
         "planner": {k: v for k, v in vars(stepper.planner).items() if k != "sched" and not callable(v)},
         "inbox": manager.inbox,
         "live": [lease for lease in manager.all.values() if lease.id not in finished],

@@ -80,8 +80,10 @@ class Manager(Atomic, Recovery):
         # The intake lock guards the requests on their way in (next_id, the staged ones, the inbox, the instant of
         # the step under way); a request takes it, never the manager's lock. Order: lock, then _intake.
         self._intake = threading.Lock()
-        self._staged: list[tuple] = []           # (request, its XML, how to build it again): not yet committed
+        self._stepped = threading.Condition(self._intake)     # a step under way has been committed
+        self._staged: list[tuple] = []           # (request, its XML): not yet committed, in id order
         self._stepping: int | None = None        # the instant of the step under way
+        self._batch_waiting = False              # a batch of requests waits for that step: the next one waits for it
         self._last_id = 0                        # the last request committed
         self._commits = threading.Condition()    # guards the two below (never taken while waiting for `lock`)
         self._committing = False                 # a batch of staged requests is being written
@@ -158,11 +160,13 @@ class Manager(Atomic, Recovery):
         """One step at t; the leases it changed: those that arrived, those with a reservation starting or ending at
         t, those whose reservations the step added, moved or dropped (the slot table's `changed`), and those that
         finished."""
-        with self._intake:
+        with self._stepped:
+            while self._batch_waiting:      # a batch waited for the last step: it goes in first
+                self._stepped.wait()
             arrivals = [lease for lease in self.inbox if lease.req.arrival <= t]
             if arrivals:
                 self.inbox = [lease for lease in self.inbox if lease.req.arrival > t]
-            self._stepping = t      # until the step is committed, a request committed arrives after it
+            self._stepping = t      # until the step is committed, requests wait to be committed after it
         table = self.sched.table
         at_t = [rr.lease for rr in table.starting_at(t)] + [rr.lease for rr in table.ending_at(t)]
         self.stepper.step(t, arrivals)
@@ -190,23 +194,25 @@ class Manager(Atomic, Recovery):
 
     def submit(self, make_request, xml: str | None = None) -> int:
         """`make_request(id, arrival)` builds the request (raising InputError); it is committed, then queued, and
-        only then is its id returned. The manager's lock is not taken: a request never waits for a scheduling
-        round, only for its commit.
+        only then is its id returned. The manager's lock is not taken: a request waits for its commit and at most
+        for one step under way, never for enactment or for the steps after.
 
         Group commit: requests that arrive while another batch is being written wait, then go to disk together in
         one transaction (one fsync for the batch instead of one each). A request is in no step and no answer
         before its batch is committed. The journal's order is the order in which the scheduler saw them: a step
-        takes the requests committed before it began, and a request committed while a step runs arrives after
-        that step's instant (so that a replay, which reads the request before the step, does not step it there
-        either)."""
+        takes the requests committed before it began, and a batch waits for a step under way to be committed
+        first (the step's round, not the enactment pass after it)."""
         if self.lock.refused is not None:
             raise Stopped(f"the lease manager has stopped: {self.lock.refused}")
         arrival = self.now()
         req = make_request(0, arrival)      # parsed before any lock is taken: nobody waits on a parser
         with self._intake:
-            req = replace(req, id=self.next_id)
+            if arrival < self.last_t:       # a step ran meanwhile: the request arrives after it
+                req = make_request(self.next_id, self.now())
+            else:
+                req = replace(req, id=self.next_id)
             self.next_id += 1
-            self._staged.append((req, xml, make_request))
+            self._staged.append((req, xml))
             self.submitted_at[req.id] = time.time()
         self._commit_staged(req.id)
         self.wake.set()
@@ -217,6 +223,8 @@ class Manager(Atomic, Recovery):
         request staged so far; the others wait for it and go in the next batch if theirs missed this one."""
         with self._commits:
             while self._committed < upto:
+                if self.lock.refused is not None:   # the batch it was in failed
+                    raise Stopped(f"the lease manager has stopped: {self.lock.refused}")
                 if not self._committing:
                     self._committing = True
                     break
@@ -225,13 +233,14 @@ class Manager(Atomic, Recovery):
                 return
         top, failed = 0, None
         try:
-            with self._intake:
-                batch, self._staged = self._staged, []
-                # no request arrives before the last step, nor at the instant of a step under way
-                floor = self.last_t if self._stepping is None else self._stepping + 1
-                reqs = [(req if req.arrival >= floor else make(req.id, max(floor, self.now())), xml)
-                        for req, xml, make in batch]
+            with self._stepped:
+                # a step under way took its arrivals when it began: what is committed now goes after its journal
+                # entry, as the scheduler sees it (a replay reads the journal in order)
+                self._batch_waiting = True
                 try:
+                    while self._stepping is not None:
+                        self._stepped.wait()
+                    reqs, self._staged = self._staged, []
                     if reqs:
                         self.store.add_requests(reqs)
                 except StoreError as exc:
@@ -241,6 +250,9 @@ class Manager(Atomic, Recovery):
                         self.inbox.append(self._new_lease(req))
                     top = reqs[-1][0].id if reqs else 0
                     self._last_id = max(self._last_id, top)
+                finally:
+                    self._batch_waiting = False
+                    self._stepped.notify_all()
             if failed is not None:
                 self._die(failed)       # after the intake lock is given back: _die waits for the manager's
         finally:
@@ -277,8 +289,9 @@ class Manager(Atomic, Recovery):
                     changed = self._run_step(t)
                     self.store.add_step(t, changed, self.decisions.recorded)
                 finally:
-                    with self._intake:
+                    with self._stepped:
                         self._stepping = None
+                        self._stepped.notify_all()
             if late:
                 self._say_late(t, late, before, changed)
             if self.store.path and self.store.entries >= checkpoint.CHECKPOINT_EVERY:
