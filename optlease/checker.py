@@ -10,6 +10,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any, Iterator
 
+from optlease.checker_images import check_images
 from optlease.formats.timefmt import iso
 
 FORMAT = "optlease-schedule/1"
@@ -218,7 +219,8 @@ class _Reader:
         end = self.time(lid, where, raw, "end")
         if start is not None and end is not None and start > end:
             self.flag(lid, "interval", f"{where} ends at {raw['end']}, before its start {raw['start']}")
-        mapping = self.mapping(lid, where, raw.get("mapping"), "mapping", vms, site, complete=True)
+        # a transfer lists the VMs it feeds: the others take the image from a cache or another transfer
+        mapping = self.mapping(lid, where, raw.get("mapping"), "mapping", vms, site, complete=kind != "transfer")
         source: dict[str, str] = {}
         if "from" in raw:
             source = self.mapping(lid, where, raw["from"], "from", vms, site, complete=False)
@@ -399,5 +401,6 @@ def check_schedule(doc: dict) -> list[Violation]:
         out.extend(_check_lease(lease))
     if site is not None:
         out.extend(_check_capacity(leases, site))
+    out.extend(check_images(doc, _seconds, _when, Violation))
     return out
 

@@ -3,14 +3,24 @@
 
 Runs, each in a fresh process: 30days.swf with aggressive backfilling, 60days.swf likewise (and the 60/30 ratio),
 and 15days.swf with the 30 % AR injection and suspension on. `--quick` runs 1000requests.swf only.
+`wall_time_s` is the simulation's own; `command_wall_s` is the whole `optlease simulate` command (start-up, reading
+the trace, the summary), and `command_cpu_s` its CPU time (user + system), which other work on the machine
+inflates less than wall time.
+
+`--images` runs 30days.swf with the work_10-dur_2h-size_1small injection in the HPDC'08 VM profiles (suspension,
+migration, 5 % runtime overhead, 20 s boot and shutdown), every request given one of 37 images of 4,096 MB drawn
+uniformly (scripts/make_imagefile.py, seed 1): without image transfers, vm+noreuse (multicast, no piggybacking, no
+caches) and vm+reuse (multicast, piggybacking, 20,480 MB LRU caches), and the time ratio of each to the first.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,31 +32,105 @@ RUNS = {
     "15days-ar30-suspension": ("15days.swf", "injected/15days-work_30-dur_2h-size_1small.lwf"),
 }
 QUICK = {"1000requests-aggressive": ("1000requests.swf", None)}
+IMAGE_INJECTION = "injected/work_10-dur_2h-size_1small.lwf"
+# the HPDC'08 profiles (Haizea's blue-30days-24h multi-configuration), in this layout
+VM_PROFILE = """
+[general]
+loglevel: STATUS
+mode: simulated
+lease-preparation: {preparation}
+
+[simulation]
+clock: simulated
+starttime: 2006-11-25 13:00:00
+resources: 144 CPU:100 Memory:1024
+imagetransfer-bandwidth: 100
+stop-when: besteffort-done
+
+[scheduling]
+policy-preemption: ar-preempts-everything
+backfilling: aggressive
+suspension: all
+suspend-rate: 50
+resume-rate: 50
+migration: yes
+
+[deploy-imagetransfer]
+transfer-mechanism: multicast
+{reuse}
+
+[accounting]
+probes: ar best-effort immediate cpu-utilization
+
+[tracefile]
+tracefile: {trace}
+injectionfile: {injection}
+imagefile: {imagefile}
+runtime-slowdown-overhead: 5
+add-overhead: all
+bootshutdown-overhead: 20
+"""
+IMAGE_RUNS = {
+    "30days-work10-vm-without-transfers": ("unmanaged", "avoid-redundant-transfers: False\ndiskimage-reuse: none"),
+    "30days-work10-vm+noreuse": ("imagetransfer", "avoid-redundant-transfers: False\ndiskimage-reuse: none"),
+    "30days-work10-vm+reuse": ("imagetransfer", "avoid-redundant-transfers: True\ndiskimage-reuse: image-caches\n"
+                                                "diskimage-cache-size: 20480"),
+}
 
 
-def run(trace: str, injection: str | None) -> dict:
-    conf = (BLUE / "blue.conf").read_text().replace("tracefile: 1000requests.swf", f"tracefile: {BLUE / trace}")
-    if injection:
-        conf += f"injectionfile: {BLUE / injection}\n"
+def run(trace: str, injection: str | None, conf: str | None = None) -> dict:
+    if conf is None:
+        conf = (BLUE / "blue.conf").read_text().replace("tracefile: 1000requests.swf", f"tracefile: {BLUE / trace}")
+        if injection:
+            conf += f"injectionfile: {BLUE / injection}\n"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.conf"
         path.write_text(conf)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "optlease.cli.main", "simulate", "-c", str(path), "-q",
                               "--summary-out", "-"], capture_output=True, text=True, check=True, cwd=ROOT)
+        command_wall = time.perf_counter() - began
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
     summary = json.loads(out.stdout)
     be = summary["best_effort"]
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return {"trace": trace, "injection": injection, "wall_time_s": summary["wall_time_s"],
+            "command_wall_s": round(command_wall, 3), "command_cpu_s": round(cpu, 3),
             "leases": summary["leases"], "ar_accepted": summary["ar"]["accepted"],
             "ar_rejected": summary["ar"]["rejected"], "be_completed": be["completed"],
             "wait_avg_s": round(be["wait_avg"], 1), "bounded_slowdown_avg": round(be["bounded_slowdown_avg"], 2),
             "all_be_completed_at_s": be["all_completed_at"], "suspensions": summary["suspensions"],
-            "preemptions": summary["preemptions"]}
+            "preemptions": summary["preemptions"], **({"images": summary["images"]} if "images" in summary else {})}
+
+
+def image_runs() -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_imagefile import imagefile
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        images = Path(tmp) / "37_uniform.images"
+        images.write_text(imagefile(37, 4096, 10000, seed=1))
+        for name, (preparation, reuse) in IMAGE_RUNS.items():
+            conf = VM_PROFILE.format(preparation=preparation, reuse=reuse, trace=BLUE / "30days.swf",
+                                     injection=BLUE / IMAGE_INJECTION, imagefile=images)
+            results[name] = run("30days.swf", IMAGE_INJECTION, conf)
+    base = results["30days-work10-vm-without-transfers"]["wall_time_s"]
+    for name in list(IMAGE_RUNS)[1:]:
+        results[f"time_ratio_{name.rsplit('-', 1)[1]}"] = round(results[name]["wall_time_s"] / base, 2)
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1000requests.swf only")
+    parser.add_argument("--images", action="store_true", help="the month with image transfers only")
     args = parser.parse_args()
+    if args.images:
+        json.dump(image_runs(), sys.stdout, indent=1)
+        print()
+        return
     results = {name: run(*spec) for name, spec in (QUICK if args.quick else RUNS).items()}
     if "60days-aggressive" in results:
         results["ratio_60_to_30"] = round(results["60days-aggressive"]["wall_time_s"]

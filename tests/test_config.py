@@ -20,6 +20,19 @@ def conf(extra: str = "", drop: str | None = None) -> str:
     return text
 
 
+def test_image_transfer_options_are_read():
+    from optlease.scheduling.options import SchedulingOptions
+
+    text = conf("general lease-preparation: imagetransfer") + ("[deploy-imagetransfer]\ntransfer-mechanism: multicast\n"
+                                                               "diskimage-reuse: image-caches\n"
+                                                               "diskimage-cache-size: 20480\n"
+                                                               "force-imagetransfer-time: 00:02:00\n")
+    prep = SchedulingOptions.from_config(parse_config(text, "site.conf")).preparation
+    assert (prep.managed, prep.mechanism, prep.reuse, prep.cache_size, prep.force_time, prep.avoid_redundant,
+            prep.bandwidth) == (True, "multicast", "image-caches", 20480, 120, True, 100)
+    assert not SchedulingOptions.from_config(parse_config(conf(), "site.conf")).preparation.managed
+
+
 def test_defaults_are_the_manuals():
     cfg = parse_config(conf(), "site.conf")
     assert cfg.get("general", "loglevel") == "INFO"
@@ -62,8 +75,12 @@ def test_defaults_are_the_manuals():
                                                                           "positive"], id="negative-rate"),
     pytest.param(conf().replace("suspend-rate: 32", "suspend-rate: fast"), ["[scheduling] suspend-rate",
                                                                            "not a number"], id="nan-rate"),
-    pytest.param(conf("general lease-preparation: imagetransfer"), ["lease-preparation: imagetransfer",
-                                                                   "not supported yet"], id="imagetransfer"),
+    pytest.param(conf("general lease-preparation: imagetransfer\nscheduling mapper: cpsat"),
+                 ["lease-preparation: imagetransfer", "mapper: greedy only"], id="imagetransfer-cpsat"),
+    pytest.param(conf() + "[deploy-imagetransfer]\ntransfer-mechanism: broadcast\n",
+                 ["[deploy-imagetransfer] transfer-mechanism", "unicast, multicast"], id="bad-transfer-mechanism"),
+    pytest.param(conf() + "[deploy-imagetransfer]\ndiskimage-cache-size: -5\n",
+                 ["[deploy-imagetransfer] diskimage-cache-size"], id="negative-cache-size"),
     pytest.param(conf("general loglevel: LOUD"), ["[general] loglevel", "STATUS, INFO, DEBUG, VDEBUG"],
                  id="bad-loglevel"),
     pytest.param(conf().replace("mode: simulated", "mode: opennebula"), ["mode: opennebula is not supported"],

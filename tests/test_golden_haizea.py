@@ -19,7 +19,8 @@ CASES = sorted(p.stem for p in EXPECTED.glob("*.conf"))
 
 def test_every_reference_scenario_is_covered():
     assert set(CASES) >= {"quickstart-qs2", "quickstart-qs2-nosusp", "preemption", "preemption_prematureend",
-                          "preemption_prematureend2", "reservation", "reservation_prematureend", "migrate", "wait"}
+                          "preemption_prematureend2", "reservation", "reservation_prematureend", "migrate", "wait",
+                          "quickstart-qs2-imagetransfer", "quickstart-qs2-imagetransfer-nosusp", "reuse1", "reuse2"}
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -29,5 +30,5 @@ def test_log_matches_haizea(name):
     result = simulate(cfg, out=out)
     expected = (EXPECTED / f"{name}.log").read_text().splitlines()
     assert out.getvalue().splitlines() == expected
-    doc = schedule_document(result.site, result.leases, cfg.get("simulation", "starttime"))
+    doc = schedule_document(result.site, result.leases, cfg.get("simulation", "starttime"), result.images)
     assert [str(v) for v in check_schedule(doc)] == []

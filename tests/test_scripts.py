@@ -37,3 +37,18 @@ def test_bench_scale_quick_prints_cost_per_event_by_site_size():
         # the cost of an event is the wall time over the events (the wall time is rounded to the millisecond)
         assert abs(run["us_per_event"] - 1e6 * run["wall_time_s"] / run["events"]) < 1
     assert small["cost_per_event_vs_144"] == 1.0 and large["cost_per_event_vs_144"] > 0
+
+
+def test_make_imagefile_writes_the_same_haizea_image_file_for_the_same_seed(tmp_path):
+    from optlease.engine.run import read_imagefile
+
+    def make(seed: int, out):
+        subprocess.run([sys.executable, str(REPO / "scripts" / "make_imagefile.py"), "--images", "5", "--size",
+                        "700", "--requests", "400", "--seed", str(seed), "-o", str(out)], check=True, timeout=60)
+        return out.read_text()
+
+    first, again, other = make(1, tmp_path / "a"), make(1, tmp_path / "b"), make(2, tmp_path / "c")
+    assert first == again and first != other
+    images = read_imagefile(tmp_path / "a")
+    assert len(images) == 400 and {i.size for i in images} == {700}
+    assert {i.id for i in images} == {f"image_{n}" for n in range(1, 6)}   # uniform: 400 draws reach all five

@@ -116,7 +116,11 @@ def cpu_in_use(lease_scheduler: Any, now: int, cpu: int, total: int) -> float:
     """The share (0-1) of the site's CPU that running VMs hold at `now`; suspensions, resumptions and migrations
     count as idle, as in Haizea. `cpu`, `total`: site_cpu(site)."""
     used = 0
-    for lease in lease_scheduler.leases.values():
+    # the leases whose VMs run, when the scheduler keeps them apart (optlease's does), else every lease in the system
+    leases = getattr(lease_scheduler, "running", None)
+    if leases is None:
+        leases = lease_scheduler.leases
+    for lease in leases.values():
         if lease.state is S.ACTIVE:   # the cheap test first: most leases in the system wait
             vmrr = lease.last_vmrr()
             if vmrr is not None and vmrr.state == "active" and vmrr.start <= now < vmrr.end:

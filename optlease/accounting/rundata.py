@@ -22,6 +22,8 @@ HEADLINE = (
     ("bounded_slowdown_avg", "bounded slowdown, average", ""),
     ("cpu_utilization", "CPU utilization", "%"),
     ("preemptions", "preemptions", ""), ("suspensions", "suspensions", ""), ("migrations", "migrations", ""),
+    ("image_transfers", "image transfers", ""), ("transfer_volume_mb", "image transfer volume", "MB"),
+    ("cache_hit_rate", "image cache hit rate", "%"),
     ("round_wall_time_p50", "round wall time, p50", "s"), ("round_wall_time_p95", "round wall time, p95", "s"),
     ("round_gap_mean", "round gap, mean", ""),
     ("wall_time", "wall time", "s"),
@@ -45,6 +47,10 @@ def run_stats(result: Any) -> dict[str, Any]:
         "migrations": summary["migrations"], "requeues": summary["requeues"], "end_time": summary["end_time"],
         "mapper": result.options.mapper, "rounds": result.rounds, "wall_time": round(result.wall_time, 3),
     }
+    images = getattr(result, "images", None)
+    if images is not None:
+        # `lease-preparation: imagetransfer`: transfers, their volume and link time, and the caches' hits
+        stats.update({k: v for k, v in images.figures().items() if v is not None})
     if result.round_records is not None:
         rounds = round_summary(result.round_records)
         stats.update({

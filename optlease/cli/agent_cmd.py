@@ -10,9 +10,11 @@ from typing import Annotated, Optional
 import typer
 
 from optlease.cli.app import app
-from optlease.enact.agent.owned import OPTLEASE_NAMES
-from optlease.enact.fast import FastProtocolError, check_host
 from optlease.errors import InputError
+
+# The domains an agent manages by default (optlease.enact.agent.owned.OPTLEASE_NAMES, which a test keeps equal):
+# written out here because importing the agent's package loads libvirt and paho, for every command of the CLI.
+OPTLEASE_NAMES = r"lease-[0-9]+-vm-[0-9]+"
 
 
 @app.command("agent")
@@ -51,6 +53,7 @@ def agent(
     """Run the agent of one host: take FAST migfra tasks from the broker, drive libvirt, publish the results."""
     # imported here: libvirt and paho load only for the command that needs them
     from optlease.enact.agent import AgentError, Broker, BrokerError, parse_address, run_agent
+    from optlease.enact.fast import FastProtocolError, check_host
 
     try:
         check_host(host)

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from optlease.checker import FORMAT, Violation, check_schedule
 from optlease.cli.app import app
-from optlease.formats.schedule_json import load_schedule
+
+if TYPE_CHECKING:
+    from optlease.checker import Violation
 
 
 def schedule_size(doc: dict) -> tuple[int, int]:
@@ -37,6 +38,10 @@ def check(
     """Check a schedule file against every rule of the schedule contract: capacity on every node at every instant,
     arrivals, durations, AR and immediate starts, suspension, rejection. Exit 0 when it obeys them all, 1 when it
     breaks some (one line each), 2 when the file cannot be read as a schedule."""
+    # imported here: every command of the CLI loads this module, and only `check` needs the checker
+    from optlease.checker import check_schedule
+    from optlease.formats.schedule_json import load_schedule
+
     doc = load_schedule(schedule)
     violations = check_schedule(doc)
     leases, reservations = schedule_size(doc)

@@ -3,17 +3,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from optlease.cli.app import app
-from optlease.domain.site import Site
 from optlease.errors import InputError
-from optlease.formats.lwf import Workload
-from optlease.formats.lwf_text import load_text_lwf
-from optlease.formats.lwf_write import dump_lwf
-from optlease.formats.swf import load_swf
+
+if TYPE_CHECKING:   # the readers and writers load with the command that uses them, not with every command
+    from optlease.domain.site import Site
+    from optlease.formats.lwf import Workload
 
 convert_app = typer.Typer(no_args_is_help=True, help="Convert trace files to LWF XML, as Haizea's converters do.")
 app.add_typer(convert_app, name="convert")
@@ -38,6 +37,8 @@ def parse_queues(text: str | None) -> set[int] | None:
 
 
 def parse_site(text: str | None) -> Site | None:
+    from optlease.domain.site import Site
+
     if text is None:
         return None
     try:
@@ -48,6 +49,8 @@ def parse_site(text: str | None) -> Site | None:
 
 def write_workload(workload: Workload, out: Path | None, site: Site | None, description: str) -> None:
     """Write the workload as LWF XML to `out`, or to stdout."""
+    from optlease.formats.lwf_write import dump_lwf
+
     if site is not None:
         workload.site = site
     workload.description = description
@@ -79,6 +82,8 @@ def swf2lwf(
     for name, value in (("--scale", scale), ("--memory", memory), ("--cpu", cpu)):
         if not value > 0:
             raise InputError(f"must be positive, not {value}", name)
+    from optlease.formats.swf import load_swf
+
     the_site = parse_site(site)
     workload = load_swf(source, queues=parse_queues(queues), scale=scale, memory=memory, cpu=cpu,
                         preemptible=not non_preemptible)
@@ -95,6 +100,8 @@ def lwf2xml(
     """Convert an old one-line-per-request text LWF (Haizea's AR injection files) to LWF XML."""
     if cpu_unit <= 0:
         raise InputError(f"must be positive, not {cpu_unit}", "--cpu-unit")
+    from optlease.formats.lwf_text import load_text_lwf
+
     the_site = parse_site(site)
     workload = load_text_lwf(source, cpu_unit=cpu_unit)
     write_workload(workload, out, the_site, f"Converted by optlease convert lwf2xml from {source.name}")

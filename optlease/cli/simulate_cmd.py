@@ -43,10 +43,12 @@ def simulate(
     schedule_file = schedule_out or (cfg.resolve(cfg.get("accounting", "schedule-file"))
                                      if cfg.get("accounting", "schedule-file") else None)
     if schedule_file:
-        write_schedule(str(schedule_file), result.site, result.leases, origin)
+        write_schedule(str(schedule_file), result.site, result.leases, origin, result.images)
     if summary_out:
         summary = run_summary(result.site, result.leases, result.end_time)
         summary["wall_time_s"] = round(result.wall_time, 3)
+        if result.images is not None:
+            summary["images"] = result.images.figures()
         # the scheduling rounds; under `mapper: cpsat`, the distribution of the solver's rounds too
         records = result.round_records
         summary["rounds"] = {"count": result.rounds} if records is None else round_summary(records)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from optlease.accounting.collection import AccountingDataCollection
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
@@ -32,6 +32,7 @@ class SimulationResult:
     admissions: list | None = None      # CpsatRound.admissions under `mapper: cpsat`
     notes: list[str] = field(default_factory=list)
     accounting: AccountingDataCollection | None = None   # the probes' data, stopped at the run's end
+    images: Any = None   # scheduling.preparation.ImageTransfers under `lease-preparation: imagetransfer`
 
 
 def kinds_breakdown(kinds: list[LeaseKind]) -> str:
@@ -55,21 +56,33 @@ class Simulator:
         self.stop_when = stop_when
         self.status_interval = status_interval
         self.sched = LeaseScheduler(site, opts, policies, log)
-        self.leases = [Lease(r, {v: self.sched.table.vector(d) for v, d in enumerate(r.vms, start=1)})
-                       for r in self.requests]
+        vectors: dict[tuple, tuple] = {}   # a trace has few VM shapes: one usage vector each
+
+        def vector(amounts: dict[str, int]) -> tuple:
+            key = tuple(amounts.items())
+            if key not in vectors:
+                vectors[key] = self.sched.table.vector(amounts)
+            return vectors[key]
+
+        self.leases = [Lease(r, {v: vector(d) for v, d in enumerate(r.vms, start=1)}) for r in self.requests]
         self.stepper = Stepper(self.sched)
         self.clock = SimulatedClock()
         self.accounting = accounting
         self.progress = progress   # told (requests arrived, requests in all) after each instant
         self.observe = observe     # shown (instant, scheduler) after each instant's step; it must not change it
         self._done_seen = 0        # how many of sched.finished the probes were told about
+        # one past the last best-effort request in arrival order: best-effort requests are still to come before it
+        self._last_be = max((i + 1 for i, lease in enumerate(self.leases) if lease.kind is LeaseKind.BEST_EFFORT),
+                            default=0)
 
     def _done(self, next_arrival: int) -> bool:
         sched = self.sched
         more_requests = next_arrival < len(self.leases)
         if not sched.leases and not more_requests:
             return True
-        pending_be = any(lease.kind is LeaseKind.BEST_EFFORT for lease in self.leases[next_arrival:])
+        if self.stop_when not in ("besteffort-submitted", "besteffort-done"):
+            return False
+        pending_be = next_arrival < self._last_be
         if self.stop_when == "besteffort-submitted":
             return not pending_be
         if self.stop_when == "besteffort-done":
@@ -112,7 +125,8 @@ class Simulator:
         if self.accounting is not None:
             self.accounting.stop(now)
         return SimulationResult(self.site, sorted(self.leases, key=lambda lease: lease.id), now,
-                                time.perf_counter() - wall, self.opts, stepper.rounds, accounting=self.accounting)
+                                time.perf_counter() - wall, self.opts, stepper.rounds, accounting=self.accounting,
+                                images=self.sched.prep)
 
     def _account(self, now: int, arrivals: list[Lease]) -> None:
         """The probes' hooks after an instant's step, in Haizea's order: requests, leases done, the time step."""

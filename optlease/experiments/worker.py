@@ -71,5 +71,6 @@ def _simulate_and_write(config: Path) -> None:
     result = simulate(cfg, out=None)
     target = cfg.resolve(datafile)
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_schedule(str(cfg.resolve(schedule)), result.site, result.leases, cfg.get("simulation", "starttime"))
+    write_schedule(str(cfg.resolve(schedule)), result.site, result.leases, cfg.get("simulation", "starttime"),
+                   result.images)
     write_run(target, run_data(result, result.accounting, run_attrs(cfg, config, None, None)))

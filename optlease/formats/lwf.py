@@ -140,7 +140,10 @@ class _Reader:
         nodes_el = elem.find("nodes")
         if nodes_el is None:
             raise self.error(elem, "<lease> has no <nodes>")
-        vms = tuple(self.nodes(nodes_el))
+        # VMs alike share one demand (a wide lease holds thousands of VMs, each a dict otherwise; nothing changes
+        # a request's demands in place)
+        alike: dict[tuple, dict[str, int]] = {}
+        vms = tuple(alike.setdefault(tuple(vm.items()), vm) for vm in self.nodes(nodes_el))
         dur_el = elem.find("duration")
         if dur_el is None:
             raise self.error(elem, "<lease> has no <duration>")

@@ -14,7 +14,10 @@ from optlease.scheduling.records import Lease
 FORMAT = "optlease-schedule/1"
 
 
-def schedule_document(site: Site, leases: list[Lease], origin: datetime) -> dict[str, Any]:
+def schedule_document(site: Site, leases: list[Lease], origin: datetime,
+                      images: Any = None) -> dict[str, Any]:
+    """The schedule as a document; `images` (the run's scheduling.preparation.ImageTransfers, None when images are
+    not managed) adds each lease's disk image, the repository's link and what the node caches held."""
     def keyed(mapping: dict[int, int]) -> dict[str, int]:
         return {str(v): p for v, p in sorted(mapping.items())}
 
@@ -31,6 +34,8 @@ def schedule_document(site: Site, leases: list[Lease], origin: datetime) -> dict
                 item["what"] = "memory-image"
             if held.outcome is not None:
                 item["outcome"] = held.outcome
+            if held.extra is not None:
+                item.update(held.extra)
             reservations.append(item)
         entry: dict[str, Any] = {
             "id": lease.id, "type": req.kind.value, "preemptible": req.preemptible,
@@ -44,19 +49,24 @@ def schedule_document(site: Site, leases: list[Lease], origin: datetime) -> dict
             entry["reason"] = lease.reason
         if req.deadline is not None:
             entry["deadline"] = iso(origin, req.deadline)
+        if images is not None and req.software is not None:
+            entry["image"] = {"id": req.software.id, "size": req.software.size}
         doc_leases.append(entry)
-    return {
+    doc = {
         "format": FORMAT,
         "starttime": iso(origin, 0),
         "site": {"resource_types": list(site.resource_types),
                  "nodes": {str(n): dict(site.capacity(n)) for n in site.node_ids}},
         "leases": doc_leases,
     }
+    if images is not None:
+        doc["images"] = images.document(lambda t: iso(origin, t))
+    return doc
 
 
-def write_schedule(path: str, site: Site, leases: list[Lease], origin: datetime) -> None:
+def write_schedule(path: str, site: Site, leases: list[Lease], origin: datetime, images: Any = None) -> None:
     with open(path, "w") as fh:
-        json.dump(schedule_document(site, leases, origin), fh, indent=1)
+        json.dump(schedule_document(site, leases, origin, images), fh, indent=1)
         fh.write("\n")
 
 

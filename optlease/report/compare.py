@@ -148,4 +148,4 @@ def _write(cfg, result, data, path: Path) -> None:
 
     write_run(path, data)
     write_schedule(str(path.with_name(path.name[:-len(".parquet")] + ".schedule.json")), result.site,
-                   result.leases, cfg.get("simulation", "starttime"))
+                   result.leases, cfg.get("simulation", "starttime"), getattr(result, "images", None))

@@ -12,7 +12,8 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import (BOOKED, MIGRATE, RESUME, SHUTDOWN, SUSPEND, VM, RR, Held,
+from optlease.scheduling.preparation import ImageTransfers
+from optlease.scheduling.records import (BOOKED, MIGRATE, RESUME, SHUTDOWN, SUSPEND, TRANSFER, VM, RR, Held,
                                         Lease, NotSchedulable)
 from optlease.scheduling.slottable import SlotTable, fits
 from optlease.scheduling.vmsched import VMScheduler
@@ -29,10 +30,15 @@ class LeaseScheduler:
         self.log = log
         self.table = SlotTable(site)
         self.vm = VMScheduler(self.table, opts, policies, log)
+        # disk-image transfers and caches (`lease-preparation: imagetransfer`); None: images are not managed
+        self.prep = ImageTransfers(self.table, opts.preparation, log) if opts.preparation.managed else None
         self.queue: list[Lease] = []
         self.pending: list[Lease] = []
         self.leases: dict[int, Lease] = {}     # in the system: not done, rejected or cancelled
         self.finished: list[Lease] = []
+        # leases whose VMs run (a VM reservation started and not ended or cancelled): what the CPU-utilization
+        # probe sums at each instant, without a walk over every lease in the system
+        self.running: dict[int, Lease] = {}
         self._empty = GreedyMapper(SlotTable(site), policies)
         self._fits_empty: dict[tuple, bool] = {}
         self._room: dict = {}
@@ -56,7 +62,7 @@ class LeaseScheduler:
         self.pending.append(lease)
 
     def _fits_site(self, lease: Lease) -> bool:
-        key = tuple(lease.demands[v] for v in sorted(lease.demands))
+        key = tuple(map(lease.demands.__getitem__, sorted(lease.demands)))
         if key not in self._fits_empty:
             mapping, _, _ = self._empty.map(lease, 0, 1, strictend=True)
             self._fits_empty[key] = mapping is not None
@@ -111,12 +117,15 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
             future = self.vm.can_schedule_in_future()
-            attempt = (self.table.released, future)
+            attempt = (self.table.released, future) if self.prep is None else self._attempt(lease, now, future)
             try:
                 if lease.cache.get("failed") == attempt:
                     raise NotSchedulable("nothing was freed since it last did not fit")
-                if not future and not self.room_now(lease, now):
-                    raise NotSchedulable("not enough room now")
+                if not future:
+                    # it must start at once, or (images managed) as soon as its image can be there
+                    ready = None if self.prep is None else self._room_when_ready(lease, now)
+                    if not (self.room_now(lease, now) if ready is None else ready):
+                        raise NotSchedulable("not enough room when it could start")
                 self.schedule_lease(lease, now)
                 self._room = {}
             except NotSchedulable:
@@ -127,6 +136,47 @@ class LeaseScheduler:
                 if self.opts.backfilling == "off":
                     break
         self.queue[:0] = kept
+
+    def _attempt(self, lease: Lease, now: int, future: bool) -> tuple:
+        """What a lease's try depends on when images are transferred (`process_queue` skips a lease whose key did
+        not change since it last did not fit). Besides what was freed: its image may come sooner (a cache took it
+        in, a transfer of it was booked); and a lease that must start as soon as its image (or its memory image)
+        is there starts later at each step, where an end in between may have made room, although none has
+        happened yet. Steps at transfers' ends, which free nothing, make that matter."""
+        key = (self.table.released, future)
+        if lease.state is S.QUEUED and self.prep.needs(lease):
+            key += (self.prep.version(lease),)
+            if future:
+                return key
+            first, ways = self.prep.first_ready(lease, now)
+            key += (ways,)
+        elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
+            first = now + oh.migration_estimate(lease, self.opts)
+        else:
+            return key
+        return key + (self.table.ends.bisect_right(first),)
+
+    def _room_when_ready(self, lease: Lease, now: int) -> bool | None:
+        """A necessary condition for a lease that must start as soon as its image (or its memory image) can be
+        there: the site as a whole has room for it from then (the one start `VMScheduler.asap` would try). None
+        for a lease that would start now."""
+        if lease.state is S.QUEUED and self.prep.needs(lease):
+            first, resuming = self.prep.first_ready(lease, now)[0], False
+        elif lease.state in SUSPENDED and self.opts.migration == "yes":
+            first, resuming = now + oh.migration_estimate(lease, self.opts), True
+        else:
+            return None
+        t = max(now, first)
+        window = self.vm.shape(lease, resuming)[-1]
+        # Where the site had no room from an earlier start t0 until r0, it has none from t0 <= t < r0 either while
+        # nothing was freed (bookings only take room): remembered, so that the walk is not made again.
+        key = (self.table.released, window)
+        seen = lease.cache.get("room-from")
+        if seen is not None and seen[0] == key and seen[1] <= t < seen[2]:
+            return False
+        room = self.table.earliest_total_room(t, window, lease.total_demand)
+        lease.cache["room-from"] = (key, t, room)
+        return room <= t
 
     def room_now(self, lease: Lease, now: int) -> bool:
         """A necessary condition for starting now, answered from what is free at this instant (cached in
@@ -157,15 +207,22 @@ class LeaseScheduler:
         resuming = lease.state in SUSPENDED
         fixed = None
         nodes = self.table.nodes
+        ready = None
+        prep = self.prep if self.prep is not None and not resuming and self.prep.needs(lease) else None
         if not resuming:
             earliest = None  # every node, from now
+            if prep is not None and lease.kind is not LeaseKind.AR:
+                # a best-effort or immediate lease starts where and when its image can be there
+                ready = prep.earliest(lease, now)
+                earliest = ready.times
         elif self.opts.migration == "no":
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}
         else:
-            # Haizea: the resume waits for its estimate of the copies, wherever it goes
-            earliest = {n: now + oh.migration_estimate(lease, self.opts) for n in nodes}
+            # Haizea: the resume waits for its estimate of the copies, wherever it goes (one estimate for every node)
+            earliest = dict.fromkeys(nodes, now + oh.migration_estimate(lease, self.opts))
         vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
+        plan = prep.plan(lease, vmrr, ready, now) if prep is not None else None
         if preempt:
             self.log.info("LSCHED", "Must preempt leases %s to make room for lease #%i" % (
                 [p.id for p in preempt], lease.id))
@@ -176,6 +233,8 @@ class LeaseScheduler:
                 self.move_images(lease, vmrr.mapping, now)
             else:
                 self.copy_in_rounds(vmrr, now)
+        if plan is not None:
+            prep.commit(plan, vmrr)
         if vmrr.backfill:
             self.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
@@ -207,7 +266,7 @@ class LeaseScheduler:
         vmrr.pre[:0] = copies
 
     def _copy(self, vmrr: RR, start: int, end: int, origin: dict[int, int]) -> RR:
-        copy = self.vm.rr(vmrr.lease, MIGRATE, start, end, vmrr.mapping)
+        copy = self.vm.rr(vmrr.lease, MIGRATE, start, end, vmrr.mapping, of=vmrr)
         copy.demand = {}
         copy.origin = origin   # the images it moves: vnode -> where from
         return copy
@@ -275,9 +334,13 @@ class LeaseScheduler:
         if vmrr.backfill and vmrr.state == "scheduled":
             self.vm.future_count -= 1
             vmrr.backfill = False
+        if self.prep is not None:
+            self.prep.release(vmrr.lease)
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             if rr.state == "active":
                 self._hold(rr, rr.start, now, outcome="requeued" if rr.kind == VM else "cancelled")
+                if rr.kind == VM:
+                    self.running.pop(rr.lease.id, None)
             if rr.state != "done":
                 self.table.remove(rr)
                 rr.state = "cancelled"
@@ -285,8 +348,10 @@ class LeaseScheduler:
     def reevaluate(self, now: int) -> None:
         """After a premature end: leases booked for the future may now start earlier, so they are booked again
         (Haizea: back to the queue where they no longer fit)."""
-        future = [lease for lease in self.leases.values()
-                  if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
+        # only leases with a backfilled reservation in the table can qualify
+        booked = {rr.lease.id: rr.lease for rr in self.table.backfills}
+        future = [lease for lease in booked.values() if self.leases.get(lease.id) is lease
+                  and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
                   and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
                   and self._replannable(lease)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
@@ -342,13 +407,19 @@ class LeaseScheduler:
         """Start a reservation; for a VM that will really end before its reservation does, return that time."""
         rr.state = "active"
         lease = rr.lease
+        if rr.kind == TRANSFER:
+            self.prep.start(rr)
+            return None
         if rr.kind == VM:
+            if self.prep is not None:
+                self.prep.started(lease)
             if rr.backfill:
                 self.vm.future_count -= 1
                 rr.backfill = False
             if self.log.info_on:
                 self.log.info("VMSCHED", "Started VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.set_state(S.ACTIVE)
+            self.running[lease.id] = lease
             if lease.first_start is None:
                 lease.first_start = now
             real_end = now + lease.real_remaining()
@@ -366,10 +437,18 @@ class LeaseScheduler:
 
     def end_rr(self, rr: RR, now: int) -> None:
         rr.state = "done"
+        released = self.table.released
         self.table.forget(rr, now)
         lease = rr.lease
+        if rr.kind == TRANSFER:
+            # a transfer's end frees no node capacity and no link time ahead: a lease that did not fit still does
+            # not, unless a cache now holds its image (`ImageTransfers.version`)
+            self.table.released = released
+            self.prep.end(rr, now)
+            return
         self._hold(rr, rr.start, rr.end)
         if rr.kind == VM:
+            self.running.pop(lease.id, None)
             if self.log.info_on:
                 self.log.info("VMSCHED", "Stopped VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.accumulated += rr.end - rr.start
@@ -400,7 +479,7 @@ class LeaseScheduler:
             self.table.remove(rr)
             rr.state = "cancelled"
         vmrr.post = []
-        self.table.retime(vmrr, vmrr.start, now)
+        self.table.cut(vmrr, now)
         self.end_rr(vmrr, now)
         self.finish(lease, now)
         self.reevaluate(now)
@@ -467,14 +546,18 @@ class LeaseScheduler:
             and vmrr is not None and all(rr.state == "scheduled" for rr in (*vmrr.pre, vmrr, *vmrr.post))
 
     def finish(self, lease: Lease, now: int) -> None:
+        if self.prep is not None:
+            self.prep.release(lease)
         self.vm.estimates.learn(lease)
         lease.set_state(S.DONE)
         lease.end = now
         self.leases.pop(lease.id, None)
+        self.running.pop(lease.id, None)
         self.finished.append(lease)
 
     def _hold(self, rr: RR, start: int, end: int, outcome: str | None = None) -> None:
-        rr.lease.held.append(Held(rr.kind, start, end, dict(rr.mapping), rr.origin, outcome))
+        # the reservation's mapping itself: no reservation's mapping is changed in place
+        rr.lease.held.append(Held(rr.kind, start, end, rr.mapping, rr.origin, outcome))
 
 
 class Withdrawn(NamedTuple):

@@ -50,16 +50,21 @@ class GreedyMapper:
         them, but lazily and with no work per idle node: idle nodes all score alike, so they come in node order
         wherever their score falls among the busy nodes' (equal scores keep node order)."""
         table, policies = self.table, self.policies
-        busy = table.nodes_in_order(table.busy)
+        # the busy nodes in any order: sorting by (score, node order) below fixes theirs
+        busy = table.busy
         if smallest is not None:
             busy = table.nodes_with_room(smallest, start, busy)
         rank = table.rank
-        ranked = [(-score, rank[n], n) for score, n in policies.score_hosts(busy, start, lease, table)]
+        ranked = policies.ranked_hosts(busy, start, lease, table)
         ranked.sort()
         idle = table.idle_nodes(smallest)
         first = next(idle, None)
         if first is None:
             yield from (n for *_, n in ranked)
+            return
+        if not ranked:   # no busy node with room: the idle nodes alone, in node order
+            yield first
+            yield from idle
             return
         key = -policies.score_hosts([first], start, lease, table)[0][0]
         idle_ranked = ((key, rank[n], n) for n in itertools.chain((first,), idle))
@@ -72,12 +77,18 @@ class GreedyMapper:
         maxend = end
         pos = 0
         cur = vnodes[0]
+        # fit tests already answered, by profile: nodes alike share one (SlotTable._change)
+        answers: dict[tuple, bool] = {}
         for pnode in pnodes:
             prof = table.usage_of(preempting, pnode, start) if preempting else table.profiles[pnode]
             cap = table.caps[pnode]
             need = demands[cur]
             while True:
-                if prof.fits_between(start, maxend, need, cap):
+                key = (prof, need, maxend, cap)
+                fit = answers.get(key)
+                if fit is None:
+                    fit = answers[key] = prof.fits_between(start, maxend, need, cap)
+                if fit:
                     mapping[cur] = pnode
                     pos += 1
                     if pos == len(vnodes):

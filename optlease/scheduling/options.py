@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optlease.formats.config import Config
+from optlease.scheduling.preparation import PreparationOptions
 from optlease.scheduling.snapshot import Weights
 
 MAX_IN_FUTURE = {"off": 0, "aggressive": 1, "conservative": -1}
@@ -35,6 +36,7 @@ class SchedulingOptions:
     solver_time_limit: float = 10.0         # mapper cpsat: a search's wall-clock safety net (s), logged when it fires
     solver_suspend: str = "no"              # mapper cpsat: no | for-waiting (a round may suspend running leases)
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
+    preparation: PreparationOptions = PreparationOptions()   # disk images: unmanaged, or sent over a link
 
     @property
     def max_in_future(self) -> int:
@@ -61,6 +63,7 @@ class SchedulingOptions:
             solver_work_limit=g("solver-work-limit"), solver_time_limit=g("solver-time-limit"),
             solver_suspend=g("solver-suspend"),
             weights=_weights(cfg),
+            preparation=PreparationOptions.from_config(cfg),
         )
 
 

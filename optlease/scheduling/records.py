@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState, check_transition
 
 # Reservation kinds. `migrate` is the copy of a suspended lease's memory image between nodes: it holds no node
 # capacity (the VM is not running) and is written to schedule files as a `migrate` with a `from` mapping and
-# `"what": "memory-image"`.
-VM, SUSPEND, RESUME, SHUTDOWN, MIGRATE = "vm", "suspend", "resume", "shutdown", "migrate"
+# `"what": "memory-image"`. `transfer` is a disk image sent from the repository (scheduling.preparation): it holds no
+# node capacity either.
+VM, SUSPEND, RESUME, SHUTDOWN, MIGRATE, TRANSFER = "vm", "suspend", "resume", "shutdown", "migrate", "transfer"
 
 
 class RR:
@@ -74,6 +76,7 @@ class Held:
     mapping: dict[int, int]
     origin: dict[int, int] | None = None
     outcome: str | None = None
+    extra: dict | None = None     # more keys for the schedule file (a transfer's image, size, link and id)
 
 
 WAITING = (LeaseState.QUEUED, LeaseState.SUSPENDED_QUEUED)          # best-effort, in the queue
@@ -101,14 +104,13 @@ class Lease:
     overruns: int = 0                         # times it ran past the run-time estimate it was booked for
     cache: dict = field(default_factory=dict)  # derived figures that never change (total demand, estimates)
 
-    @property
+    @cached_property
     def total_demand(self) -> tuple:
-        if "total" not in self.cache:
-            total = None
-            for d in self.demands.values():
-                total = d if total is None else tuple(x + y for x, y in zip(total, d))
-            self.cache["total"] = total
-        return self.cache["total"]
+        """The usage of all its VMs together (its demands never change: computed once)."""
+        total = None
+        for d in self.demands.values():
+            total = d if total is None else tuple(x + y for x, y in zip(total, d))
+        return total
 
     @property
     def id(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from itertools import count
-from operator import add as _add, sub as _sub
+from operator import add as _add, le as _le, sub as _sub
 from typing import Iterable
 
 from sortedcontainers import SortedList
@@ -22,31 +22,58 @@ Vec = tuple[int, ...]
 
 
 def vadd(a: Vec, b: Vec) -> Vec:
-    return tuple(x + y for x, y in zip(a, b))
+    return tuple(map(_add, a, b))
 
 
 def vsub(a: Vec, b: Vec) -> Vec:
-    return tuple(x - y for x, y in zip(a, b))
+    return tuple(map(_sub, a, b))
 
 
 def fits(need: Vec, free: Vec) -> bool:
-    return all(n <= f for n, f in zip(need, free))
+    return all(map(_le, need, free))
 
 
 class Profile:
     """Usage over time: `u[i]` holds on [t[i], t[i+1]); zero before t[0] and after the last breakpoint's usage."""
 
-    __slots__ = ("t", "u", "zero")
+    __slots__ = ("t", "u", "zero", "owners")
 
     def __init__(self, zero: Vec) -> None:
         self.t: list[int] = []
         self.u: list[Vec] = []
         self.zero = zero
+        self.owners = 0   # in a slot table: how many nodes have this profile (SlotTable._change)
+
+    def copy(self) -> "Profile":
+        other = Profile(self.zero)
+        other.t = self.t[:]
+        other.u = self.u[:]
+        return other
 
     def add(self, a: int, b: int, d: Vec, sign: int = 1) -> None:
         if a >= b:
             return
         t, u, zero = self.t, self.u, self.zero
+        # Usage booked past every breakpoint (an idle node taking a lease, a booking after the last one): two
+        # breakpoints appended, which is what the general case below gives there.
+        if sign > 0 and d != zero and (not t or (a > t[-1] and u[-1] == zero)):
+            t.append(a)
+            t.append(b)
+            u.append(d)
+            u.append(zero)
+            return
+        # Taking back the last booking of a profile (a future booking cancelled, a node's only lease ending): its
+        # two breakpoints go, and the one before when usage there is what it was before the booking.
+        n = len(t)
+        if sign < 0 and n >= 2 and t[-1] == b and t[-2] == a and u[-1] == zero and u[-2] == d:
+            del t[-1]
+            del u[-1]
+            if (u[-2] if n > 2 else zero) == zero:
+                del t[-1]
+                del u[-1]
+            else:
+                u[-1] = zero
+            return
         # Breakpoints at a and b (inlined: this is the hottest path of a simulation).
         i = bisect_left(t, a)
         if i == len(t) or t[i] != a:
@@ -80,12 +107,12 @@ class Profile:
         t, u = self.t, self.u
         i = bisect_right(t, a) - 1
         cur = u[i] if i >= 0 else self.zero
-        if not all([n + c <= k for n, c, k in zip(need, cur, cap)]):
+        if not all(map(_le, map(_add, need, cur), cap)):
             return False
         i += 1
         n_t = len(t)
         while i < n_t and t[i] < b:
-            if not all([n + c <= k for n, c, k in zip(need, u[i], cap)]):
+            if not all(map(_le, map(_add, need, u[i]), cap)):
                 return False
             i += 1
         return True
@@ -100,7 +127,7 @@ class Profile:
         while True:
             cur = u[i] if i >= 0 else self.zero
             nxt = t[i + 1] if i + 1 < n_t else INF
-            if all([n + c <= k for n, c, k in zip(need, cur, cap)]):
+            if all(map(_le, map(_add, need, cur), cap)):
                 if nxt >= x + length:
                     return x
             elif nxt == INF:
@@ -114,11 +141,11 @@ class Profile:
         t, u = self.t, self.u
         i = bisect_right(t, a) - 1
         cur = u[i] if i >= 0 else self.zero
-        if not all(n + c <= k for n, c, k in zip(need, cur, cap)):
+        if not all(map(_le, map(_add, need, cur), cap)):
             return a
         i += 1
         while i < len(t):
-            if not all(n + c <= k for n, c, k in zip(need, u[i], cap)):
+            if not all(map(_le, map(_add, need, u[i]), cap)):
                 return t[i]
             i += 1
         return INF
@@ -144,7 +171,12 @@ class SlotTable:
         self.zero: Vec = tuple(0 for _ in self.types)
         self.caps: dict[int, Vec] = {n: self.vector(site.capacity(n)) for n in site.node_ids}
         self.nodes: list[int] = list(site.node_ids)
-        self.profiles: dict[int, Profile] = {n: Profile(self.zero) for n in self.nodes}
+        # Nodes with the same usage over time share one Profile (copy on write, SlotTable._change): a lease's VMs
+        # booked on nodes alike change one profile, not one per node, and questions about them are answered once.
+        # Every node with nothing booked has `empty`.
+        self.empty = Profile(self.zero)
+        self.profiles: dict[int, Profile] = dict.fromkeys(self.nodes, self.empty)
+        self.empty.owners = len(self.nodes)
         self.by_node: dict[int, set] = {n: set() for n in self.nodes}
         self.total = Profile(self.zero)
         self.total_cap: Vec = self.zero
@@ -155,6 +187,9 @@ class SlotTable:
         self.starting: dict[int, set] = {}
         self.ending: dict[int, set] = {}
         self.reservations: set = set()
+        # VM reservations booked for the future by backfilling (their `backfill` flag set when added), until they
+        # leave the table: what a premature end may book again, without a walk over every lease
+        self.backfills: set = set()
         self.cpu = self.types.index("CPU")
         # Nodes out of planning (their host went silent): left out of `nodes`, their capacity counts as zero, so
         # no mapper and no fit test can place anything there until they come back.
@@ -172,6 +207,31 @@ class SlotTable:
         self.busy: set[int] = set()
         for n in self.nodes:
             self.idle.setdefault(self.caps[n], SortedList()).add(self.rank[n])
+
+    def _change(self, node: int, memo: dict, key, change, *args) -> Profile:
+        """Apply `change(profile, *args)` to the node's usage. A profile the node shares is copied first, and the
+        other nodes that shared it and undergo the same change (same `key`, same `memo` for one operation) take
+        the same copy; a profile left empty is `empty`."""
+        prof = self.profiles[node]
+        seen = memo.get((id(prof), key))   # memo holds the old profile: its id is not reused meanwhile
+        if seen is not None:
+            new = seen[1]
+        elif prof.owners == 1 and prof is not self.empty:
+            change(prof, *args)
+            if prof.t:
+                return prof
+            new = self.empty
+        else:
+            new = prof.copy()
+            change(new, *args)
+            if not new.t:
+                new = self.empty
+            memo[(id(prof), key)] = (prof, new)
+        if new is not prof:
+            prof.owners -= 1
+            new.owners += 1
+            self.profiles[node] = new
+        return new
 
     def _touch(self, node: int) -> None:
         """File a node whose profile may have changed among the idle or the busy ones."""
@@ -232,20 +292,31 @@ class SlotTable:
             self.changed.add(rr.lease)
         self.reservations.add(rr)
         profiles, by_node, busy = self.profiles, self.by_node, self.busy
+        start, end = rr.start, rr.end
+        change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
-            profiles[pnode].add(rr.start, rr.end, d)
+            if start < end:
+                # adding usage empties a profile only where a reservation was taken out after its past was pruned
+                # (what was left of it, below zero, is made up again)
+                if not change(pnode, memo, d, add, start, end, d).t:
+                    self._touch(pnode)
             by_node[pnode].add(rr)
-            if pnode not in busy:   # adding usage never empties a profile
+            if pnode not in busy:
                 self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
+        if rr.backfill:
+            self.backfills.add(rr)
         self._index(rr)
 
     def remove(self, rr) -> None:
+        busy = self.busy
+        start, end = rr.start, rr.end
+        change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
-            self.profiles[pnode].add(rr.start, rr.end, d, -1)
+            prof = change(pnode, memo, d, add, start, end, d, -1)
             # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
-            if not self.profiles[pnode].t or pnode not in self.busy:
+            if not prof.t or pnode not in busy:
                 self._touch(pnode)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total(), -1)
@@ -258,11 +329,13 @@ class SlotTable:
         if self.changed is not None:
             self.changed.add(rr.lease)
         self.reservations.discard(rr)
+        self.backfills.discard(rr)
+        by_node, change, memo = self.by_node, self._change, {}
         for pnode in rr.demand:
-            self.by_node[pnode].discard(rr)
+            by_node[pnode].discard(rr)
             if now is not None:
-                self.profiles[pnode].prune(now)
-                if not self.profiles[pnode].t:
+                prof = change(pnode, memo, None, Profile.prune, now)
+                if not prof.t:
                     self._touch(pnode)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
@@ -279,6 +352,33 @@ class SlotTable:
         self.starting.setdefault(rr.start, set()).add(rr)
         self.ending.setdefault(rr.end, set()).add(rr)
 
+    def cut(self, rr, end: int) -> None:
+        """End a reservation (in the table) earlier, at `end` (its start or later): what `retime(rr, rr.start, end)`
+        leaves in the table, from one subtraction per node rather than a removal and an addition (the profiles
+        hold the same usage either way, and a profile's breakpoints depend on its usage alone)."""
+        old = rr.end
+        if not rr.start <= end < old:
+            self.retime(rr, rr.start, end)
+            return
+        busy = self.busy
+        change, add, memo = self._change, Profile.add, {}
+        for pnode, d in rr.demand.items():
+            prof = change(pnode, memo, d, add, end, old, d, -1)
+            if not prof.t or pnode not in busy:
+                self._touch(pnode)
+        if rr.demand:
+            self.total.add(end, old, rr.total(), -1)
+        self.released += 1   # capacity given back, as a removal gives it
+        self.ends.discard(old)
+        bucket = self.ending.get(old)
+        if bucket is not None:
+            bucket.discard(rr)
+            if not bucket:
+                del self.ending[old]
+        rr.end = end
+        self.ends.add(end)
+        self.ending.setdefault(end, set()).add(rr)
+
     def retime(self, rr, start: int, end: int) -> None:
         """Move a reservation (it must be in the table)."""
         self.remove(rr)
@@ -287,14 +387,33 @@ class SlotTable:
 
     def nodes_with_room(self, need: Vec, t: int, nodes) -> list[int]:
         """The nodes (in the given order) where `need` fits at instant t."""
-        caps, profiles, zero = self.caps, self.profiles, self.zero
+        caps, profiles = self.caps, self.profiles
+        # what may be in use on a node of each capacity for `need` to fit: one comparison of vectors per node
+        limits: dict[Vec, Vec] = {}
+        # the answer for each profile (and capacity) met: nodes that share a profile are asked once
+        answers: dict[Profile, tuple[Vec, bool]] = {}
         out = []
-        for n in nodes:
+        append = out.append
+        for n in nodes:   # this runs for every node of every fit test: Profile.at, inlined
             prof = profiles[n]
-            i = bisect_right(prof.t, t) - 1   # Profile.at, inlined: this runs for every node of every fit test
-            used = prof.u[i] if i >= 0 else zero
-            if all([u + x <= c for u, x, c in zip(used, need, caps[n])]):
-                out.append(n)
+            cap = caps[n]
+            seen = answers.get(prof)
+            if seen is not None and seen[0] == cap:
+                if seen[1]:
+                    append(n)
+                continue
+            pt = prof.t
+            if not pt or t < pt[0]:
+                used = prof.zero
+            else:
+                used = prof.u[bisect_right(pt, t) - 1]
+            limit = limits.get(cap)
+            if limit is None:
+                limit = limits[cap] = tuple(map(_sub, cap, need))
+            room = all(map(_le, used, limit))
+            answers[prof] = (cap, room)
+            if room:
+                append(n)
         return out
 
     def free_at(self, node: int, t: int) -> Vec:
@@ -335,6 +454,9 @@ class SlotTable:
         rrs = self.by_node[node]
         if not rrs:
             return 0
+        if len(rrs) == 1:
+            rr = next(iter(rrs))
+            return 1 if rr.start <= t < rr.end else 0
         return len({rr.lease.id for rr in rrs if rr.start <= t < rr.end})
 
     def leases_between(self, a: int, b: int) -> list:
@@ -354,7 +476,8 @@ class SlotTable:
         return prof
 
     def prune(self, before: int) -> None:
+        memo: dict = {}
         for node in list(self.busy):
-            self.profiles[node].prune(before)
+            self._change(node, memo, None, Profile.prune, before)
             self._touch(node)
         self.total.prune(before)

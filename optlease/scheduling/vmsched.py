@@ -28,7 +28,12 @@ class VMScheduler:
         limit = self.opts.max_in_future
         return limit == -1 or self.future_count < limit
 
-    def rr(self, lease: Lease, kind: str, start: int, end: int, mapping: dict[int, int]) -> RR:
+    def rr(self, lease: Lease, kind: str, start: int, end: int, mapping: dict[int, int], of: RR | None = None) -> RR:
+        """A reservation of the lease's VMs placed by `mapping`; `of`: the VM reservation whose VMs it holds (its
+        resume, suspension, shutdown or image copy), which then shares its mapping and demand (neither is ever
+        changed in place: a wide lease's reservations would otherwise each copy them)."""
+        if of is not None and of.mapping is mapping and of.lease is lease:
+            return RR(lease, kind, start, end, mapping, of.demand, self.table.next_seq())
         demand: dict[int, tuple] = {}
         for vnode, pnode in mapping.items():
             d = lease.demands[vnode]
@@ -70,8 +75,11 @@ class VMScheduler:
         remaining, shutdown, duration, min_duration, strictend, window = self.shape(lease, resuming, strict)
         need = lease.total_demand
         firsts = {now} if earliest is None else set(earliest.values())
+        # from `everywhere` on, every node of the table may take the lease (a resume that may go anywhere waits for
+        # the same estimate on every node): the mapper then needs no list of nodes
+        everywhere = max(firsts) if earliest is not None and len(earliest) == len(self.table.nodes) else INF
         room_from = -INF   # no candidate before this has room on the site as a whole over its window
-        for t in self._candidates(now, earliest, allow_in_future, fixed):
+        for t in self._candidates(now, firsts, allow_in_future, fixed):
             if t < room_from:
                 continue
             room_from = self.table.earliest_total_room(t, window, need)
@@ -82,7 +90,7 @@ class VMScheduler:
                 mapping, actualend = self.mapper.map_fixed(lease, fixed, t, end, strictend)
             else:
                 onlynodes = None
-                if earliest is not None:
+                if earliest is not None and t < everywhere:
                     onlynodes = {n for n, e in earliest.items() if e <= t}
                     if len(onlynodes) == len(self.table.nodes):
                         onlynodes = None
@@ -120,13 +128,10 @@ class VMScheduler:
         window = duration + shutdown if strictend else min(duration + shutdown, max(min_duration, 1))
         return remaining, shutdown, duration, min_duration, strictend, window
 
-    def _candidates(self, now: int, earliest: dict[int, int] | None, allow_in_future: bool,
-                    fixed: dict[int, int] | None = None):
-        """Start times to try, in order: now, the nodes' earliest times, and every later end of a reservation
-        (on the lease's own nodes when its placement is fixed). `earliest` None means every node, from now."""
-        if earliest is None:
-            earliest = {0: now}
-        first = min(earliest.values())
+    def _candidates(self, now: int, firsts: set[int], allow_in_future: bool, fixed: dict[int, int] | None = None):
+        """Start times to try, in order: now, the nodes' earliest times (`firsts`), and every later end of a
+        reservation (on the lease's own nodes when its placement is fixed)."""
+        first = min(firsts)
         if not allow_in_future:
             # Only now, or as soon as the lease's own preparation (copying its memory image) allows.
             yield max(now, first)
@@ -136,7 +141,7 @@ class VMScheduler:
         else:
             ends = self.table.ends_after(now)
         last = None
-        for t in heapq.merge(sorted(set(earliest.values())), ends):
+        for t in heapq.merge(sorted(firsts), ends):
             if t >= first and t != last:
                 last = t
                 yield t
@@ -189,7 +194,7 @@ class VMScheduler:
         rrs = []
         for start, end, _nodes in sorted(blocks, key=lambda b: b[0]):
             # Each block holds the whole lease: VMs waiting for their turn (or already resumed) are in memory.
-            rr = self.rr(vmrr.lease, kind, start, end, vmrr.mapping)
+            rr = self.rr(vmrr.lease, kind, start, end, vmrr.mapping, of=vmrr)
             rr.vm = vmrr
             rr.first = rr.last = False
             rrs.append(rr)
@@ -198,6 +203,6 @@ class VMScheduler:
         (vmrr.pre if kind == RESUME else vmrr.post).extend(rrs)
 
     def add_shutdown(self, vmrr: RR, shutdown: int) -> None:
-        rr = self.rr(vmrr.lease, SHUTDOWN, vmrr.end, vmrr.end + shutdown, vmrr.mapping)
+        rr = self.rr(vmrr.lease, SHUTDOWN, vmrr.end, vmrr.end + shutdown, vmrr.mapping, of=vmrr)
         rr.vm = vmrr
         vmrr.post = [rr]

@@ -1,0 +1,120 @@
+"""The schedule contract's rules on disk images, for a schedule whose run managed them (`images` in the document,
+written under `lease-preparation: imagetransfer`): the repository's link never carries more than its bandwidth,
+every VM starts from scratch only once its lease's image is on its node (brought by a transfer that fed it, or in
+the node's cache), and no node's cache ever holds more than its size."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+Flag = Callable[[int | None, str, str], Any]
+
+
+def check_images(doc: dict, seconds: Callable[[Any], int | None], when: Callable[[int], str],
+                 flag: Flag) -> Iterator[Any]:
+    """Violations (built by `flag(lease, rule, message)`) of the image rules; nothing when `doc` has no images."""
+    images = doc.get("images")
+    if images is None:
+        return
+    if not isinstance(images, dict) or not _number(images.get("bandwidth")):
+        yield flag(None, "format", "images is not an object with the link's bandwidth (Mbit/s)")
+        return
+    spans = list(_spans(images, seconds, flag))
+    faults = [s for s in spans if not isinstance(s, tuple)]
+    if faults:
+        yield from faults
+        return
+    leases = [lease for lease in doc.get("leases", []) if isinstance(lease, dict)]
+    yield from _link(leases, images["bandwidth"], seconds, when, flag)
+    yield from _cache_size(spans, images.get("cache_size"), when, flag)
+    for lease in leases:
+        yield from _image_first(lease, spans, seconds, when, flag)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _spans(images: dict, seconds, flag) -> Iterator[Any]:
+    """(node, image, size, start, end or None) of each stay of an image in a cache, or a violation."""
+    for i, raw in enumerate(images.get("caches") or []):
+        start = seconds(raw.get("start")) if isinstance(raw, dict) else None
+        end = raw.get("end") if isinstance(raw, dict) else None
+        end_s = None if end is None else seconds(end)
+        if start is None or (end is not None and end_s is None) or not _number(raw.get("size")):
+            yield flag(None, "format", f"images.caches[{i}] is not an object with node, image, size, start, end")
+            return
+        yield (str(raw.get("node")), raw.get("image"), raw["size"], start, end_s)
+
+
+def _link(leases: list[dict], bandwidth: float, seconds, when, flag) -> Iterator[Any]:
+    """Transfers are listed under every lease they feed: each one (by its `transfer` id) counts once."""
+    seen: dict[Any, tuple[int, int, float, int]] = {}
+    for lease in leases:
+        for r in lease.get("reservations") or []:
+            if isinstance(r, dict) and r.get("kind") == "transfer":
+                start, end = seconds(r.get("start")), seconds(r.get("end"))
+                if start is None or end is None:
+                    continue
+                key = r.get("transfer", (lease.get("id"), r.get("start")))
+                seen.setdefault(key, (start, end, r.get("bandwidth", bandwidth), lease.get("id")))
+    events = sorted([(s, 1, b, lid) for s, e, b, lid in seen.values() if e > s]
+                    + [(e, 0, b, lid) for s, e, b, lid in seen.values() if e > s])
+    used, over = 0.0, False
+    for t, starting, b, lid in events:
+        used += b if starting else -b
+        if used > bandwidth + 1e-9 and not over:
+            over = True
+            yield flag(lid, "link-bandwidth", f"transfers use {used:g} Mbit/s of the repository's link at {when(t)}, "
+                                              f"more than its {bandwidth:g}")
+        elif used <= bandwidth + 1e-9:
+            over = False
+
+
+def _cache_size(spans: list[tuple], size: Any, when, flag) -> Iterator[Any]:
+    if size is None:
+        return
+    by_node: dict[str, list[tuple[int, int, float]]] = {}
+    for node, _, mb, start, end in spans:
+        events = by_node.setdefault(node, [])
+        events.append((start, 1, mb))
+        if end is not None:
+            events.append((end, 0, mb))
+    for node, events in sorted(by_node.items()):
+        used = 0.0
+        for t, adding, mb in sorted(events):
+            used += mb if adding else -mb
+            if used > size + 1e-9:
+                yield flag(None, "cache-size", f"node {node}'s image cache holds {used:g} MB at {when(t)}, more than "
+                                               f"its {size:g} MB")
+                break
+
+
+def _image_first(lease: dict, spans: list[tuple], seconds, when, flag) -> Iterator[Any]:
+    """Each run that starts a lease from scratch (its first, or the first after a requeue) finds the image on every
+    node it uses."""
+    image = lease.get("image")
+    if not isinstance(image, dict):
+        return
+    resvs = [r for r in lease.get("reservations") or [] if isinstance(r, dict)]
+    arrived: list[tuple[int, str, str]] = []      # (end, vnode, node) of the transfers that fed the lease
+    fresh = True
+    for r in sorted(resvs, key=lambda r: (seconds(r.get("start")) or 0, r.get("kind") != "transfer")):
+        start = seconds(r.get("start"))
+        if start is None:
+            continue
+        if r.get("kind") == "transfer" and r.get("image") == image.get("id"):
+            end = seconds(r.get("end"))
+            arrived.extend((end, str(v), str(p)) for v, p in (r.get("mapping") or {}).items() if end is not None)
+        elif r.get("kind") == "vm":
+            if fresh:
+                for vnode, node in sorted((r.get("mapping") or {}).items()):
+                    vnode, node = str(vnode), str(node)
+                    by_transfer = any(e <= start and v == vnode and p == node for e, v, p in arrived)
+                    cached = any(n == node and img == image.get("id") and s <= start and (e is None or e >= start)
+                                 for n, img, _, s, e in spans)
+                    if not (by_transfer or cached):
+                        yield flag(lease.get("id"), "image-ready",
+                                   f"vnode {vnode} starts on node {node} at {when(start)} before image "
+                                   f"{image.get('id')} is there")
+                        break
+            fresh = r.get("outcome") == "requeued"

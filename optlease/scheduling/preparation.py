@@ -1,0 +1,360 @@
+"""Lease preparation by disk-image transfer (`[general] lease-preparation: imagetransfer`), as Haizea 1.1 plans it.
+
+The image repository reaches the nodes over one link of `imagetransfer-bandwidth` Mbit/s, and a transfer takes the
+whole link: transfers on it never overlap. A multicast transfer feeds any number of nodes in the time of one image;
+unicast sends one copy per VM, one after another. Before a lease can start, each of its VMs' nodes must have the
+lease's disk image, which comes one of three ways:
+
+- a transfer of its own: for an AR, placed on the link to end by the AR's start, in the latest gap there is (and the
+  AR is refused when none is left after now); for a best-effort or immediate lease, in the first gap from now, and
+  the VMs start once it has arrived;
+- a transfer already booked for the same image and not yet begun (`avoid-redundant-transfers`): with multicast it
+  feeds one more node for free, with unicast only a node it already goes to;
+- the node's image cache (`diskimage-reuse: image-caches`, scheduling.imagecache).
+
+Transfers are reservations of kind `transfer` in the slot table that hold no node capacity; the lease scheduler
+calls `earliest` before placing a lease, `plan` after (it may refuse), `commit` once the lease is booked, and
+`release` when a booking is given up. Pure: `now` is always passed in.
+"""
+from __future__ import annotations
+
+import math
+from bisect import insort
+from dataclasses import dataclass, field
+from itertools import count
+from typing import NamedTuple
+
+from optlease.domain.lease import LeaseKind
+from optlease.eventlog import EventLog
+from optlease.scheduling.imagecache import ImageCaches
+from optlease.scheduling.records import RR, TRANSFER, Held, Lease, NotSchedulable
+from optlease.scheduling.slottable import SlotTable
+
+# How a node gets a lease's image (Haizea's kinds of earliest starting time).
+BY_TRANSFER, FROM_CACHE, PIGGYBACK = "transfer", "cache", "piggyback"
+
+
+@dataclass(frozen=True)
+class PreparationOptions:
+    """`[general] lease-preparation`, `[simulation] imagetransfer-bandwidth` and `[deploy-imagetransfer]`."""
+    mode: str = "unmanaged"              # unmanaged | imagetransfer
+    bandwidth: int = 100                 # Mbit/s of the repository's link
+    mechanism: str = "unicast"           # unicast | multicast
+    avoid_redundant: bool = True
+    force_time: int | None = None        # seconds every transfer of one image takes, whatever its size
+    reuse: str = "none"                  # none | image-caches
+    cache_size: int | None = None        # MB per node; None: unbounded
+
+    @property
+    def managed(self) -> bool:
+        return self.mode == "imagetransfer"
+
+    @classmethod
+    def from_config(cls, cfg) -> "PreparationOptions":
+        g = lambda opt: cfg.get("deploy-imagetransfer", opt)  # noqa: E731
+        return cls(mode=cfg.get("general", "lease-preparation"),
+                   bandwidth=cfg.get("simulation", "imagetransfer-bandwidth") or 100,
+                   mechanism=g("transfer-mechanism"), avoid_redundant=g("avoid-redundant-transfers"),
+                   force_time=g("force-imagetransfer-time"), reuse=g("diskimage-reuse"),
+                   cache_size=g("diskimage-cache-size"))
+
+
+class Transfer(RR):
+    """One transfer over the repository's link: `feeds` are the (lease, vnode, node) it brings the image to."""
+
+    __slots__ = ("image", "size", "feeds", "tid", "copies")
+
+
+class Earliest(NamedTuple):
+    """When each node could have a lease's image (`times`), the start of the transfer of its own it would book,
+    and how the nodes that need no such transfer get it (`how`)."""
+    times: dict[int, int]
+    start: int
+    how: dict
+
+
+class Ready(NamedTuple):
+    """When a node can have a lease's image, and how: `start` of the transfer to book, or the transfer `on` which
+    it would come."""
+    time: int
+    how: str
+    start: int | None = None
+    on: Transfer | None = None
+
+
+@dataclass
+class Plan:
+    """How one booking gets its images: cache hits, rides on booked transfers, and a transfer of its own."""
+    lease: Lease
+    hits: dict[int, int] = field(default_factory=dict)                 # vnode -> node
+    rides: dict[int, tuple[int, Transfer]] = field(default_factory=dict)  # vnode -> (node, transfer)
+    own: dict[int, int] = field(default_factory=dict)                  # vnode -> node
+    start: int = 0
+    end: int = 0
+
+
+class ImageTransfers:
+    def __init__(self, table: SlotTable, opts: PreparationOptions, log: EventLog) -> None:
+        self.table = table
+        self.opts = opts
+        self.log = log
+        self.link: list[tuple[int, int, Transfer]] = []     # transfers booked and not over, by start
+        self.caches = ImageCaches(table.nodes, opts.cache_size) if opts.reuse == "image-caches" else None
+        self.waiting: dict[int, list[Transfer]] = {}       # lease id -> transfers not over that feed it
+        self.pinned: dict[int, list[tuple[int, str, int]]] = {}   # lease id -> (node, image, vnode) it starts from
+        self._ids = count(1)
+        self._gaps: dict[tuple[int, int], int] = {}        # first_gap's answers while the link is unchanged
+        self._firsts: dict[tuple, tuple[int, tuple]] = {}  # first_ready's answers at one instant, likewise
+        self._firsts_at = -1
+        self.open: dict[str, list[Transfer]] = {}         # image -> its transfers booked and not begun
+        # per image, bumped when a cache takes it in or a transfer of it is booked: what can let a lease that did
+        # not fit start sooner (its nodes' capacity aside)
+        self.changes: dict[str, int] = {}
+        self.sources: dict[int, tuple[int, int]] = {}   # lease id -> VMs booked from a cache, by a transfer
+        self.transfers = 0      # transfers completed
+        self.volume = 0         # MB sent over the link by them
+        self.seconds = 0        # link time they took
+
+    # -- the link -----------------------------------------------------------------------------------------------
+    def duration(self, lease: Lease, copies: int = 1) -> int:
+        """One transfer of the lease's image for `copies` VMs (unicast sends each copy in turn)."""
+        if self.opts.force_time is not None:
+            one = self.opts.force_time
+        else:
+            one = math.ceil(lease.req.software.size * 8 / self.opts.bandwidth - 1e-9)
+        return one * (copies if self.opts.mechanism == "unicast" else 1)
+
+    def first_gap(self, t: int, length: int) -> int:
+        """The earliest start >= t of a free stretch of the link `length` long (remembered until the link
+        changes: every lease in the queue asks at the same instant)."""
+        key = (t, length)
+        found = self._gaps.get(key)
+        if found is None:
+            found = t
+            for _, _, x in self.link:
+                if x.end <= found:
+                    continue
+                if x.start >= found + length:
+                    break
+                found = x.end
+            self._gaps[key] = found
+        return found
+
+    def last_gap(self, deadline: int, length: int, now: int) -> int | None:
+        """The latest start of a free stretch of the link `length` long that ends by `deadline`, not before `now`
+        (None: there is none)."""
+        end = deadline
+        for _, _, x in reversed(self.link):
+            if x.start >= end:
+                continue
+            if x.end <= end - length:
+                break
+            end = x.start
+        return end - length if end - length >= now else None
+
+    # -- placing a lease ------------------------------------------------------------------------------------
+    def needs(self, lease: Lease) -> bool:
+        return lease.req.software is not None
+
+    def version(self, lease: Lease) -> int:
+        """How often the ways the lease's image can come changed: which caches hold it, which transfers of it a
+        lease could ride on (0: it has no image)."""
+        return self.changes.get(lease.req.software.id, 0) if lease.req.software is not None else 0
+
+    def _changed(self, image: str) -> None:
+        self.changes[image] = self.changes.get(image, 0) + 1
+
+    def earliest(self, lease: Lease, now: int) -> Earliest:
+        """When each node could have the lease's image: by a transfer in the link's first free stretch, from its
+        cache, or riding on a transfer of the same image that has not begun."""
+        image = lease.req.software.id
+        length = self.duration(lease, lease.numnodes)
+        start = self.first_gap(now, length)
+        times = dict.fromkeys(self.table.nodes, start + length)
+        ready = Earliest(times, start, {})
+        if self.caches is not None:
+            for n in self.caches.holding(image):
+                if n in times:
+                    times[n] = now
+                    ready.how[n] = Ready(now, FROM_CACHE)
+        if self.opts.avoid_redundant:
+            for t in self.open.get(image, ()):
+                if t.end <= now:
+                    continue
+                # a multicast reaches one more node at no cost; a unicast only the nodes it already goes to
+                nodes = times.keys() if self.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
+                for n in nodes:
+                    if n in times and t.end < times[n]:
+                        times[n] = t.end
+                        ready.how[n] = Ready(t.end, PIGGYBACK, on=t)
+        return ready
+
+    def first_ready(self, lease: Lease, now: int) -> tuple[int, tuple]:
+        """The earliest time `earliest` gives any node, and which ways reach a node by then (cache, the transfers
+        to ride on by id, a transfer of its own), without building it: with `version`, they say which nodes."""
+        image = lease.req.software.id
+        length = self.duration(lease, lease.numnodes)
+        if self._firsts_at != now:
+            self._firsts.clear()
+            self._firsts_at = now
+        key = (image, length, self.changes.get(image, 0))
+        found = self._firsts.get(key)
+        if found is None:
+            ways = [(self.first_gap(now, length) + length, 0)]
+            if self.caches is not None and self.caches.holding(image):
+                ways.append((now, -1))
+            if self.opts.avoid_redundant:
+                ways += [(t.end, t.tid) for t in self.open.get(image, ()) if t.end > now]
+            first = min(w[0] for w in ways)
+            found = self._firsts[key] = (first, tuple(sorted(w[1] for w in ways if w[0] == first)))
+        return found
+
+    def plan(self, lease: Lease, vmrr: RR, ready: Earliest | None, now: int) -> Plan:
+        """How the booking `vmrr` gets its images; NotSchedulable when an AR's cannot arrive by its start."""
+        plan = Plan(lease)
+        image = lease.req.software.id
+        for vnode, pnode in sorted(vmrr.mapping.items()):
+            if lease.kind is LeaseKind.AR:
+                cached = self.caches is not None and self.caches.nodes[pnode].has(image)
+                how = Ready(now, FROM_CACHE) if cached else None
+            else:
+                how = ready.how.get(pnode)
+            if how is not None and how.how == FROM_CACHE:
+                plan.hits[vnode] = pnode
+            elif how is not None and how.how == PIGGYBACK:
+                plan.rides[vnode] = (pnode, how.on)
+            else:
+                plan.own[vnode] = pnode
+        if plan.own:
+            length = self.duration(lease, len(plan.own))
+            if lease.kind is LeaseKind.AR:
+                start = self.last_gap(lease.req.start, length, now)
+                if start is None:
+                    raise NotSchedulable("Could not schedule the file transfer to complete in time.")
+            else:
+                start = ready.start
+            plan.start, plan.end = start, start + length
+        return plan
+
+    def commit(self, plan: Plan, vmrr: RR) -> None:
+        """Book what `plan` says (after the lease's preemptions, so that its transfer follows them in the table)."""
+        lease = plan.lease
+        image = lease.req.software
+        for vnode, pnode in plan.hits.items():
+            self.caches.nodes[pnode].pin(image.id, (lease.id, vnode), vmrr.end)
+            self.pinned.setdefault(lease.id, []).append((pnode, image.id, vnode))
+        waiting = self.waiting.setdefault(lease.id, [])
+        for vnode, (pnode, transfer) in plan.rides.items():
+            transfer.feeds.append((lease, vnode, pnode))
+            if transfer not in waiting:
+                waiting.append(transfer)
+        if plan.own:
+            t = Transfer(lease, TRANSFER, plan.start, plan.end, dict(plan.own), {}, self.table.next_seq())
+            t.image, t.size, t.tid = image.id, image.size, next(self._ids)
+            t.copies = len(plan.own) if self.opts.mechanism == "unicast" else 1
+            t.feeds = [(lease, v, p) for v, p in sorted(plan.own.items())]
+            insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
+            self._gaps.clear()
+            self._firsts.clear()
+            self.open.setdefault(image.id, []).append(t)
+            self.table.add(t)
+            waiting.append(t)
+            self._changed(image.id)
+        self.sources[lease.id] = (len(plan.hits), len(plan.rides) + len(plan.own))
+        if not waiting:
+            del self.waiting[lease.id]
+
+    def release(self, lease: Lease) -> None:
+        """The lease's booking is given up: it no longer waits for transfers (one that feeds nobody else is taken
+        off the link, even under way, as Haizea does) nor holds cached images."""
+        for t in self.waiting.pop(lease.id, ()):
+            t.feeds = [f for f in t.feeds if f[0] is not lease]
+            if not t.feeds and t.state in ("scheduled", "active"):
+                self._off_link(t)
+                self.table.remove(t)
+                t.state = "cancelled"
+        self.sources.pop(lease.id, None)
+        self._unpin(lease)
+
+    def started(self, lease: Lease) -> None:
+        """The lease's VMs started: they run from their own copies, so the cached images they came from are free
+        to be evicted again. The booking counts toward the caches' hit rate (one that is given up does not)."""
+        hits, misses = self.sources.pop(lease.id, (0, 0))
+        if self.caches is not None:
+            self.caches.hits += hits
+            self.caches.misses += misses
+        self._unpin(lease)
+
+    def _unpin(self, lease: Lease) -> None:
+        for pnode, image, vnode in self.pinned.pop(lease.id, ()):
+            self.caches.nodes[pnode].unpin(image, (lease.id, vnode))
+
+    # -- transfers starting and ending ----------------------------------------------------------------------
+    def start(self, t: Transfer) -> None:
+        self.log.info("DEPLOY", "Starting image transfer for lease %i" % t.lease.id)
+        self._close(t)     # under way: nobody can ride on it any more
+
+    def end(self, t: Transfer, now: int) -> None:
+        self.log.info("DEPLOY", "Completed image transfer for lease %i" % t.lease.id)
+        self._off_link(t)
+        self.transfers += 1
+        self.volume += t.size * t.copies
+        self.seconds += t.end - t.start
+        by_lease: dict[int, tuple[Lease, dict[int, int]]] = {}
+        for lease, vnode, pnode in t.feeds:
+            by_lease.setdefault(lease.id, (lease, {}))[1][vnode] = pnode
+        extra = {"image": t.image, "size": t.size, "transfer": t.tid, "bandwidth": self.opts.bandwidth}
+        for lease, mapping in by_lease.values():
+            lease.held.append(Held(TRANSFER, t.start, t.end, mapping, extra=extra))
+            waiting = self.waiting.get(lease.id)
+            if waiting is not None and t in waiting:
+                waiting.remove(t)
+                if not waiting:
+                    del self.waiting[lease.id]
+        if self.caches is not None:
+            for pnode in sorted({p for _, _, p in t.feeds}):
+                uses = [lease.last_vmrr().end for lease, _, p in t.feeds if p == pnode and lease.last_vmrr()]
+                cache = self.caches.nodes[pnode]
+                before = set(cache.entries)
+                cache.admit(t.image, t.size, now, max(uses, default=now))
+                for image in before ^ set(cache.entries):      # taken in, or evicted to make room
+                    self._changed(image)
+
+    def _off_link(self, t: Transfer) -> None:
+        self._gaps.clear()
+        self._firsts.clear()
+        self._close(t)
+        for i, (_, _, other) in enumerate(self.link):
+            if other is t:
+                del self.link[i]
+                return
+
+    def _close(self, t: Transfer) -> None:
+        """No lease can ride on `t` any more."""
+        rides = self.open.get(t.image)
+        if rides is not None and t in rides:
+            rides.remove(t)
+            if not rides:
+                del self.open[t.image]
+            self._changed(t.image)
+
+    # -- what the run reports -------------------------------------------------------------------------------
+    def figures(self) -> dict:
+        out = {"image_transfers": self.transfers, "transfer_volume_mb": self.volume,
+               "transfer_seconds": self.seconds}
+        if self.caches is not None:
+            asked = self.caches.hits + self.caches.misses
+            out.update(cache_hits=self.caches.hits, cache_misses=self.caches.misses,
+                       cache_hit_rate=round(self.caches.hits / asked, 4) if asked else None)
+        return out
+
+    def document(self, iso) -> dict:
+        """The schedule file's `images` section: the link, the cache size and every stay of an image in a cache
+        (`iso` writes a time)."""
+        doc = {"bandwidth": self.opts.bandwidth, "mechanism": self.opts.mechanism, "reuse": self.opts.reuse,
+               "cache_size": self.opts.cache_size if self.caches is not None else None, "caches": []}
+        if self.caches is not None:
+            doc["caches"] = [{"node": s.node, "image": s.image, "size": s.size, "start": iso(s.start),
+                              "end": None if s.end is None else iso(s.end)}
+                             for s in sorted(self.caches.spans(), key=lambda s: (s.start, s.node, s.image))]
+        return doc

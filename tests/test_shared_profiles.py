@@ -1,0 +1,86 @@
+"""Nodes alike share one usage profile in the slot table (copy on write): after any sequence of bookings over
+several nodes, cancellations, premature ends, ends and prunes, every node's profile is exactly the one a profile of
+its own would hold, each shared profile counts the nodes that hold it, and no change leaks to a node it was not
+made on (hypothesis)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from optlease.domain.site import Site
+from optlease.scheduling.records import RR
+from optlease.scheduling.slottable import Profile, SlotTable
+
+NODES = 6
+DEMANDS = ((100, 64), (50, 64), (50, 32))
+
+ops = st.lists(st.one_of(
+    # a reservation over a set of nodes, each with one of a few demands (nodes alike take the same one)
+    st.tuples(st.just("book"), st.sets(st.integers(1, NODES), min_size=1), st.sampled_from(DEMANDS),
+              st.integers(0, 40), st.integers(0, 30)),
+    st.tuples(st.just("cancel"), st.integers(0, 30)),
+    st.tuples(st.just("cut"), st.integers(0, 30), st.integers(0, 30)),
+    st.tuples(st.just("end"), st.integers(0, 30)),
+    st.tuples(st.just("prune"), st.integers(0, 10)),
+), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
+    table = SlotTable(Site.homogeneous(NODES, {"CPU": 100, "Memory": 64}))
+    zero = table.zero
+    own = {n: Profile(zero) for n in table.nodes}   # one profile per node, changed in place
+    booked: list[RR] = []
+    now = 0
+    for kind, *args in steps:
+        if kind == "book":
+            nodes, demand, begin, length = args
+            begin += now
+            mapping = {v: n for v, n in enumerate(sorted(nodes), start=1)}
+            lease = SimpleNamespace(id=len(booked), demands=dict.fromkeys(mapping, demand),
+                                    total_demand=tuple(len(nodes) * x for x in demand))
+            rr = RR(lease, "vm", begin, begin + length, mapping, {n: demand for n in sorted(nodes)},
+                    table.next_seq())
+            table.add(rr)
+            for n in nodes:
+                own[n].add(rr.start, rr.end, demand)
+            booked.append(rr)
+        elif kind == "cancel" and booked:
+            rr = booked.pop(args[0] % len(booked))
+            table.remove(rr)
+            for n, d in rr.demand.items():
+                own[n].add(rr.start, rr.end, d, -1)
+        elif kind == "cut" and booked and (rr := booked[args[0] % len(booked)]).end > max(now, rr.start):
+            # a premature end: the reservation ends earlier, not before now
+            old = rr.end
+            end = max(rr.start, now) + args[1] % (old - max(rr.start, now))
+            table.cut(rr, end)
+            for n, d in rr.demand.items():     # what a removal and a shorter booking leave
+                own[n].add(rr.start, old, d, -1)
+                own[n].add(rr.start, end, d)
+        elif kind == "end" and booked:
+            rr = booked.pop(args[0] % len(booked))
+            now = max(now, rr.end)             # it ends: time has come to its end
+            table.forget(rr, now)
+            for n in rr.demand:
+                own[n].prune(now)
+        elif kind == "prune":
+            now += args[0]
+            busy = set(table.busy)
+            table.prune(now)
+            for n in busy:
+                own[n].prune(now)
+        for n in table.nodes:
+            assert (table.profiles[n].t, table.profiles[n].u) == (own[n].t, own[n].u), n
+        holders: dict[int, int] = {}
+        for n in table.nodes:
+            holders[id(table.profiles[n])] = holders.get(id(table.profiles[n]), 0) + 1
+        for n in table.nodes:
+            prof = table.profiles[n]
+            assert prof.owners == holders[id(prof)]
+            assert prof.t or prof is table.empty       # a profile left empty is the shared empty one
+        assert not table.empty.t
+        assert {n for n in table.nodes if table.profiles[n].t} == table.busy
