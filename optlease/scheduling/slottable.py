@@ -360,6 +360,8 @@ class SlotTable:
         if not rr.start <= end < old:
             self.retime(rr, rr.start, end)
             return
+        if self.changed is not None:
+            self.changed.add(rr.lease)
         busy = self.busy
         change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
