@@ -80,10 +80,8 @@ class Manager(Atomic, Recovery):
         # The intake lock guards the requests on their way in (next_id, the staged ones, the inbox, the instant of
         # the step under way); a request takes it, never the manager's lock. Order: lock, then _intake.
         self._intake = threading.Lock()
-        self._stepped = threading.Condition(self._intake)     # a step under way has been committed
         self._staged: list[tuple] = []           # (request, its XML): not yet committed, in id order
-        self._stepping: int | None = None        # the instant of the step under way
-        self._batch_waiting = False              # a batch of requests waits for that step: the next one waits for it
+        self._took = 0                           # the last request id the last step could take
         self._last_id = 0                        # the last request committed
         self._commits = threading.Condition()    # guards the two below (never taken while waiting for `lock`)
         self._committing = False                 # a batch of staged requests is being written
@@ -156,17 +154,19 @@ class Manager(Atomic, Recovery):
         self.all[req.id] = lease
         return lease
 
-    def _run_step(self, t: int) -> list[Lease]:
+    def _run_step(self, t: int, upto: int | None = None) -> list[Lease]:
         """One step at t; the leases it changed: those that arrived, those with a reservation starting or ending at
         t, those whose reservations the step added, moved or dropped (the slot table's `changed`), and those that
         finished."""
-        with self._stepped:
-            while self._batch_waiting:      # a batch waited for the last step: it goes in first
-                self._stepped.wait()
-            arrivals = [lease for lease in self.inbox if lease.req.arrival <= t]
-            if arrivals:
-                self.inbox = [lease for lease in self.inbox if lease.req.arrival > t]
-            self._stepping = t      # until the step is committed, requests wait to be committed after it
+        with self._intake:
+            # the requests committed so far, and (replaying) no later one: requests are committed while a step
+            # runs, so the journal may hold them before the step's entry, which says up to which id it took
+            self._took = self._last_id if upto is None else upto
+            taken = [lease for lease in self.inbox if lease.req.arrival <= t and lease.id <= self._took]
+            if taken:
+                ids = {lease.id for lease in taken}
+                self.inbox = [lease for lease in self.inbox if lease.id not in ids]
+            arrivals = taken
         table = self.sched.table
         at_t = [rr.lease for rr in table.starting_at(t)] + [rr.lease for rr in table.ending_at(t)]
         self.stepper.step(t, arrivals)
@@ -194,14 +194,14 @@ class Manager(Atomic, Recovery):
 
     def submit(self, make_request, xml: str | None = None) -> int:
         """`make_request(id, arrival)` builds the request (raising InputError); it is committed, then queued, and
-        only then is its id returned. The manager's lock is not taken: a request waits for its commit and at most
-        for one step under way, never for enactment or for the steps after.
+        only then is its id returned. The manager's lock is not taken: a request waits for its commit only, never
+        for a scheduling round or enactment.
 
         Group commit: requests that arrive while another batch is being written wait, then go to disk together in
         one transaction (one fsync for the batch instead of one each). A request is in no step and no answer
-        before its batch is committed. The journal's order is the order in which the scheduler saw them: a step
-        takes the requests committed before it began, and a batch waits for a step under way to be committed
-        first (the step's round, not the enactment pass after it)."""
+        before its batch is committed. A step takes the requests committed before it began, and its journal entry
+        says up to which id: a batch committed while it runs may be journaled before it, and a replay steps it
+        where the daemon did, at the next step."""
         if self.lock.refused is not None:
             raise Stopped(f"the lease manager has stopped: {self.lock.refused}")
         arrival = self.now()
@@ -233,14 +233,9 @@ class Manager(Atomic, Recovery):
                 return
         top, failed = 0, None
         try:
-            with self._stepped:
-                # a step under way took its arrivals when it began: what is committed now goes after its journal
-                # entry, as the scheduler sees it (a replay reads the journal in order)
-                self._batch_waiting = True
+            with self._intake:
+                reqs, self._staged = self._staged, []
                 try:
-                    while self._stepping is not None:
-                        self._stepped.wait()
-                    reqs, self._staged = self._staged, []
                     if reqs:
                         self.store.add_requests(reqs)
                 except StoreError as exc:
@@ -250,9 +245,6 @@ class Manager(Atomic, Recovery):
                         self.inbox.append(self._new_lease(req))
                     top = reqs[-1][0].id if reqs else 0
                     self._last_id = max(self._last_id, top)
-                finally:
-                    self._batch_waiting = False
-                    self._stepped.notify_all()
             if failed is not None:
                 self._die(failed)       # after the intake lock is given back: _die waits for the manager's
         finally:
@@ -285,13 +277,8 @@ class Manager(Atomic, Recovery):
             with self._atomic(f"the scheduling step at {self.log.t(t)}"):
                 self._dirty = True
                 self.decisions.begin()
-                try:
-                    changed = self._run_step(t)
-                    self.store.add_step(t, changed, self.decisions.recorded)
-                finally:
-                    with self._stepped:
-                        self._stepping = None
-                        self._stepped.notify_all()
+                changed = self._run_step(t)
+                self.store.add_step(t, changed, self.decisions.recorded, self._took)
             if late:
                 self._say_late(t, late, before, changed)
             if self.store.path and self.store.entries >= checkpoint.CHECKPOINT_EVERY:

@@ -253,10 +253,11 @@ class Store:
             self.db.execute("INSERT INTO events (t, kind, node) VALUES (?, ?, ?)", (t, kind, node))
             self.entries += 1
 
-    def add_step(self, t: int, leases: list[Lease], decisions: list[str] = ()) -> None:
-        """A step at t, the leases it changed and what its round model decided (JSON texts, in order)."""
+    def add_step(self, t: int, leases: list[Lease], decisions: list[str] = (), took: int | None = None) -> None:
+        """A step at t, the leases it changed, what its round model decided (JSON texts, in order) and the last
+        request it could take (in `lease_id`: requests committed while it ran may be journaled before it)."""
         with self._tx():
-            seq = self.db.execute("INSERT INTO events (t, kind) VALUES (?, 'step')", (t,)).lastrowid
+            seq = self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, 'step', ?)", (t, took)).lastrowid
             self.entries += 1
             self.db.executemany("INSERT INTO decisions VALUES (?, ?, ?)",
                                 [(seq, n, body) for n, body in enumerate(decisions)])

@@ -52,7 +52,6 @@ class Recovery:
                 raise StoreError(f"journal entry {seq} ({kind} at {t}) does not replay: "
                                  f"{type(exc).__name__}: {exc}".replace("\n", " "), self.store.path) from None
         self.decisions.begin()
-        self._stepping = None       # the replayed steps are all committed
         self._finished_seen = len(self.sched.finished)
         self.store.remember(list(self.all.values()))
         for lease_id, state in journal.states.items():
@@ -111,7 +110,7 @@ class Recovery:
             node_up(self.sched, lease_id, t)
         else:
             self.decisions.begin(journal.decisions.get(seq, []))
-            self._run_step(t)
+            self._run_step(t, lease_id)     # a step's lease_id: the last request it could take (None: any)
 
     # -- catching up --------------------------------------------------------------------------------------------
     def next_instant(self) -> int | None:
