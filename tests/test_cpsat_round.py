@@ -395,7 +395,8 @@ def test_a_resource_no_interval_asks_more_of_is_left_to_the_other_and_a_binding_
     for name, snap in (("proportional", proportional), ("mixed", mixed)):
         rm, _ = build_round(prepare(snap, OPTIONS.weights, 60))
         cumulatives[name] = sum(1 for c in rm.model.proto.constraints if c.has_cumulative())
-    assert cumulatives == {"proportional": 2, "mixed": 2}   # one per node; CPU and memory on the single node
+    # proportional: the two alike nodes are one pool of VM slots (cpsat.pools); mixed: CPU and memory on the node
+    assert cumulatives == {"proportional": 1, "mixed": 2}
     plan = solve_checked(mixed)
     assert plan.stats.status == "OPTIMAL"
     assert plan.of(2).start == 0 and plan.of(1).start == 10   # never both heavy VMs at once

@@ -68,3 +68,49 @@ def test_the_rounds_exercise_every_kind_of_decision(solved) -> None:
     assert any(lp.migrations for p in plans for lp in p.leases)
     assert any(lp.start is not None and lp.start > 1 for p in plans for lp in p.leases)
     assert any(lp.objective < mip.objective - 1e-6 for _, _, mip, lp in solved.values())
+
+
+POOLED_SEEDS = list(range(2000, 2008))
+
+
+def pooled_round(seed: int):
+    """A round whose nodes pool (cpsat.pools): 2-4 alike nodes of two VM slots, each held by running leases that end
+    at their own times (a staircase of slots), best-effort leases of one to three VMs of one demand queued, and an
+    AR to admit or refuse."""
+    import random
+
+    from test_cpsat_round import AR, BE, POLICY, lease, site
+    from optlease.scheduling.snapshot import Phase, RoundSnapshot
+
+    rng = random.Random(seed)
+    nodes = rng.randint(2, 4)
+    leases, next_id = [], 1
+    for node in range(1, nodes + 1):
+        for _ in range(rng.randint(0, 2)):
+            leases.append(lease(next_id, AR, Phase.RUNNING, rng.randint(1, 8), start=0, nodes=(node,)))
+            next_id += 1
+    for _ in range(rng.randint(3, 5)):
+        leases.append(lease(next_id, BE, Phase.QUEUED, rng.randint(1, 5), vms=rng.randint(1, 3),
+                            arrival=-rng.randint(0, 2) * 1800))
+        next_id += 1
+    leases.append(lease(next_id, AR, Phase.NEW, rng.randint(1, 4), vms=rng.randint(1, 2 * nodes),
+                        start=rng.randint(1, 6)))
+    return RoundSnapshot(0, site(nodes, {"CPU": 200, "Memory": 2048}), tuple(leases), POLICY)
+
+
+def test_pooled_rounds_agree_with_the_mip() -> None:
+    """Node pools are exact: on rounds where every node is pooled (one cumulative over the VM slots, no per-node
+    choice), CP-SAT's optimum equals the per-node, time-indexed MIP's, and its plan, laid on nodes by
+    `pools.assign`, is safe."""
+    from optlease.scheduling.cpsat.model import build_variables
+
+    snaps = [pooled_round(seed) for seed in POOLED_SEEDS]
+    for snap in snaps:
+        rm = build_variables(prepare(snap, OPTIONS.weights, LOOKAHEAD))
+        assert rm.pools and not rm.vm_to_node and not rm.vms_on_node   # every tail goes to a pool
+    mips = solve_rounds_mip(snaps, lookahead=LOOKAHEAD)
+    for snap, mip in zip(snaps, mips):
+        plan = solve_round(snap, OPTIONS)
+        check_plan(snap, plan)
+        assert plan.stats.status == "OPTIMAL" and mip.optimal
+        assert plan.stats.objective == round(mip.objective)

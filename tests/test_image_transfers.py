@@ -240,6 +240,19 @@ def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, mig
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LeaseScheduler, "process_queue", every_lease)
         patch.setattr(LeaseScheduler, "room_now", lambda self, lease, now: True)
-        patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, now: None)
+        patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, now, t: True)
         trying, _ = run(reqs, prep, migration=migration, backfilling=backfilling)
     assert document(skipping) == document(trying)
+
+
+def test_an_ar_arriving_as_a_suspended_lease_begins_to_resume_sends_it_back_to_the_queue():
+    """Found by the property above (with images unmanaged too): the AR takes the nodes at the very instant the
+    resume begins; the resume is given up, the lease waits suspended and runs later, and the schedule is valid."""
+    reqs = [LeaseRequest(1, AR, 0, 300, (VM,) * 2, preemptible=False, start=2280),
+            LeaseRequest(2, BE, 0, 2340, (VM,) * 3, preemptible=True),
+            LeaseRequest(3, AR, 2580, 60, (VM,) * 2, preemptible=False, start=2580)]
+    for prep in (PreparationOptions(), PreparationOptions("imagetransfer", bandwidth=10)):
+        result, log = run(reqs, prep, migration="no", backfilling="aggressive")
+        assert "... lease #2 has been cancelled and requeued." in log
+        assert [x.state for x in result.leases] == [LeaseState.DONE] * 3
+        assert check_schedule(document(result)) == []

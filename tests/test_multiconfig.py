@@ -153,8 +153,28 @@ def test_the_older_layout_maps_onto_the_current_options(tmp_path):
     assert any("Disk" in n or "disk" in n for n in multi.notes)
 
 
+def test_the_older_layouts_image_transfers_and_caches_map_onto_deploy_imagetransfer(tmp_path):
+    text = OLD.format(dir=GRID / "traces").replace("[cached:general]\ntransfer: multicast\nreuse: cowpool\n",
+                                                   "[cached:general]\ntransfer: multicast\nreuse: cowpool\n"
+                                                   "suspension: all\nmaxpool: 20480\n"
+                                                   "avoid-redundant-transfers: True\n"
+                                                   "imagefile: /nowhere/37_uniform.images\n")
+    multi = parse_multiconfig(text, str(tmp_path / "old.conf"), {"datadir": str(tmp_path)}, ["cached"])
+    cached = parse_config(multi.runs()[0].text(), "cached.conf")
+    assert (cached.get("general", "lease-preparation"), cached.get("deploy-imagetransfer", "transfer-mechanism"),
+            cached.get("deploy-imagetransfer", "diskimage-reuse"),
+            cached.get("deploy-imagetransfer", "diskimage-cache-size"),
+            cached.get("deploy-imagetransfer", "avoid-redundant-transfers"),
+            cached.get("tracefile", "imagefile")) == \
+        ("imagetransfer", "multicast", "image-caches", 20480, True, "/nowhere/37_uniform.images")
+
+
 OLD_FAULTS = {
-    "image-transfers": ({"profiles": ["cached"]}, OLD, "[cached:general] transfer: multicast"),
+    "unknown-transfer": ({"profiles": ["cached"]}, OLD.replace("transfer: multicast", "transfer: carrier-pigeon"),
+                         "[cached:general] transfer: carrier-pigeon"),
+    "reuse-without-transfers": ({"profiles": ["plain"]}, OLD.replace("transfer: none\nimagefile",
+                                                                     "transfer: none\nreuse: cowpool\nimagefile"),
+                                "[plain:general] reuse: cowpool: image caches need image transfers"),
     "unknown-old-option": ({}, OLD.replace("suspendresume-rate: 50", "suspendresume-rate: 50\nwarp: 9"),
                            "[common:simulation] warp: no counterpart in optlease"),
     "run-names-an-undefined-profile": ({}, OLD.replace("profiles: plain overhead", "profiles: plain ghost"),
@@ -180,9 +200,12 @@ def test_haizeas_hpdc08_file_reads_with_the_profiles_optlease_can_run(tmp_path, 
     conf = SHARED / "etc" / "blue-30days-24h.conf"
     dirs = ["--tracedir", str(SHARED / "blue"), "--injectiondir", str(SHARED / "blue" / "injected_leases" / "30days"),
             "--datadir", str(tmp_path / "data")]
-    assert main(["generate-configs", "-c", str(conf), "-d", str(tmp_path / "all"), *dirs]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "[vm+noreuseopt:general] transfer: multicast" in err
+    # every profile maps, the HPDC'08 image-transfer profiles (vm+noreuseopt, vm+reuse1, vm+reuse2) too
+    assert main(["generate-configs", "-c", str(conf), "-d", str(tmp_path / "all"), *dirs]) == 0
+    reuse = parse_config((tmp_path / "all" / "vm+reuse1_30days+work_10-dur_2h-size_1small.conf").read_text(), "x")
+    assert (reuse.get("general", "lease-preparation"), reuse.get("deploy-imagetransfer", "diskimage-cache-size"),
+            reuse.get("deploy-imagetransfer", "transfer-mechanism")) == ("imagetransfer", 20480, "multicast")
+    capsys.readouterr()
     assert main(["generate-configs", "-c", str(conf), "-d", str(tmp_path / "three"), *dirs,
                  "--profiles", "novm,novm+preempting,novmC"]) == 0
     written = sorted(p.name for p in (tmp_path / "three").iterdir())

@@ -1,9 +1,10 @@
 """Maps the older multi-configuration layout of Haizea's HPDC'08 experiments (`[profiles]`, `[traces]`,
 `[leaseinjections]`, `[run]`, options of Haizea's early releases) onto a MultiConfig.
 
-What has a counterpart in optlease is renamed; what only served image transfers is left out with a note (the
-profiles that run without transfers do not depend on it); what would change a run and has no counterpart (image
-transfers, image caches) is an InputError naming the file, the section and the option.
+What has a counterpart in optlease is renamed (image transfers and caches too: `transfer`, `reuse: cowpool`,
+`maxpool`, `avoid-redundant-transfers`, `imagefile`); what only served image transfers is left out with a note in
+the profiles that run without them; what would change a run and has no counterpart is an InputError naming the
+file, the section and the option.
 """
 from __future__ import annotations
 
@@ -75,12 +76,28 @@ def _profile(options_by_section: dict[str, dict[str, str]], where: Callable[[str
 
     general = options_by_section.get("general", {})
     transfer = general.get("transfer", "none").strip()
-    if transfer != "none":
-        raise InputError(f"[{where('general')}] transfer: {transfer}: image transfers cannot be mapped (optlease "
-                         f"prepares leases unmanaged only); pick other profiles with --profiles")
-    if general.get("reuse", "none").strip() != "none" or "maxpool" in general:
-        raise InputError(f"[{where('general')}] reuse: {general.get('reuse', '')}: image caches cannot be "
-                         f"mapped (no image transfers in optlease); pick other profiles with --profiles")
+    reuse = general.get("reuse", "none").strip()
+    if transfer in ("unicast", "multicast"):
+        # the early releases' image transfers: the current [deploy-imagetransfer] options, the image file kept
+        put([("general", "lease-preparation", "imagetransfer"),
+             ("deploy-imagetransfer", "transfer-mechanism", transfer)])
+        if "avoid-redundant-transfers" in general:
+            put([("deploy-imagetransfer", "avoid-redundant-transfers",
+                  "True" if _bool(general["avoid-redundant-transfers"]) else "False")])
+        if "imagefile" in general:
+            put([("tracefile", "imagefile", general["imagefile"].strip())])
+        if reuse == "cowpool":
+            put([("deploy-imagetransfer", "diskimage-reuse", "image-caches")])
+            if "maxpool" in general:
+                put([("deploy-imagetransfer", "diskimage-cache-size", general["maxpool"].strip())])
+        elif reuse != "none" or "maxpool" in general:
+            raise InputError(f"[{where('general')}] reuse: {reuse}: no counterpart in optlease (known: none, "
+                             f"cowpool)")
+    elif transfer != "none":
+        raise InputError(f"[{where('general')}] transfer: {transfer}: expected none, unicast or multicast")
+    elif reuse != "none" or "maxpool" in general:
+        raise InputError(f"[{where('general')}] reuse: {reuse}: image caches need image transfers "
+                         f"(transfer: unicast or multicast)")
     if "migration" in general:
         what = general.get("migrate", "mem").strip()
         put([("scheduling", "migration",
@@ -101,8 +118,10 @@ def _profile(options_by_section: dict[str, dict[str, str]], where: Callable[[str
             raise InputError(f"section [{where(section)}]: the older layout has no section [{section}] "
                              f"(its options are in [general] and [simulation])")
         for option, value in options.items():
-            if option in ("transfer", "reuse", "migration", "migrate", "nodes", "resources"):
+            if option in ("transfer", "reuse", "maxpool", "migration", "migrate", "nodes", "resources"):
                 continue
+            if option in TRANSFERS_ONLY and transfer in ("unicast", "multicast"):
+                continue   # mapped above
             if option in TRANSFERS_ONLY:
                 notes.append(f"[{where(section)}] {option} left out: only image transfers used it")
                 continue

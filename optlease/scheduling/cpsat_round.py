@@ -338,6 +338,7 @@ class CpsatRound(HintCompletion, PlanCommit):
             hint.append(as_is)
         if completed is None:
             completed = self._complete(now, movable)
+        plain = self._plain_nodes(now, movable, runs, leases)
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
             filled = completed.get(lease.id, plan)
@@ -347,11 +348,30 @@ class CpsatRound(HintCompletion, PlanCommit):
             if extra > 0 and lease.numnodes + extra < len(ranked):
                 # a neighbourhood: the nodes that free up first, and the nodes the plans and the image use
                 near = {*ranked[:lease.numnodes + extra], *plan.nodes, *filled.nodes, *snap.nodes}
+                if not snap.nodes:   # a fresh start may take any plain node too: the model pools them
+                    near.update(plain)
                 snap = replace(snap, allowed_nodes=tuple(sorted(near)))
             leases.append(snap)
             greedy.append(plan)
             hint.append(filled)
         return RoundSnapshot(now, sched.site, tuple(leases), self.policy), Plan(tuple(greedy)), Plan(tuple(hint))
+
+    def _plain_nodes(self, now: int, movable: list[Lease], runs: list[LeaseSnapshot],
+                     fixed: list[LeaseSnapshot]) -> set[int]:
+        """The nodes the model can pool (cpsat.pools) and which the neighbourhood therefore need not leave out: where
+        every movable lease asks one VM demand, the nodes that nothing not yet begun holds and no image, planned
+        booking or suspendable lease names. Empty where the movable leases ask different demands."""
+        demands = {tuple(sorted(d.items())) for lease in movable for d in lease.req.vms}
+        if len(demands) != 1:
+            return set()
+        named = {n for snap in fixed if snap.phase is not Phase.RUNNING for n in snap.planned_nodes}
+        named.update(n for snap in runs for n in snap.nodes)
+        for lease in movable:
+            if lease.image_nodes:
+                named.update(lease.image_nodes.values())
+            if self._announced.get(lease.id) is not None and lease.state in BOOKED:
+                named.update(lease.last_vmrr().mapping.values())
+        return set(self.sched.table.nodes) - named
 
     def _suspendable(self, now: int) -> list[Lease]:
         """With `solver-suspend: for-waiting`: the running best-effort leases the round may suspend at once — the

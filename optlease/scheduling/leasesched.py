@@ -12,7 +12,7 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.preparation import ImageTransfers
+from optlease.scheduling.preparation import ImageTransfers, PreparedTable
 from optlease.scheduling.records import (BOOKED, MIGRATE, RESUME, SHUTDOWN, SUSPEND, TRANSFER, VM, RR, Held,
                                         Lease, NotSchedulable)
 from optlease.scheduling.slottable import SlotTable, fits
@@ -28,7 +28,7 @@ class LeaseScheduler:
         self.opts = opts
         self.policies = policies
         self.log = log
-        self.table = SlotTable(site)
+        self.table = PreparedTable(site) if opts.preparation.managed else SlotTable(site)
         self.vm = VMScheduler(self.table, opts, policies, log)
         # disk-image transfers and caches (`lease-preparation: imagetransfer`); None: images are not managed
         self.prep = ImageTransfers(self.table, opts.preparation, log) if opts.preparation.managed else None
@@ -117,14 +117,14 @@ class LeaseScheduler:
             if self.log.info_on:
                 self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
             future = self.vm.can_schedule_in_future()
-            attempt = (self.table.released, future) if self.prep is None else self._attempt(lease, now, future)
+            attempt, first = ((self.table.released, future), None) if self.prep is None \
+                else self._attempt(lease, now, future)
             try:
                 if lease.cache.get("failed") == attempt:
                     raise NotSchedulable("nothing was freed since it last did not fit")
                 if not future:
                     # it must start at once, or (images managed) as soon as its image can be there
-                    ready = None if self.prep is None else self._room_when_ready(lease, now)
-                    if not (self.room_now(lease, now) if ready is None else ready):
+                    if not (self.room_now(lease, now) if first is None else self._room_when_ready(lease, *first)):
                         raise NotSchedulable("not enough room when it could start")
                 self.schedule_lease(lease, now)
                 self._room = {}
@@ -137,43 +137,59 @@ class LeaseScheduler:
                     break
         self.queue[:0] = kept
 
-    def _attempt(self, lease: Lease, now: int, future: bool) -> tuple:
+    def _attempt(self, lease: Lease, now: int, future: bool) -> tuple[tuple, int | None]:
         """What a lease's try depends on when images are transferred (`process_queue` skips a lease whose key did
-        not change since it last did not fit). Besides what was freed: its image may come sooner (a cache took it
-        in, a transfer of it was booked); and a lease that must start as soon as its image (or its memory image)
-        is there starts later at each step, where an end in between may have made room, although none has
-        happened yet. Steps at transfers' ends, which free nothing, make that matter."""
+        not change since it last did not fit), and, for a lease that must start as soon as its image (or its memory
+        image) can be there, when that is (None: now, or it may book a later start). Besides what was freed: its
+        image may come sooner (a cache took it in, a transfer of it was booked); and such a lease starts later at
+        each step, where an end in between may have made room although none has happened yet. Steps at transfers'
+        ends, which free nothing, make that matter."""
         key = (self.table.released, future)
         if lease.state is S.QUEUED and self.prep.needs(lease):
             key += (self.prep.version(lease),)
             if future:
-                return key
+                return key, None
             first, ways = self.prep.first_ready(lease, now)
             key += (ways,)
         elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
-            first = now + oh.migration_estimate(lease, self.opts)
+            first, ways = now + oh.migration_estimate(lease, self.opts), None
         else:
-            return key
-        return key + (self.table.ends.bisect_right(first),)
+            return key, None
+        return key + (self.table.ends.bisect_right(first),), (max(now, first), ways)
 
-    def _room_when_ready(self, lease: Lease, now: int) -> bool | None:
-        """A necessary condition for a lease that must start as soon as its image (or its memory image) can be
-        there: the site as a whole has room for it from then (the one start `VMScheduler.asap` would try). None
-        for a lease that would start now."""
-        if lease.state is S.QUEUED and self.prep.needs(lease):
-            first, resuming = self.prep.first_ready(lease, now)[0], False
-        elif lease.state in SUSPENDED and self.opts.migration == "yes":
-            first, resuming = now + oh.migration_estimate(lease, self.opts), True
+    def _room_when_ready(self, lease: Lease, t: int, ways: tuple | None) -> bool:
+        """A necessary condition for a lease that must start at `t`, as soon as its image (or its memory image) can
+        be there (the one start `VMScheduler.asap` would try): the nodes its image reaches by then (`ways`, as
+        `ImageTransfers.first_ready` names them; None: every node) have room for it at `t`, and the site as a
+        whole from `t` on."""
+        resuming = lease.state in SUSPENDED
+        if self.opts.runtime_estimate == "requested":
+            shape = ("window", resuming, lease.accumulated)     # what it is fixed by while it waits
+            window = lease.cache.get(shape)
+            if window is None:
+                window = lease.cache[shape] = self.vm.shape(lease, resuming)[-1]
         else:
-            return None
-        t = max(now, first)
-        window = self.vm.shape(lease, resuming)[-1]
+            window = self.vm.shape(lease, resuming)[-1]
         # Where the site had no room from an earlier start t0 until r0, it has none from t0 <= t < r0 either while
-        # nothing was freed (bookings only take room): remembered, so that the walk is not made again.
-        key = (self.table.released, window)
+        # nothing gave room back (bookings only take it; an end frees only the past): remembered, so that the walk
+        # is not made again.
+        key = (self.table.freed, window)
         seen = lease.cache.get("room-from")
         if seen is not None and seen[0] == key and seen[1] <= t < seen[2]:
             return False
+        if ways is not None and ways != (0,):
+            # what those nodes have free at t, kept for this pass over the queue until something is placed
+            nodes_key = ("ways", lease.req.software.id, self.prep.version(lease), ways, t)
+            if nodes_key not in self._room:
+                free = self.table.zero
+                nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
+                for n in () if nodes is None else nodes:
+                    if n not in self.table.down:
+                        free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
+                self._room[nodes_key] = None if nodes is None else free
+            free = self._room[nodes_key]
+            if free is not None and not fits(lease.total_demand, free):
+                return False
         room = self.table.earliest_total_room(t, window, lease.total_demand)
         lease.cache["room-from"] = (key, t, room)
         return room <= t
@@ -290,7 +306,10 @@ class LeaseScheduler:
         self.cancel_vmrr(vmrr, now)
         lease.vmrrs.pop()
         lease.requeues += 1
-        if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
+        if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING, S.RESUMING):
+            # a copy of its memory image or a resume that has begun is given up too: the image stays where it is
+            if lease.state is S.MIGRATING:
+                lease.set_state(S.SUSPENDED_SCHEDULED)
             lease.set_state(S.SUSPENDED_QUEUED)
         else:
             if lease.state is S.ACTIVE:

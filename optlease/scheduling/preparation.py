@@ -59,6 +59,24 @@ class PreparationOptions:
                    cache_size=g("diskimage-cache-size"))
 
 
+class PreparedTable(SlotTable):
+    """The slot table of a run with image transfers: it also counts what gives room back in the future (a
+    reservation taken out or moved, a node back), which a reservation that simply ends does not (its usage is in the
+    past). `LeaseScheduler` remembers where a lease had no room until this changes."""
+
+    def __init__(self, site) -> None:
+        super().__init__(site)
+        self.freed = 0
+
+    def remove(self, rr) -> None:
+        self.freed += 1
+        super().remove(rr)
+
+    def bring_up(self, node: int) -> None:
+        self.freed += 1
+        super().bring_up(node)
+
+
 class Transfer(RR):
     """One transfer over the repository's link: `feeds` are the (lease, vnode, node) it brings the image to."""
 
@@ -208,6 +226,19 @@ class ImageTransfers:
             first = min(w[0] for w in ways)
             found = self._firsts[key] = (first, tuple(sorted(w[1] for w in ways if w[0] == first)))
         return found
+
+    def nodes_by(self, lease: Lease, ways: tuple) -> set[int] | None:
+        """The nodes the given ways (as `first_ready` names them) bring the lease's image to; None: every node."""
+        image = lease.req.software.id
+        nodes: set[int] = set()
+        for way in ways:
+            if way == 0 or (way > 0 and self.opts.mechanism == "multicast"):
+                return None
+            if way == -1:
+                nodes |= self.caches.holding(image)
+            else:
+                nodes |= {p for t in self.open.get(image, ()) if t.tid == way for _, _, p in t.feeds}
+        return nodes
 
     def plan(self, lease: Lease, vmrr: RR, ready: Earliest | None, now: int) -> Plan:
         """How the booking `vmrr` gets its images; NotSchedulable when an AR's cannot arrive by its start."""

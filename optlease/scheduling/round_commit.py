@@ -175,8 +175,11 @@ class PlanCommit:
         self.sched.put_back(lease, saved)
 
     def _fits(self, rrs) -> bool:
-        """Whether reservations not on the slot table fit on their nodes as it stands."""
+        """Whether reservations not on the slot table fit on their nodes as it stands. A reservation of no length
+        (a shutdown of `shutdown-time` 0) holds no instant, so it fits whatever starts where it is: asking the node
+        profile about it would ask about the instant after it, where the next booking on its nodes may begin (a round's
+        plan that ends a lease exactly there was refused so, and an admission fell back on `_make_room`)."""
         table = self.sched.table
         return all(table.profiles[pnode].fits_between(rr.start, rr.end, d, table.caps[pnode])
-                   for rr in rrs for pnode, d in rr.demand.items())
+                   for rr in rrs if rr.end > rr.start for pnode, d in rr.demand.items())
 

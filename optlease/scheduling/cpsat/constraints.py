@@ -17,15 +17,21 @@ def add_placement(rm: RoundModel) -> Terms:
     m, migrations, transfer = rm.model, [], []
     for job in rm.data.tails:
         if job.pooled:
-            m.add(sum(rm.vms_on_node[job.id, n][0] for n in job.candidates[0]) == job.numvms * rm.present[job.id])
+            counts = [rm.vms_on_node[job.id, n][0] for n in job.candidates[0] if (job.id, n) in rm.vms_on_node]
+            counts += [rm.vms_in_pool[job.id, p][0] for p in range(len(rm.pools)) if (job.id, p) in rm.vms_in_pool]
+            m.add(sum(counts) == job.numvms * rm.present[job.id])
             continue
         for vm, nodes in enumerate(job.candidates):
-            xs = [rm.vm_to_node[job.id, vm, n] for n in nodes]
-            m.add(sum(xs) == rm.present[job.id])
+            xs = [rm.vm_to_node[job.id, vm, n] for n in nodes if (job.id, vm, n) in rm.vm_to_node]
+            ys = [rm.vm_to_pool[job.id, vm, p] for p in range(len(rm.pools)) if (job.id, vm, p) in rm.vm_to_pool]
+            m.add(sum(xs) + sum(ys) == rm.present[job.id])
             for n in nodes:
-                if job.origin and n != job.origin[vm]:
+                if job.origin and n != job.origin[vm] and (job.id, vm, n) in rm.vm_to_node:
                     migrations.append(rm.vm_to_node[job.id, vm, n])
                     transfer.append(job.migrate * rm.vm_to_node[job.id, vm, n])
+            if job.origin:   # no image is on a pooled node: a VM resumed there is moved
+                migrations.extend(ys)
+                transfer.extend(job.migrate * y for y in ys)
     return {"migrations": sum(migrations), "overhead": sum(transfer)}
 
 
@@ -60,8 +66,11 @@ def add_suspensions(rm: RoundModel) -> Terms:
         for vm, nodes in enumerate(job.candidates if job.origin else ()):
             for n in nodes:
                 mig = job.migration_time(vm, n)
-                if mig > 0:
+                if mig > 0 and (job.id, vm, n) in rm.vm_to_node:
                     m.add(rm.start[job.id] - mig >= ready).only_enforce_if(rm.vm_to_node[job.id, vm, n])
+            for p in range(len(rm.pools)):   # no image is on a pooled node
+                if (job.id, vm, p) in rm.vm_to_pool and job.migrate > 0:
+                    m.add(rm.start[job.id] - job.migrate >= ready).only_enforce_if(rm.vm_to_pool[job.id, vm, p])
         if job.resume > 0:
             overhead.append(job.resume * present)
     return {"preemptions": sum(preemptions), "overhead": sum(overhead)}
@@ -84,6 +93,23 @@ def add_capacity(rm: RoundModel) -> Terms:
                 continue
             kept.append(rtype)
             rm.model.add_cumulative([h.interval for h in used], [h.demand[rtype] * h.count for h in used], cap)
+    for pool in rm.pools:   # a pool's VM slots (cpsat.pools): its nodes' fixed holds, then the tails placed there
+        holds = rm.pool_holds[pool.index]
+        if not holds:
+            continue
+        intervals, demands = [], []
+        for node in pool.nodes:
+            steps = pool.blocks[node]
+            for i, (end, used) in enumerate(steps):
+                after = steps[i + 1][1] if i + 1 < len(steps) else 0
+                if used > after and end > rm.data.now:
+                    intervals.append(rm.model.new_fixed_size_interval_var(rm.data.now, end - rm.data.now,
+                                                                          f"held[node={node},until={end}]"))
+                    demands.append(used - after)
+        for interval, count, _, _ in holds:
+            intervals.append(interval)
+            demands.append(count)
+        rm.model.add_cumulative(intervals, demands, pool.capacity)
     return {}
 
 
@@ -112,10 +138,11 @@ def add_exclusion(rm: RoundModel) -> Terms:
                                                          f"resume[lease={job.id}]") if not always(present) else
                              m.new_interval_var(begin, job.resume, begin + job.resume, f"resume[lease={job.id}]"))
             continue
-        for node in sorted({n for nodes in job.candidates for n in nodes}):
-            xs = [rm.vm_to_node[job.id, vm, node] for vm, nodes in enumerate(job.candidates) if node in nodes]
+        for node in sorted({n for nodes in job.candidates for n in nodes if n not in rm.pool_of}):
+            xs = [rm.vm_to_node[job.id, vm, node] for vm in range(job.numvms) if (job.id, vm, node) in rm.vm_to_node]
             used = m.new_bool_var(f"resumes_on[lease={job.id},node={node}]")
             m.add_max_equality(used, xs)
+            rm.derive(used, lambda v, xs=xs: max(v(x) for x in xs))
             ops[node].append(m.new_optional_interval_var(begin, job.resume, begin + job.resume, used,
                                                          f"resume[lease={job.id},node={node}]"))
     for intervals in ops.values():
@@ -129,18 +156,24 @@ def add_symmetry(rm: RoundModel) -> Terms:
     m, data = rm.model, rm.data
     literals = rm.node_literals() if data.interchangeable else {}
     for nodes in data.interchangeable:
+        nodes = tuple(n for n in nodes if n not in rm.pool_of)   # a pool has no node order to break
         used = []
         for node in nodes:
             xs = literals.get(node, [])
             u = m.new_bool_var(f"used[node={node}]")
             m.add_max_equality(u, xs) if xs else m.add(u == 0)
+            rm.derive(u, lambda v, xs=xs: max((v(x) for x in xs), default=0))
             used.append(u)
         for first, second in zip(used, used[1:]):
             m.add_implication(second, first)
     for job in data.tails:
         if job.origin or job.planned_nodes or job.pooled:   # pooled VMs have no order to break
             continue
-        index = [sum(n * rm.vm_to_node[job.id, vm, n] for n in nodes) for vm, nodes in enumerate(job.candidates)]
+        # a VM's node number, a pool counting as -1 - its index
+        index = [sum(n * rm.vm_to_node[job.id, vm, n] for n in rm.split(nodes)[0])
+                 - sum((p + 1) * rm.vm_to_pool[job.id, vm, p] for p in range(len(rm.pools))
+                       if (job.id, vm, p) in rm.vm_to_pool)
+                 for vm, nodes in enumerate(job.candidates)]
         for vm in range(job.numvms - 1):
             if job.demand[vm] == job.demand[vm + 1] and job.candidates[vm] == job.candidates[vm + 1]:
                 m.add(index[vm] <= index[vm + 1])

@@ -56,6 +56,7 @@ def holding_plan(data: RoundData) -> Plan:
 def decode(rm: RoundModel, value: Value) -> Plan:
     """The plan of a CP-SAT solution; `value` reads a variable or expression from the solver."""
     data, leases = rm.data, []
+    in_pools = _pool_nodes(rm, value)
     for job in data.jobs:
         if not job.has_tail:
             leases.append(lease_plan(job, data, False, None, (), None))
@@ -66,13 +67,36 @@ def decode(rm: RoundModel, value: Value) -> Plan:
         if not placed:
             nodes = ()
         elif job.pooled:
-            nodes = pooled_nodes(job, {n: value(rm.vms_on_node[job.id, n][0]) for n in job.candidates[0]})
+            counts = Counter({n: value(rm.vms_on_node[job.id, n][0]) for n in job.candidates[0]
+                              if (job.id, n) in rm.vms_on_node})
+            counts.update(in_pools.get((job.id, -1), []))
+            nodes = pooled_nodes(job, counts)
         else:
-            nodes = tuple(next(n for n in cands if value(rm.vm_to_node[job.id, vm, n]))
+            nodes = tuple(in_pools[job.id, vm][0] if (job.id, vm) in in_pools else
+                          next(n for n in cands if (job.id, vm, n) in rm.vm_to_node
+                               and value(rm.vm_to_node[job.id, vm, n]))
                           for vm, cands in enumerate(job.candidates))
         start = int(value(rm.start[job.id])) if placed else None
         leases.append(lease_plan(job, data, placed, start, nodes, ends[0] if ends else None))
     return Plan(tuple(leases))
+
+
+def _pool_nodes(rm: RoundModel, value: Value) -> dict[tuple[int, int], list[int]]:
+    """The nodes of the VMs a solution starts in node pools, laid on the pools' slots in start order
+    (`pools.assign`): per (lease, vm), or (lease, -1) for a pooled lease's count, one node per VM."""
+    from optlease.scheduling.cpsat.pools import assign
+
+    out: dict[tuple[int, int], list[int]] = {}
+    for pool in rm.pools:
+        tails = []
+        for interval, count, lease, vm in rm.pool_holds[pool.index]:
+            lit = rm.vm_to_pool[lease, vm, pool.index] if vm >= 0 else rm.vms_in_pool[lease, pool.index][1]
+            if value(lit):
+                k = value(count) if not isinstance(count, int) else count
+                tails.append((value(interval.start_expr()), value(interval.end_expr()), k, (lease, vm)))
+        for key, nodes in assign(pool, rm.data.now, tails).items():
+            out.setdefault(key, []).extend(nodes)
+    return out
 
 
 def pooled_nodes(job: Job, counts: dict[int, int]) -> tuple[int, ...]:
@@ -90,7 +114,9 @@ def pooled_nodes(job: Job, counts: dict[int, int]) -> tuple[int, ...]:
 def add_hint(rm: RoundModel, plan: Plan) -> int:
     """Hint every decision the plan makes; returns how many leases it could hint (plans past the look-ahead or on
     nodes the model does not offer are hinted as deferred)."""
-    m, data, got, hinted = rm.model, rm.data, plan.by_id, 0
+    model, data, got, hinted = rm.model, rm.data, plan.by_id, 0
+    m = _Recorder(model)
+    pool_keys = {*rm.vm_to_pool, *((lease, -1, pool) for lease, pool in rm.vms_in_pool)}
     for job in data.tails:
         p = got.get(job.id)
         if p is None:
@@ -104,21 +130,62 @@ def add_hint(rm: RoundModel, plan: Plan) -> int:
         placed = (p.outcome is Outcome.ACCEPTED and p.start is not None
                   and (p.start <= data.horizon or p.start == job.fixed_start)
                   and len(p.nodes) == job.numvms
-                  and all((job.id, n) in rm.vms_on_node if job.pooled else (job.id, vm, n) in rm.vm_to_node
-                          for vm, n in enumerate(p.nodes)))
+                  and all(n in rm.pool_of or ((job.id, n) in rm.vms_on_node if job.pooled
+                                               else (job.id, vm, n) in rm.vm_to_node)
+                          for vm, n in enumerate(p.nodes))
+                  and all((job.id, -1 if job.pooled else vm, rm.pool_of[n]) in pool_keys
+                          for vm, n in enumerate(p.nodes) if n in rm.pool_of))
         if not always(rm.present[job.id]):
             m.add_hint(rm.present[job.id], placed)
-        if placed and not isinstance(rm.start[job.id], int):
-            m.add_hint(rm.start[job.id], p.start)
+        if not isinstance(rm.start[job.id], int):   # a tail not placed starts, for the hint, at its earliest
+            m.add_hint(rm.start[job.id], p.start if placed else job.earliest)
         if job.pooled:
             counts = Counter(p.nodes) if placed else Counter()
-            for n in job.candidates[0]:
+            for n in rm.split(job.candidates[0])[0]:
                 count, used = rm.vms_on_node[job.id, n]
                 m.add_hint(used, counts[n] > 0)
                 if count is not used:
                     m.add_hint(count, counts[n])
+            in_pool = Counter(rm.pool_of[n] for n in p.nodes if n in rm.pool_of) if placed else Counter()
+            for pool in range(len(rm.pools)):
+                if (job.id, pool) in rm.vms_in_pool:
+                    count, used = rm.vms_in_pool[job.id, pool]
+                    m.add_hint(used, in_pool[pool] > 0)
+                    if count is not used:
+                        m.add_hint(count, in_pool[pool])
             continue
         for vm, cands in enumerate(job.candidates):
-            for n in cands:
+            for n in rm.split(cands)[0]:
                 m.add_hint(rm.vm_to_node[job.id, vm, n], placed and p.nodes[vm] == n)
+            for pool in range(len(rm.pools)):
+                if (job.id, vm, pool) in rm.vm_to_pool:
+                    m.add_hint(rm.vm_to_pool[job.id, vm, pool], placed and rm.pool_of.get(p.nodes[vm]) == pool)
+    for var, rule in rm.derived:
+        try:
+            m.add_hint(var, rule(m.value))
+        except KeyError:   # it depends on a variable the plan left unhinted
+            continue
     return hinted
+
+
+class _Recorder:
+    """Adds hints to a model and remembers them, so that the helper variables' hints can be computed from them."""
+
+    def __init__(self, model) -> None:
+        self.model, self.values = model, {}
+
+    def add_hint(self, var, value) -> None:
+        if var.index in self.values:   # a variable standing for two things (a VM count that is its one literal)
+            return
+        self.model.add_hint(var, value)
+        self.values[var.index] = int(value)
+
+    def value(self, expr) -> int:
+        """The hinted value of a linear expression (KeyError: a variable in it has no hint)."""
+        if isinstance(expr, int):
+            return expr
+        from ortools.sat.python.cp_model_helper import FlatIntExpr
+
+        flat = FlatIntExpr(expr)
+        return flat.offset + sum(c * self.values[var.index] for var, c in zip(flat.vars, flat.coeffs))
+

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Callable, Union
 
 from ortools.sat.python import cp_model
 
+from optlease.scheduling.cpsat.pools import Pool, find_pools
 from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
 
 Lit = Union[cp_model.IntVar, int]   # a literal, or the constant 1 for "always"
@@ -36,6 +37,33 @@ class RoundModel:
     run_left: dict[int, cp_model.LinearExprT] = field(default_factory=dict)  # lease -> run left when the tail starts
     holds: list[Demand] = field(default_factory=list)
     suspend_ops: dict[int, cp_model.IntervalVar] = field(default_factory=dict)  # lease -> its suspension
+    # node pools (cpsat.pools): one cumulative over the slots of nodes no decision tells apart
+    pools: tuple[Pool, ...] = ()
+    pool_of: dict[int, int] = field(default_factory=dict)                 # node -> its pool
+    # (lease, vm, pool) -> VM `vm` starts in the pool (leases placed VM by VM)
+    vm_to_pool: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)
+    # (lease, pool) -> (how many of its identical VMs start in the pool, whether any does) (pooled leases)
+    vms_in_pool: dict[tuple[int, int], tuple[cp_model.LinearExprT, cp_model.IntVar]] = field(default_factory=dict)
+    # pool -> (interval, how many slots it holds, lease, vm or -1 for a count) of the tails there
+    pool_holds: dict[int, list] = field(default_factory=dict)
+    # helper variables and how a hint's value of each follows from the decisions' values (decode.add_hint): a hint
+    # that gives every variable a value is checked at once, where a partial one costs CP-SAT a search to complete
+    derived: list[tuple[cp_model.IntVar, Callable]] = field(default_factory=list)
+
+    _split: dict = field(default_factory=dict)
+
+    def split(self, nodes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A candidate list as its nodes outside every pool and the pools it reaches (leases share a few candidate
+        lists, so each is split once)."""
+        if nodes not in self._split:
+            alone = tuple(n for n in nodes if n not in self.pool_of)
+            pools = tuple(sorted({self.pool_of[n] for n in nodes if n in self.pool_of}))
+            self._split[nodes] = (alone, pools)
+        return self._split[nodes]
+
+    def derive(self, var: cp_model.IntVar, rule: Callable) -> None:
+        """`rule(value)` is `var`'s value in a hinted plan, `value` reading the hint's value of any expression."""
+        self.derived.append((var, rule))
 
     def suspension_end(self, lease: int) -> cp_model.LinearExprT:
         """When the lease's suspension ends (0 when it is not suspended)."""
@@ -58,6 +86,9 @@ class RoundModel:
 def build_variables(data: RoundData) -> RoundModel:
     """Every decision variable and the intervals that hold resources; the add_* groups relate them."""
     rm = RoundModel(data, cp_model.CpModel())
+    rm.pools = find_pools(data, local_exclusion=not data.exclusion_global)
+    rm.pool_of = {n: pool.index for pool in rm.pools for n in pool.nodes}
+    rm.pool_holds = {pool.index: [] for pool in rm.pools}
     for job in data.jobs:
         if job.role is Role.FIXED:
             _add_fixed(rm, job)
@@ -88,6 +119,7 @@ def _add_suspendable_head(rm: RoundModel, job: Job) -> None:
     # the run goes on until its suspension ends, or to its end and shutdown
     head_end = m.new_int_var(now, full, f"head_end[lease={job.id}]")
     m.add(head_end == full - full * susp + rm.suspension_end(job.id))
+    rm.derive(head_end, lambda v: v(full - full * susp + rm.suspension_end(job.id)))
     for vm, node in enumerate(job.origin):
         iv = m.new_interval_var(now, head_end - now, head_end, f"head[lease={job.id},vm={vm + 1}]")
         rm.holds.append(Demand(iv, node, job.demand[vm]))
@@ -95,6 +127,7 @@ def _add_suspendable_head(rm: RoundModel, job: Job) -> None:
         first = min(job.suspend_ends) - job.suspend
         begin = m.new_int_var(first, max(job.suspend_ends) - job.suspend, f"suspend_at[lease={job.id}]")
         m.add(begin == rm.suspension_end(job.id) - job.suspend * susp + first * (1 - susp))
+        rm.derive(begin, lambda v: v(rm.suspension_end(job.id) - job.suspend * susp + first * (1 - susp)))
         rm.suspend_ops[job.id] = m.new_optional_interval_var(begin, job.suspend, begin + job.suspend, susp,
                                                              f"suspend[lease={job.id}]")
 
@@ -108,6 +141,8 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
         left = m.new_int_var(1, job.remaining, f"run_left[{name}]")
         m.add(left == job.remaining - sum(
             (a - job.suspend - data.now) * rm.suspend_end[job.id, a] for a in job.suspend_ends))
+        rm.derive(left, lambda v: v(job.remaining - sum(
+            (a - job.suspend - data.now) * rm.suspend_end[job.id, a] for a in job.suspend_ends)))
         rm.run_left[job.id] = left
     elif job.optional:
         rm.present[job.id] = m.new_bool_var(f"accepted[{name}]")
@@ -132,6 +167,7 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
         finish_var = m.new_int_var(job.earliest, data.horizon + job.resume + job.remaining + job.shutdown,
                                    f"finish[{name}]")
         m.add(finish_var == finish)
+        rm.derive(finish_var, lambda v, finish=finish: v(finish))
         finish = finish_var
     if job.pooled:
         _add_pooled(rm, job, finish)
@@ -140,20 +176,42 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
     # node's capacity, as the slot table books it
     size = m.new_int_var(0, job.resume + job.remaining + job.shutdown, f"tail_size[{name}]") \
         if job.role is Role.SUSPENDABLE else job.resume + job.remaining + job.shutdown
+    if not isinstance(size, int):
+        most = job.resume + job.remaining + job.shutdown
+        rm.derive(size, lambda v: min(most, max(0, v(finish) - v(rm.start[job.id]))))
     for vm, nodes in enumerate(job.candidates):
-        for node in nodes:
+        alone, pools = rm.split(nodes)
+        for node in alone:
             x = m.new_bool_var(f"vm_to_node[{name},vm={vm + 1},node={node}]")
             rm.vm_to_node[job.id, vm, node] = x
             iv = m.new_optional_interval_var(rm.start[job.id], size, finish, x,
                                              f"tail[{name},vm={vm + 1},node={node}]")
             rm.holds.append(Demand(iv, node, job.demand[vm]))
+        for p in pools:
+            y = m.new_bool_var(f"vm_to_pool[{name},vm={vm + 1},pool={p}]")
+            rm.vm_to_pool[job.id, vm, p] = y
+            iv = m.new_optional_interval_var(rm.start[job.id], size, finish, y, f"tail[{name},vm={vm + 1},pool={p}]")
+            rm.pool_holds[p].append((iv, 1, job.id, vm))
 
 
 def _add_pooled(rm: RoundModel, job: Job, finish: cp_model.LinearExprT) -> None:
     """Identical fresh VMs: per candidate node, how many start there, and one interval holding them all."""
     m, name = rm.model, f"lease={job.id}"
     size = job.resume + job.remaining + job.shutdown
-    for node in job.candidates[0]:
+    alone, pools = rm.split(job.candidates[0])
+    for p in pools:
+        used = m.new_bool_var(f"uses_pool[{name},pool={p}]")
+        most = min(job.numvms, rm.pools[p].capacity)
+        if most == 1:
+            count = used
+        else:
+            count = m.new_int_var(0, most, f"vms_in_pool[{name},pool={p}]")
+            m.add(count <= most * used)
+            m.add(count >= used)
+        rm.vms_in_pool[job.id, p] = (count, used)
+        iv = m.new_optional_interval_var(rm.start[job.id], size, finish, used, f"tail[{name},pool={p}]")
+        rm.pool_holds[p].append((iv, count if most > 1 else 1, job.id, -1))
+    for node in alone:
         used = m.new_bool_var(f"uses_node[{name},node={node}]")
         most = job.per_node(rm.data.capacity[node])
         if most == 1:
@@ -164,4 +222,6 @@ def _add_pooled(rm: RoundModel, job: Job, finish: cp_model.LinearExprT) -> None:
             m.add(count >= used)
         rm.vms_on_node[job.id, node] = (count, used)
         iv = m.new_optional_interval_var(rm.start[job.id], size, finish, used, f"tail[{name},node={node}]")
-        rm.holds.append(Demand(iv, node, job.demand[0], count, most))
+        # the interval is present exactly when the node is used: one VM is a constant demand (a variable demand in a
+        # cumulative costs CP-SAT far more propagation)
+        rm.holds.append(Demand(iv, node, job.demand[0], count if most > 1 else 1, most))

@@ -35,6 +35,7 @@ def add_waiting(rm: RoundModel) -> Terms:
             susp = rm.suspended[job.id]
             waiting = m.new_bool_var(f"stays_suspended[lease={job.id}]")
             m.add(waiting == susp - present)
+            rm.derive(waiting, lambda v, susp=susp, present=present: v(susp - present))
             m.add(done == data.now + job.remaining).only_enforce_if(~susp)
             m.add(done == late + job.resume + rem).only_enforce_if(waiting)
         elif not always(present):
@@ -43,8 +44,18 @@ def add_waiting(rm: RoundModel) -> Terms:
             m.add(done == rm.tail_end(job))
         else:
             m.add(done == rm.tail_end(job)).only_enforce_if(present)
+        rm.derive(done, lambda v, job=job, present=present, rem=rem: _completion(rm, job, v, present, rem, late))
         terms.append(job.weight * (done - data.now))
     return {"wait": sum(terms)}
+
+
+def _completion(rm: RoundModel, job, v, present, rem, late: int) -> int:
+    """A hinted plan's completion of a best-effort lease (as add_waiting states it)."""
+    if job.role is Role.SUSPENDABLE and not v(rm.suspended[job.id]):
+        return rm.data.now + job.remaining
+    if v(present):
+        return v(rm.tail_end(job))
+    return late + job.resume + v(rem)
 
 
 def add_stability(rm: RoundModel) -> Terms:
@@ -61,6 +72,8 @@ def add_stability(rm: RoundModel) -> Terms:
             m.add(dev >= job.planned_start - rm.start[job.id]).only_enforce_if(present)
             if not always(present):
                 m.add(dev >= abs(late - job.planned_start)).only_enforce_if(~present)
+            rm.derive(dev, lambda v, job=job, present=present: abs(v(rm.start[job.id]) - job.planned_start)
+                      if v(present) else abs(late - job.planned_start))
             moved_time.append(dev)
         if job.pooled and job.planned_nodes:   # VMs are interchangeable: count those left on a planned node
             kept = []
@@ -73,6 +86,7 @@ def add_stability(rm: RoundModel) -> Terms:
                 else:
                     stay = m.new_int_var(0, planned, f"vms_kept[lease={job.id},node={node}]")
                     m.add(stay <= count)
+                    rm.derive(stay, lambda v, count=count, planned=planned: min(v(count), planned))
                     kept.append(stay)
             moved_nodes.append(len(job.planned_nodes[:job.numvms]) - sum(kept))
             continue

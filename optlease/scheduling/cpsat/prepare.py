@@ -121,7 +121,8 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
     released = max((l.release - now for l in snap.leases if l.release is not None and l.release > now), default=0)
     horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs) + released)
     classes, dropped = _interchangeable(snap, jobs)
-    jobs = [_with_candidates(j, capacity, dropped, policy.migration) for j in jobs]
+    cache: dict = {}
+    jobs = [_with_candidates(j, capacity, dropped, policy.migration, cache) for j in jobs]
     # a tail that cannot be placed anywhere is refused now (or left running) rather than left for the solver to find
     jobs = [j if not j.has_tail or all(j.candidates) else
             replace(j, role=Role.REJECTED, reason="no node can hold one of its VMs") if j.role is Role.START else
@@ -132,7 +133,8 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
 
 
 def _common(lease: LeaseSnapshot) -> dict:
-    return dict(id=lease.id, kind=lease.kind, demand=tuple(dict(vm) for vm in lease.request.vms),
+    # the request's own VM demands (nothing changes them; copying them cost a 140-VM lease 140 dicts per round)
+    return dict(id=lease.id, kind=lease.kind, demand=tuple(lease.request.vms),
                 remaining=lease.remaining, shutdown=lease.overheads.shutdown, suspend=lease.overheads.suspend,
                 allowed=lease.allowed_nodes)
 
@@ -245,14 +247,13 @@ def _interchangeable(snap: RoundSnapshot, jobs: list[Job]) -> tuple[tuple[tuple[
 
 
 def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: frozenset[int],
-                     migration: Migration) -> Job:
+                     migration: Migration, cache: dict) -> Job:
+    """Each VM's candidate nodes: the nodes that hold it, within the lease's neighbourhood if it has one. `cache`
+    keeps, per VM demand, the nodes that hold it (shared by every lease of the round: a 1,000-node round asks it
+    once per demand, not once per lease)."""
     if not job.has_tail or job.candidates:   # pinned jobs come with their nodes
         return job
-    offered = tuple(n for n in sorted(capacity) if n not in dropped)
-    if job.allowed:
-        allowed = set(job.allowed)
-        offered = tuple(n for n in offered if n in allowed)
-    fitting: dict[tuple, tuple[int, ...]] = {}   # the VMs of a lease mostly share one demand
+    allowed = frozenset(job.allowed) if job.allowed else None
     per_vm = []
     for vm, demand in enumerate(job.demand):
         if job.origin and migration is Migration.NO:
@@ -260,9 +261,17 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
             per_vm.append(nodes if _fits(demand, capacity[nodes[0]]) else ())
             continue
         key = tuple(sorted(demand.items()))
-        if key not in fitting:
-            fitting[key] = tuple(n for n in offered if _fits(demand, capacity[n]))
-        per_vm.append(fitting[key])
+        if key not in cache:
+            fit = frozenset(n for n in capacity if n not in dropped and _fits(demand, capacity[n]))
+            cache[key] = (fit, tuple(sorted(fit)))
+        fit, every = cache[key]
+        if allowed is None:
+            per_vm.append(every)
+        elif (key, allowed) in cache:
+            per_vm.append(cache[key, allowed])
+        else:
+            cache[key, allowed] = tuple(sorted(fit & allowed))
+            per_vm.append(cache[key, allowed])
     return replace(job, candidates=tuple(per_vm))
 
 

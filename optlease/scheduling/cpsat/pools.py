@@ -1,0 +1,146 @@
+"""Node pools: the nodes of a round whose identity no decision can tell apart, stated as one cumulative over their
+VM slots instead of one per node (models/cpsat-round.md, *Node pools*).
+
+A node joins a pool when every VM that may go there asks for one and the same demand `D`, the node holds `k` such
+VMs at once, and all that occupies it is *fixed and started*: running leases that cannot be suspended, each holding
+its share from now until it ends. No memory image is on it (no resume, suspension or migration refers to it), no
+earlier round planned a VM there (stability counts nodes), and no reservation that has not begun holds it. Nodes of
+one capacity that every lease offers alike (the same VMs may go there) form one pool.
+
+Why it is exact. A node of `k` slots with VMs of one demand is `k` unit machines, and what holds it from now on is a
+staircase of slots that free up at the ends of its running leases. Unit intervals whose count never exceeds the free
+slots can always be laid on the slots in start order: a slot free at a start stays free until it is given to
+someone (nothing that has not begun holds a pooled node), so any free slot will do (interval graphs are perfect).
+The cumulative over the pool's slots therefore states exactly the plans the per-node cumulatives state, and
+`assign` lays each solution on nodes.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Nodes of one capacity offered alike; `slots` VMs of `demand` fit each at once; `offered` the (lease, vm)
+    pairs that may go there; `blocks` per node the fixed holds as (end, slots held until then), ends increasing."""
+
+    index: int
+    nodes: tuple[int, ...]
+    demand: dict[str, int]
+    slots: int
+    offered: tuple[tuple[int, int], ...]
+    blocks: dict[int, tuple[tuple[int, int], ...]]
+
+    @property
+    def capacity(self) -> int:
+        return self.slots * len(self.nodes)
+
+
+def _pinned(job: Job) -> bool:
+    """A reservation the round may not move: its start is fixed and each VM has its one planned node."""
+    return job.fixed_start is not None and not job.optional and bool(job.planned_nodes) \
+        and all(len(c) == 1 for c in job.candidates)
+
+
+def _slots(capacity: dict[str, int], demand: dict[str, int], held: dict[str, int]) -> int:
+    """How many VMs of `demand` fit in what `held` leaves of `capacity`."""
+    fit = [(capacity.get(r, 0) - held.get(r, 0)) // d for r, d in demand.items() if d > 0]
+    return max(0, min(fit)) if fit else 0
+
+
+def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
+    """The round's pools (see the module); empty where no node qualifies."""
+    tails = [j for j in data.jobs if j.has_tail and not _pinned(j)]
+    demands = {tuple(sorted(vm.items())) for j in tails for vm in j.demand}
+    if len(demands) != 1:
+        return ()
+    demand = dict(next(iter(demands)))
+    # nodes a decision refers to by name: images (resumes, suspensions), planned VMs, reservations not begun
+    named: set[int] = set()
+    for j in data.jobs:
+        if j.has_tail:
+            named.update(j.origin)
+        named.update(j.planned_nodes)
+        if j.role is Role.START and _pinned(j):
+            named.update(n for c in j.candidates for n in c)
+    # who may go where, by candidate set (the leases of a round share a few): a resume with its own per-node
+    # exclusion cannot share a pooled node's name-free slots
+    by_set: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    blocked: set[int] = set()
+    for j in tails:
+        for vm, nodes in enumerate(j.candidates):
+            by_set.setdefault(nodes, []).append((j.id, vm))
+            if local_exclusion and j.resume > 0:
+                blocked.update(nodes)
+    sets = [(frozenset(nodes), pairs) for nodes, pairs in by_set.items()]
+    offered_anywhere = frozenset().union(*(nodes for nodes, _ in sets)) if sets else frozenset()
+    holds: dict[int, list[tuple[int, dict[str, int]]]] = {}
+    for j in data.jobs:
+        if j.role is Role.FIXED and j.remaining + j.shutdown > 0:
+            for vm, n in enumerate(j.origin):
+                holds.setdefault(n, []).append((data.now + j.remaining + j.shutdown, j.demand[vm]))
+    # nodes of one capacity, split until every candidate set holds all of a group or none of it
+    groups: dict[tuple, set[int]] = {}
+    for n in offered_anywhere - named - blocked:
+        cap = data.capacity[n]
+        if _slots(cap, demand, {}) >= 1:
+            groups.setdefault(tuple(sorted(cap.items())), set()).add(n)
+    parts = [(cap, nodes) for cap, nodes in groups.items()]
+    for nodes_set, _ in sets:
+        split = []
+        for cap, nodes in parts:
+            inside, outside = nodes & nodes_set, nodes - nodes_set
+            split.extend((cap, part) for part in (inside, outside) if part)
+        parts = split
+    pools = []
+    for cap_items, nodes in sorted(parts, key=lambda part: min(part[1])):
+        cap, some = dict(cap_items), min(nodes)
+        offered = tuple(pair for nodes_set, pairs in sets if some in nodes_set for pair in pairs)
+        slots = _slots(cap, demand, {})
+        ordered = tuple(sorted(nodes))
+        blocks = {n: _staircase(cap, demand, slots, holds.get(n, [])) for n in ordered}
+        pools.append(Pool(len(pools), ordered, demand, slots, tuple(sorted(offered)), blocks))
+    return tuple(pools)
+
+
+def _staircase(cap: dict[str, int], demand: dict[str, int], slots: int,
+               holds: list[tuple[int, dict[str, int]]]) -> tuple[tuple[int, int], ...]:
+    """A node's fixed holds as slots held until each end: (end, slots held from now until then), ends increasing."""
+    out = []
+    for end in sorted({e for e, _ in holds}):
+        held: dict[str, int] = {}
+        for e, d in holds:
+            if e >= end:
+                for r, v in d.items():
+                    held[r] = held.get(r, 0) + v
+        out.append((end, slots - _slots(cap, demand, held)))
+    return tuple((end, used) for end, used in out if used > 0)
+
+
+def assign(pool: Pool, now: int, tails: list[tuple[int, int, int, object]]) -> dict[object, list[int]]:
+    """Lay the pool's tails (start, end, VM count, key) on its nodes in start order; per key, its nodes (one per
+    VM). Each slot is free from when its node's fixed holds leave it; any slot free at a start will do (module), so
+    each tail takes the slots free longest (a heap by the time each slot is free from, then node)."""
+    free_from: list[tuple[int, int]] = []   # (time, node) per slot
+    for n in pool.nodes:
+        steps = pool.blocks.get(n, ())
+        times = [now] * pool.slots
+        held = 0
+        for end, used in reversed(steps):   # the last `used` slots stay held until `end`, the longest first
+            for s in range(pool.slots - used, pool.slots - held):
+                times[s] = end
+            held = max(held, used)
+        free_from.extend((t, n) for t in times)
+    heapq.heapify(free_from)
+    out: dict[object, list[int]] = {}
+    for start, end, count, key in sorted(tails):
+        taken = [heapq.heappop(free_from) for _ in range(count)]
+        if any(t > start for t, _ in taken):
+            raise AssertionError(f"pool {pool.index}: {key} finds fewer than {count} free slots at {start}")
+        out.setdefault(key, []).extend(n for _, n in taken)
+        for _, n in taken:
+            heapq.heappush(free_from, (end, n))
+    return out
