@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Daemon throughput (JSON on stdout): N lease requests through the XML-RPC API against 100 simulated hosts.
+"""Daemon throughput (JSON on stdout): N lease requests through the XML-RPC API against 100 simulated hosts
+(`--mode scale`: against `--hosts` hosts with `--in-system` leases already running).
 
 Runs the lease manager in this process (simulated enactment, SQLite persistence in a temporary folder, the API on
 a free loopback port), first puts `--preload` leases through it (requested, run and done: the system's history),
@@ -95,7 +96,8 @@ def bench_fast(args) -> dict:
             subscribed.wait(5)
             for host in hosts:
                 procs.append(subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host,
-                                               "--libvirt", "test:///default", "--broker", f"127.0.0.1:{broker_port}"],
+                                               "--libvirt", "test:///default", "--broker", f"127.0.0.1:{broker_port}",
+                                               "--insecure"],
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.5)      # the agents announce themselves
             at_start = sum(messages.values())
@@ -180,6 +182,76 @@ def preload(manager: Manager, count: int) -> float:
     return time.perf_counter() - t0
 
 
+SCALE_LEASE = LEASE.replace("01:00:00", "30:00:00:00")     # a month: every lease stays in the system
+
+
+def bench_scale(args) -> dict:
+    """The daemon at scale: `--hosts` simulated hosts and `--in-system` leases running on them (10 CPU units each,
+    for a month), put in process in chunks of 1,000 requests a step; then `--requests` more through the API from
+    `--clients` clients (the client's create_lease call, p50/p95/max), and the leases listed: the `get_leases`
+    call (the server writes every lease, the client reads them) and `optlease list-leases` as a user runs it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        text = daemon_config(port=port, persistence_file=str(Path(tmp) / "bench.db"),
+                             resources=f"{args.hosts} CPU:100 Memory:1024", scheduling=SCHEDULING)
+        cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
+        manager = Manager(cfg)
+        manager.store.db.execute("PRAGMA synchronous=OFF")     # the setup, not the measure: no fsync per request
+        t0 = time.perf_counter()
+        for n in range(args.in_system):
+            manager.submit(lambda i, t: parse_lease_xml(SCALE_LEASE, i, t, manager.origin, manager.site), SCALE_LEASE)
+            if n % 1000 == 999 or n == args.in_system - 1:
+                manager.step(manager.now())
+        preload_s = time.perf_counter() - t0
+        manager.store.db.execute("PRAGMA synchronous=FULL")
+        in_system = len(manager.sched.leases)
+        server = make_server(manager, cfg.get("daemon", "listen"), None)
+        manager.start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        local = threading.local()
+        failures: list[str] = []
+
+        def submit(_: int) -> float | None:
+            if not hasattr(local, "proxy"):
+                local.proxy = xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}")
+            began = time.perf_counter()
+            try:
+                local.proxy.create_lease(SCALE_LEASE)
+            except (OSError, xmlrpc.client.Error) as exc:
+                failures.append(type(exc).__name__)
+                local.__dict__.pop("proxy", None)
+                return None
+            return time.perf_counter() - began
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(args.clients) as pool:
+            calls = sorted(c for c in pool.map(submit, range(args.requests)) if c is not None)
+        accepted_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        listed = len(xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}").get_leases())
+        get_leases_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cli = subprocess.run([sys.executable, "-m", "optlease.cli.main", "list-leases", "-s",
+                              f"http://127.0.0.1:{port}"], capture_output=True, text=True)
+        cli_s = time.perf_counter() - t0
+        rss_mb = _peak_rss_mb()
+        server.shutdown()
+        server.server_close()
+        manager.stop()
+    return {"mode": "scale", "hosts": args.hosts, "leases_in_system": in_system, "preload_s": round(preload_s, 1),
+            "requests": args.requests, "clients": args.clients,
+            "failed_calls": {name: failures.count(name) for name in sorted(set(failures))},
+            "requests_per_s": round(args.requests / accepted_s, 1), "create_lease_ms": _percentiles(calls),
+            "get_leases_s": round(get_leases_s, 2), "leases_listed": listed,
+            "list_leases_cli_s": round(cli_s, 2), "list_leases_cli_rows": cli.stdout.count("\n") - 1,
+            "list_leases_cli_status": cli.returncode, "peak_rss_mb": rss_mb}
+
+
+def _peak_rss_mb() -> int:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
 def _percentiles(latency: list[float]) -> dict:
     """p50, p95, max and mean of sorted latencies in seconds, as milliseconds."""
     def pct(p: float) -> float | None:
@@ -190,14 +262,20 @@ def _percentiles(latency: list[float]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=("simulated", "fast"), default="simulated")
+    parser.add_argument("--mode", choices=("simulated", "fast", "scale"), default="simulated")
     parser.add_argument("--requests", type=int, default=None, help="default 1000 (simulated), 100 (fast)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent client connections")
     parser.add_argument("--preload", type=int, default=10_000, help="leases run to completion before the timing")
     parser.add_argument("--persistence", choices=("file", "none"), default="file")
     parser.add_argument("--agents", type=int, default=8, help="mode fast: agent processes (test:/// hosts)")
     parser.add_argument("--timeout", type=float, default=120, help="mode fast: seconds to wait for the leases")
+    parser.add_argument("--hosts", type=int, default=10_000, help="mode scale: simulated hosts")
+    parser.add_argument("--in-system", type=int, default=100_000, help="mode scale: leases running before the timing")
     args = parser.parse_args()
+    if args.mode == "scale":
+        args.requests = args.requests or 500
+        print(json.dumps(bench_scale(args), indent=1))
+        return
     if args.mode == "fast":
         args.requests = args.requests or 100
         print(json.dumps(bench_fast(args), indent=1))
@@ -232,7 +310,7 @@ def main() -> None:
         accepted_s = time.perf_counter() - t0
         enactor = manager.enactor
         deadline = time.monotonic() + 120
-        while len(enactor.started_at) < args.requests and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not all(f"lease-{i}-vm-1" in enactor.started_at for i in ids):
             time.sleep(0.02)
         all_started_s = time.perf_counter() - t0
         with manager.lock:

@@ -414,10 +414,12 @@ def optlease(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
     (["--host", "n1", "--migrate-uri", "qemu+ssh://dest/system"], "{host}"),
     (["--broker", "localhost:1883"], "Missing option '--host'"),
     (["--host", "n1", "--adopt", "lease-(["], "--adopt: not a regular expression"),
+    (["--host", "n1", "--broker", "localhost:1883"], "--broker: neither --username nor --tls-ca"),
 ], ids=["host-slash", "port-text", "port-range", "password-alone", "tls-ca-missing", "migrate-uri", "no-host",
-        "adopt-pattern"])
+        "adopt-pattern", "open-broker"])
 def test_bad_options_give_one_line_and_exit_2(args, message):
-    done = optlease("agent", *args)
+    # --insecure where the option under test is not the broker's: each case fails on its own option
+    done = optlease("agent", *args, *([] if "neither" in message else ["--insecure"]))
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("optlease: error:") and message in done.stderr
 
@@ -427,7 +429,7 @@ def test_bad_options_give_one_line_and_exit_2(args, message):
     (["--libvirt", "nosuchdriver:///x"], "cannot open libvirt nosuchdriver:///x"),
 ], ids=["broker-down", "libvirt-unknown"])
 def test_unreachable_outside_world_gives_one_line_and_exit_1(args, message):
-    done = optlease("agent", "--host", "n1", "--libvirt", "test:///default", *args)
+    done = optlease("agent", "--host", "n1", "--libvirt", "test:///default", "--insecure", *args)
     assert done.returncode == 1, done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr
 
@@ -437,7 +439,8 @@ def test_a_broker_that_refuses_us_gives_one_line_and_exit_1(tmp_path):
     locked = Mosquitto(tmp_path, allow_anonymous=False)
     locked.start()
     try:
-        done = optlease("agent", "--host", "n1", "--libvirt", "test:///default", "--broker", locked.address)
+        done = optlease("agent", "--host", "n1", "--libvirt", "test:///default", "--broker", locked.address,
+                        "--insecure")
     finally:
         locked.stop()
     assert done.returncode == 1, done.stderr
@@ -446,7 +449,7 @@ def test_a_broker_that_refuses_us_gives_one_line_and_exit_1(tmp_path):
 
 def agent_process(host: str, broker: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host,
-                             "--libvirt", "test:///default", "--broker", broker],
+                             "--libvirt", "test:///default", "--broker", broker, "--insecure"],
                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

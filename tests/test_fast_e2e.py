@@ -152,7 +152,7 @@ class Cluster:
         # no heartbeats, as migfra: the daemon knows the hosts alive by their answers and its probes
         return subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "agent", "--host", host, "--libvirt",
                                  "test:///default", "--broker", self.broker.address, "--handoff-timeout", "3",
-                                 "--heartbeat", "0"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+                                 "--heartbeat", "0", "--insecure"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
     def start_daemon(self) -> None:
         log = self.tmp / f"daemon-{len(self.logs)}.log"

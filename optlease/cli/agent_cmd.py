@@ -45,6 +45,9 @@ def agent(
     adopt: Annotated[str, typer.Option("--adopt", help="Regular expression: the domains this agent did not start "
                                        "itself but may manage (whole names). Any other domain on the host is left "
                                        "alone whoever asks; '' adopts none.")] = OPTLEASE_NAMES,
+    insecure: Annotated[bool, typer.Option("--insecure", help="Connect without credentials or TLS: any process "
+                                           "that reaches the broker could then command this host's VMs.",
+                                           envvar="OPTLEASE_MQTT_INSECURE")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every task on stderr.")] = False,
 ) -> None:
     """Run the agent of one host: take FAST migfra tasks from the broker, drive libvirt, publish the results."""
@@ -62,6 +65,11 @@ def agent(
         raise exc.located("--broker") from None
     if password is not None and username is None:
         raise InputError("a password needs a --username", "--password")
+    if username is None and tls_ca is None and not insecure:
+        # as the daemon's mode fast: an open broker lets anyone drive the hypervisor, so it takes an explicit yes
+        raise InputError("neither --username nor --tls-ca: anyone who reaches the broker could command this host "
+                         "(docs/enactment.md says how to set up mosquitto with passwords and ACLs); "
+                         "or say --insecure", "--broker")
     try:
         re.compile(adopt)
     except re.error as exc:

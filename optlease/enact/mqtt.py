@@ -116,6 +116,7 @@ class MqttEnactor(BrokerEvents, Timers):
         self._pending: dict[str, _Part] = {}
         self._unsent: list[_Part] = []
         self._batches: list[_Batch] = []
+        self.on_outcome: Callable[[], None] | None = None     # called (lock held) when a task has its outcome
         self._outcomes: list[TaskOutcome] = []
         self._hosts: dict[str, HostInfo] = {}
         self._running: dict[str, tuple[str, str]] = {}
@@ -241,6 +242,21 @@ class MqttEnactor(BrokerEvents, Timers):
         with self._lock:
             return bool(self._batches)
 
+    def pending(self) -> tuple[set[str], set[str]]:
+        """The hosts and the VMs that tasks not yet settled (sent or waiting for their wave) concern: the daemon
+        plans nothing new there until they settle, and anything elsewhere at once."""
+        hosts: set[str] = set()
+        vms: set[str] = set()
+        with self._lock:
+            for batch in self._batches:
+                for wave in batch.waves[batch.index:]:
+                    for job in wave:
+                        if not job.settled:
+                            task = job.task
+                            vms.update(v for v in (task.vm, task.swap_with) if v)
+                            hosts.update(h for h in (task.host, task.destination) if h)
+        return hosts, vms
+
     def wait_idle(self, timeout: float) -> bool:
         """Block until every submitted task has its outcome; False when the timeout came first."""
         deadline = time.monotonic() + timeout
@@ -354,6 +370,8 @@ class MqttEnactor(BrokerEvents, Timers):
         details = "; ".join(d for d in (self._details(p) for p in job.parts) if d)
         timed_out = any(p.timed_out for p in job.parts)
         self._outcomes.append(TaskOutcome(job.task, ok, details, timed_out))
+        if self.on_outcome is not None:
+            self.on_outcome()
         self._failed_again(job.task, ok)
         if ok:
             self._record(job.task)

@@ -138,6 +138,18 @@ class Api:
     def __init__(self, manager: Manager, address: tuple[str, int] = ("localhost", 0)) -> None:
         self.m = manager
         self.address = address     # where clients reach this API: the GLUE CE's host and gatekeeper port
+        self._xml: dict[int, tuple[tuple, str]] = {}   # lease id -> (what its XML shows, the XML)
+
+    def _lease_xml(self, lease) -> str:
+        """A lease's XML, written again only when what it shows changed (a listing of 100,000 leases rewrites the
+        few that did)."""
+        vmrr = lease.last_vmrr()
+        key = (lease.state, lease.first_start, lease.end, lease.reason,
+               None if vmrr is None else (vmrr.start, vmrr.end, vmrr.state))
+        cached = self._xml.get(lease.id)
+        if cached is None or cached[0] != key:
+            cached = self._xml[lease.id] = (key, lease_to_xml(lease, self.m.origin))
+        return cached[1]
 
     def _dispatch(self, method: str, params: tuple):
         func = getattr(self, method, None) if method in API_METHODS else None
@@ -168,10 +180,11 @@ class Api:
         """Leases in the system (Haizea's meaning); `True` adds finished, cancelled and rejected ones."""
         m = self.m
         with m.lock:
-            leases = [lease for lease in m.all.values()
+            # a copy taken at once: requests being committed meanwhile add to `all` without the manager's lock
+            leases = [lease for lease in list(m.all.values())
                       if include_finished or lease.state not in (LeaseState.DONE, LeaseState.CANCELLED,
                                                                  LeaseState.REJECTED, LeaseState.FAILED)]
-            return [lease_to_xml(lease, m.origin) for lease in sorted(leases, key=lambda lease: lease.id)]
+            return [self._lease_xml(lease) for lease in sorted(leases, key=lambda lease: lease.id)]
 
     def get_lease(self, lease_id: int) -> str:
         m = self.m
@@ -179,7 +192,7 @@ class Api:
             lease = m.all.get(_lease_id(lease_id))
             if lease is None:
                 raise InputError(f"no lease {lease_id}")
-            return lease_to_xml(lease, m.origin)
+            return self._lease_xml(lease)
 
     def get_queue(self) -> list[str]:
         m = self.m

@@ -10,13 +10,16 @@ stops; a restart replays the journal, which holds every change up to the one bef
 """
 from __future__ import annotations
 
+import gc
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import TextIO
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.enact.base import TaskOutcome, parse_vm_name
+from optlease.engine import checkpoint
 from optlease.engine.clock import RealClock
 from optlease.engine.daemon_site import FROM_AGENTS, make_enactor, site_from_agents, site_from_config
 from optlease.eventlog import LEVELS, EventLog
@@ -24,8 +27,9 @@ from optlease.engine.atomic import Atomic, GuardedLock, Stopped
 from optlease.engine.decisions import Decisions
 from optlease.engine.loop import Stepper, cancel, fail, leases_on, node_down, node_up, requeue
 from optlease.engine.recovery import Recovery
-from optlease.reconcile import _REPORTED as REPORTED_STATES, desired_state, reconcile, rows_of_leases
-from optlease.engine.persist import Store
+from optlease.engine.plan_view import PlanView
+from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, reconcile
+from optlease.engine.persist import Store, StoreError
 from optlease.errors import InputError
 from optlease.formats.config import Config
 from optlease.scheduling.leasesched import LeaseScheduler
@@ -63,6 +67,8 @@ class Manager(Atomic, Recovery):
         self.origin = datetime.fromtimestamp(self.epoch)
         self.log = EventLog(self.origin, cfg.get("general", "loglevel"), None)
         self.sched = LeaseScheduler(self.site, self.opts, policies, self.log)
+        self.sched.table.changed = set()
+        self.view = PlanView({})      # node -> host names once they are known (below)
         self.stepper = Stepper(self.sched)
         self.decisions = Decisions(None if self.stepper.planner.name == "greedy" else self.stepper.planner)
         self.all: dict[int, Lease] = {}
@@ -71,8 +77,22 @@ class Manager(Atomic, Recovery):
         self._finished_seen = 0
         self.notes: list[str] = []
         self.lock = GuardedLock()
+        # The intake lock guards the requests on their way in (next_id, the staged ones, the inbox, the instant of
+        # the step under way); a request takes it, never the manager's lock. Order: lock, then _intake.
+        self._intake = threading.Lock()
+        self._staged: list[tuple] = []           # (request, its XML): not yet committed, in id order
+        self._took = 0                           # the last request id the last step could take
+        self._last_id = 0                        # the last request committed
+        self._commits = threading.Condition()    # guards the two below (never taken while waiting for `lock`)
+        self._committing = False                 # a batch of staged requests is being written
+        self._committed = 0                      # every staged request up to this id is on disk
         self._replay(journal)
+        # What the replay built lives as long as the daemon: out of the collector's sight, so that no full
+        # collection walks a hundred thousand leases again in the middle of a request.
+        gc.collect()
+        gc.freeze()
         self.next_id = self.store.next_id()
+        self._last_id = self.next_id - 1
         self._set_log(out)
         self.clock = RealClock(self.epoch, cfg.get("simulation", "time-scale"),
                                cfg.get("scheduling", "wakeup-interval"))
@@ -86,9 +106,15 @@ class Manager(Atomic, Recovery):
         self.migration_type = "warm"           # Haizea migrates suspended images only; they always move warm
         self._said: set[str] = set()
         self._dirty = True            # a step happened since the last enactment pass
-        self._last_news: tuple = ()   # what the hosts reported at the last pass
         self.enactor = enactor if enactor is not None else make_enactor(cfg, self.site)
         self.host_names = self._host_names(cfg)
+        if hasattr(self.enactor, "on_outcome"):
+            self.enactor.on_outcome = self.enact_wake.set     # a result wakes the enactment pass at once
+        self.view.host_of = dict(enumerate(self.host_names, start=1))
+        self._last_running: dict = {}
+        self._last_hosts: tuple = ()
+        self._unsettled: set[str] = set()    # VMs that differed from the plan at the last pass
+        self._awaiting: dict[str, int] = {}  # VMs the plan runs that no host has reported yet -> since when
         self.submitted_at: dict[int, float] = {}
         self._thread: threading.Thread | None = None
         self._enact_thread: threading.Thread | None = None
@@ -128,40 +154,104 @@ class Manager(Atomic, Recovery):
         self.all[req.id] = lease
         return lease
 
-    def _run_step(self, t: int) -> list[Lease]:
-        arrivals = [lease for lease in self.inbox if lease.req.arrival <= t]
-        if arrivals:
-            self.inbox = [lease for lease in self.inbox if lease.req.arrival > t]
+    def _run_step(self, t: int, upto: int | None = None) -> list[Lease]:
+        """One step at t; the leases it changed: those that arrived, those with a reservation starting or ending at
+        t, those whose reservations the step added, moved or dropped (the slot table's `changed`), and those that
+        finished."""
+        with self._intake:
+            # the requests committed so far, and (replaying) no later one: requests are committed while a step
+            # runs, so the journal may hold them before the step's entry, which says up to which id it took
+            self._took = self._last_id if upto is None else upto
+            taken = [lease for lease in self.inbox if lease.req.arrival <= t and lease.id <= self._took]
+            if taken:
+                ids = {lease.id for lease in taken}
+                self.inbox = [lease for lease in self.inbox if lease.id not in ids]
+            arrivals = taken
+        table = self.sched.table
+        at_t = [rr.lease for rr in table.starting_at(t)] + [rr.lease for rr in table.ending_at(t)]
         self.stepper.step(t, arrivals)
         self.last_t = t
         fin = self.sched.finished
-        changed = list(self.sched.leases.values()) + fin[self._finished_seen:]
+        changed = list({id(lease): lease for lease in (*arrivals, *at_t, *table.changed,
+                                                       *fin[self._finished_seen:])}.values())
+        table.changed.clear()
         self._finished_seen = len(fin)
+        self.view.touch(changed)
         return changed
 
     def _cancel(self, lease: Lease, t: int) -> None:
-        if lease in self.inbox:
-            self.inbox.remove(lease)
+        with self._intake:
+            if lease in self.inbox:
+                self.inbox.remove(lease)
         self.log.now = t
         cancel(self.sched, lease, t)
         self._finished_seen = len(self.sched.finished)
+        self.view.touch([lease])
 
     # -- what the API calls (under the lock) -------------------------------------------------------------------
     def now(self) -> int:
         return max(self.clock.now(), self.last_t)
 
     def submit(self, make_request, xml: str | None = None) -> int:
-        """`make_request(id, arrival)` builds the request (raising InputError); it is committed, then queued."""
-        with self.lock:
-            arrival = self.now()
-            req = make_request(self.next_id, arrival)
-            with self._atomic(f"storing request {self.next_id}"):
-                self.store.add_request(req, xml)
+        """`make_request(id, arrival)` builds the request (raising InputError); it is committed, then queued, and
+        only then is its id returned. The manager's lock is not taken: a request waits for its commit only, never
+        for a scheduling round or enactment.
+
+        Group commit: requests that arrive while another batch is being written wait, then go to disk together in
+        one transaction (one fsync for the batch instead of one each). A request is in no step and no answer
+        before its batch is committed. A step takes the requests committed before it began, and its journal entry
+        says up to which id: a batch committed while it runs may be journaled before it, and a replay steps it
+        where the daemon did, at the next step."""
+        if self.lock.refused is not None:
+            raise Stopped(f"the lease manager has stopped: {self.lock.refused}")
+        arrival = self.now()
+        req = make_request(0, arrival)      # parsed before any lock is taken: nobody waits on a parser
+        with self._intake:
+            if arrival < self.last_t:       # a step ran meanwhile: the request arrives after it
+                req = make_request(self.next_id, self.now())
+            else:
+                req = replace(req, id=self.next_id)
             self.next_id += 1
-            self.inbox.append(self._new_lease(req))
+            self._staged.append((req, xml))
             self.submitted_at[req.id] = time.time()
+        self._commit_staged(req.id)
         self.wake.set()
         return req.id
+
+    def _commit_staged(self, upto: int) -> None:
+        """Return once the request `upto` is committed: the first caller to find no batch under way writes every
+        request staged so far; the others wait for it and go in the next batch if theirs missed this one."""
+        with self._commits:
+            while self._committed < upto:
+                if self.lock.refused is not None:   # the batch it was in failed
+                    raise Stopped(f"the lease manager has stopped: {self.lock.refused}")
+                if not self._committing:
+                    self._committing = True
+                    break
+                self._commits.wait()
+            else:
+                return
+        top, failed = 0, None
+        try:
+            with self._intake:
+                reqs, self._staged = self._staged, []
+                try:
+                    if reqs:
+                        self.store.add_requests(reqs)
+                except StoreError as exc:
+                    failed = f"storing requests {reqs[0][0].id} to {reqs[-1][0].id}: {exc}"
+                else:
+                    for req, _ in reqs:
+                        self.inbox.append(self._new_lease(req))
+                    top = reqs[-1][0].id if reqs else 0
+                    self._last_id = max(self._last_id, top)
+            if failed is not None:
+                self._die(failed)       # after the intake lock is given back: _die waits for the manager's
+        finally:
+            with self._commits:
+                self._committing = False
+                self._committed = max(self._committed, top)
+                self._commits.notify_all()
 
     def cancel(self, lease_id: int) -> None:
         with self.lock:
@@ -188,13 +278,26 @@ class Manager(Atomic, Recovery):
                 self._dirty = True
                 self.decisions.begin()
                 changed = self._run_step(t)
-                self.store.add_step(t, changed, self.decisions.recorded)
+                self.store.add_step(t, changed, self.decisions.recorded, self._took)
             if late:
                 self._say_late(t, late, before, changed)
+            if self.store.path and self.store.entries >= checkpoint.CHECKPOINT_EVERY:
+                with self._atomic("the checkpoint"):
+                    self.write_checkpoint()
             if not catching_up:
                 with self._atomic("enactment"):
                     self._enact()
         self.enact_wake.set()
+
+    def write_checkpoint(self) -> None:
+        """Write a checkpoint of the live state and drop the journal entries it covers (lock held)."""
+        began = time.perf_counter()
+        with self._intake:      # no request lands meanwhile
+            body = checkpoint.dump(self)
+            dropped = self.store.add_checkpoint(self._last_id, checkpoint.fingerprint(), body)
+        self.log.status("RM", f"checkpoint of {len(self.sched.leases) + len(self.inbox)} leases in the system "
+                              f"({len(body) // 1024} KiB) replaces {dropped} journal entries, in "
+                              f"{time.perf_counter() - began:.2f} s")
 
     def run(self) -> None:
         """The scheduling thread. Anything it raises stops the daemon with one line: never a frozen state."""
@@ -241,39 +344,104 @@ class Manager(Atomic, Recovery):
         return self.host_names[pnode - 1] if pnode <= len(self.host_names) else f"node-{pnode}"
 
     def _enact(self, only_on_news: bool = False) -> None:
-        """One reconcile pass (lock held): read outcomes, then, unless tasks are still under way, diff what the hosts
-        run against the plan at the last step and submit the ordered waves. Idempotent: a pass with nothing to do
-        sends nothing, so it runs after every step and whenever enactment has news."""
+        """One reconcile pass (lock held): read outcomes, then diff what the hosts run against the plan at the last
+        step, for the VMs whose plan or report changed, and submit the ordered waves for those whose hosts have no
+        task under way. Idempotent: a pass with nothing to do sends nothing, so it runs after every step and
+        whenever enactment has news."""
         outcomes = self.enactor.outcomes()
         for outcome in outcomes:
             self._outcome(outcome)
         self._watch_hosts()
-        if self.stopping.is_set() or _busy(self.enactor):
+        pending = getattr(self.enactor, "pending", None)
+        if self.stopping.is_set() or (pending is None and _busy(self.enactor)):
             return
-        running = self.enactor.running()
+        # Tasks under way: nothing new is planned for their VMs and hosts until they settle (what those hosts
+        # report is about to change), anything elsewhere is planned now.
+        held_hosts, held_vms = pending() if pending is not None else ((), ())
+        running, hosts = self.enactor.running(), self.enactor.hosts()
+        table = self.sched.table
+        self.view.touch(table.changed)
+        table.changed.clear()
+        moved = self.view.update(self.sched.leases, self.last_t)
+        self._watch_starts(moved, running)
+        alive = frozenset(h for h, info in hosts.items() if info.alive)
+        down = frozenset(self.host(n) for n in table.down)
         # A pass with no news (no step since the last pass, no outcome, hosts and their reports unchanged) would
-        # find nothing to do: skip it, since a pass walks every lease in the system.
-        news = (frozenset(running.items()), frozenset(h for h, i in self.enactor.hosts().items() if i.alive))
-        if only_on_news and not self._dirty and not outcomes and news == self._last_news:
+        # find nothing to do: skip it.
+        if only_on_news and not self._dirty and not outcomes and not moved and not self._unsettled \
+                and (alive, down) == self._last_hosts and running == self._last_running:
             return
-        self._dirty, self._last_news = False, news
-        leases = list(self.sched.leases.values())
-        desired = desired_state(rows_of_leases(leases), self.last_t, dict(enumerate(self.host_names, start=1)))
-        actual = {}
-        down = {self.host(n) for n in self.sched.table.down}
-        for vm, (host, state) in running.items():
-            if host in down:
-                continue        # a silent host's VMs are gone: their leases were replanned when it went down
-            if state.lower() in REPORTED_STATES:
-                actual[vm] = (host, state)
-            elif parse_vm_name(vm) is not None:
-                self._say(f"{vm} on {host} is `{state}`: left alone until it settles")
-        buckets = reconcile(actual, desired, self.enactor.hosts(), self.migration_type)
+        # Only VMs whose plan or report changed, or that differed last time, can differ now, unless hosts came
+        # or went (then every VM is looked at).
+        if (alive, down) != self._last_hosts:
+            candidates = set(running) | set(self.view.desired)
+        else:
+            candidates = moved | self._unsettled | {vm for vm, _ in running.items() ^ self._last_running.items()}
+        self._dirty, self._last_running, self._last_hosts = False, running, (alive, down)
+        differ = self._differing(candidates, running, alive, down)
+        self._unsettled = differ
+        desired = self.view.desired
+        where = {vm: {running.get(vm, (None, ""))[0], getattr(desired.get(vm), "host", None)} - {None}
+                 for vm in differ}
+        todo = [vm for vm in differ if vm not in held_vms and not where[vm] & set(held_hosts)]
+        if not todo:
+            return
+        # The reconcile step orders tasks by the room on each host: it sees every VM on the hosts the differing VMs
+        # are on or planned on, and nothing else (VMs elsewhere are as planned and weigh on no host concerned).
+        concerned = set().union(*(where[vm] for vm in todo))
+        actual = {vm: (host, state) for vm, (host, state) in running.items()
+                  if host in concerned and host not in down and state.lower() in REPORTED_STATES}
+        wanted = {vm: desired[vm] for host in concerned for vm in self.view.on_host.get(host, ())}
+        wanted.update((vm, desired[vm]) for vm in todo if vm in desired)
+        buckets = reconcile(actual, wanted, hosts, self.migration_type)
         for vm, why in buckets.lost:
             self._lost(vm, why)
             self._dirty = True  # the plan changed under this pass
         if buckets.tasks:
             self.enactor.submit(buckets.tasks)
+
+    def _watch_starts(self, moved: set[str], running: dict) -> None:
+        """Say which VMs the plan stopped wanting before any host ran them: their start came too late (the hosts
+        were slow, or busy with earlier tasks), so that part of the lease never ran. Such a start is never sent:
+        the plan no longer has the VM running."""
+        desired = self.view.desired
+        for vm in moved:
+            want = desired.get(vm)
+            if want is not None and want.state == RUNNING and vm not in running:
+                self._awaiting.setdefault(vm, self.last_t)
+        for vm, since in list(self._awaiting.items()):
+            have = running.get(vm)
+            if have is not None:
+                del self._awaiting[vm]      # it runs (or ran) there
+                continue
+            want = desired.get(vm)
+            if want is None or want.state != RUNNING:
+                del self._awaiting[vm]
+                self.log.status("ENACT", f"{vm} was planned to run from {self.log.t(since)} to "
+                                         f"{self.log.t(self.last_t)} but no host ran it in time: its start was "
+                                         "never enacted")
+
+    def _differing(self, candidates: set[str], running: dict, alive: frozenset, down: frozenset) -> set[str]:
+        """The optlease VMs among `candidates` that are not where and as the plan has them (or are on a host that
+        is not alive)."""
+        differ = set()
+        desired = self.view.desired
+        for vm in candidates:
+            if parse_vm_name(vm) is None:
+                continue            # not an optlease VM: never touched
+            have = running.get(vm)
+            if have is not None and have[0] in down:
+                have = None         # a silent host's VMs are gone: their leases were replanned when it went down
+            if have is not None and have[1].lower() not in REPORTED_STATES:
+                self._say(f"{vm} on {have[0]} is `{have[1]}`: left alone until it settles")
+                have = None
+            state = REPORTED_STATES[have[1].lower()] if have is not None else ABSENT
+            host = have[0] if have is not None and state != ABSENT else None
+            want = desired.get(vm)
+            if (host, state) != ((want.host, want.state) if want is not None else (None, ABSENT)) \
+                    or (host is not None and host not in alive):
+                differ.add(vm)
+        return differ
 
     def _enact_loop(self) -> None:
         """Enactment between steps: outcomes arrive and in-flight tasks finish while the scheduler sleeps. What it
@@ -398,10 +566,12 @@ class Manager(Atomic, Recovery):
         self.log.now = t
         fail(self.sched, lease, t, why)
         self._finished_seen = len(self.sched.finished)
+        self.view.touch([lease])
 
     def _requeue(self, lease: Lease, t: int) -> None:
         self.log.now = t
         requeue(self.sched, lease, t)
+        self.view.touch([lease])
 
 
 def _busy(enactor) -> bool:

@@ -1,12 +1,13 @@
 """The daemon's durable state: SQLite in WAL mode at `[general] persistence-file` (`none`: in memory).
 
-Five tables. `requests` holds every accepted request (its JSON, and the XML it came as); `events` is the ordered
+Six tables. `requests` holds every accepted request (its JSON, and the XML it came as); `events` is the ordered
 journal of what changed the scheduler (a request arriving, a cancellation, a scheduling step at an instant,
 enactment failing or requeueing a lease, and a node going `down` when its host went silent or coming back `up`;
 the leases a node took down with it are journaled first, as their own `fail` and `requeue` events);
 `decisions` holds what a step's round model decided (`mapper: cpsat`), in the order the step asked, so that a
 replay takes the same decisions instead of solving again; `leases` and `reservations` hold every lease's state,
-progress and planned reservations as of the last step.
+progress and planned reservations as of the last step; `checkpoints` holds at most one checkpoint of the live
+state (engine.checkpoint), written in the transaction that drops the journal entries it covers.
 Each write is one transaction, committed before the daemon acknowledges anything that depends on it.
 
 On restart the daemon replays the journal into a fresh LeaseScheduler (the scheduler is deterministic given the
@@ -19,15 +20,17 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
 from optlease.errors import InputError
 from optlease.scheduling.records import Lease
 
-# 2: enactment's `fail` and `requeue` events; 3: a node going `down` and coming `up`; 4: the rounds' decisions
-SCHEMA_VERSION = "4"
-TABLES = {"meta", "requests", "events", "leases", "reservations", "decisions"}
+# 2: enactment's `fail` and `requeue` events; 3: a node going `down` and coming `up`; 4: the rounds' decisions;
+# 5: checkpoints
+SCHEMA_VERSION = "5"
+TABLES = {"meta", "requests", "events", "leases", "reservations", "decisions", "checkpoints"}
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, arrival INTEGER NOT NULL, body TEXT NOT NULL,
@@ -44,6 +47,8 @@ CREATE TABLE IF NOT EXISTS reservations (lease_id INTEGER NOT NULL, n INTEGER NO
                                          mapping TEXT NOT NULL, PRIMARY KEY (lease_id, n));
 CREATE TABLE IF NOT EXISTS decisions (seq INTEGER NOT NULL, n INTEGER NOT NULL, body TEXT NOT NULL,
                                       PRIMARY KEY (seq, n));
+CREATE TABLE IF NOT EXISTS checkpoints (seq INTEGER PRIMARY KEY, last_id INTEGER NOT NULL, build TEXT NOT NULL,
+                                        body BLOB NOT NULL);
 """
 
 
@@ -96,12 +101,23 @@ class Journal:
     reasons: dict[int, str | None] = None         # lease id -> its recorded reason (why it failed)
     decisions: dict[int, list] = field(default_factory=dict)   # step seq -> its round decisions (JSON), in order
     seqs: list[int] = field(default_factory=list)  # each event's seq, in the order of `events`
+    checkpoint: "Checkpoint | None" = None         # the live state the events come after
+
+
+@dataclass
+class Checkpoint:
+    seq: int          # the last journal entry it covers (the entries up to it are gone)
+    last_id: int      # the last request it covers
+    build: str        # the build that wrote it (engine.checkpoint.fingerprint)
+    body: bytes
 
 
 class Store:
     def __init__(self, path: str | None) -> None:
         self.path = None if path in (None, "", "none") else path
         self._seen: dict[int, tuple] = {}
+        self.entries = 0      # journal entries since the last checkpoint
+        self.lock = threading.Lock()   # one transaction at a time on the connection (requests and steps)
         if self.path:
             folder = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(folder):
@@ -134,7 +150,7 @@ class Store:
         row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() if tables else None
         if tables and row is None:
             raise StoreError("not an optlease persistence file (no schema version)", self.path)
-        if row is not None and row[0] not in ("2", "3", SCHEMA_VERSION):
+        if row is not None and row[0] not in ("2", "3", "4", SCHEMA_VERSION):
             raise StoreError(f"persistence file has schema {row[0]}, this optlease writes {SCHEMA_VERSION}",
                              self.path)
         if self.path:
@@ -145,7 +161,7 @@ class Store:
             db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
         elif row[0] == "2":
             self._upgrade_from_2()
-        elif row[0] == "3":   # 3 -> 4: the decisions table, created above
+        elif row[0] in ("3", "4"):   # 3 -> 4 -> 5: the decisions and checkpoints tables, created above
             with self._tx():
                 db.execute("UPDATE meta SET value=? WHERE key='schema'", (SCHEMA_VERSION,))
 
@@ -172,14 +188,32 @@ class Store:
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     raise StoreError(f"request {i} is not one optlease wrote ({_why(exc)})", self.path) from None
             rows = db.execute("SELECT seq, t, kind, lease_id, node FROM events ORDER BY seq").fetchall()
+            self.entries = len(rows)
             events = [(t, kind, lid if node is None else node) for _, t, kind, lid, node in rows]
+            cp = db.execute("SELECT seq, last_id, build, body FROM checkpoints ORDER BY seq DESC LIMIT 1").fetchone()
+            checkpoint = None if cp is None else Checkpoint(cp[0], cp[1], cp[2], bytes(cp[3]))
             states = dict(db.execute("SELECT id, state FROM leases"))
             reasons = dict(db.execute("SELECT id, reason FROM leases"))
             decisions: dict[int, list] = {}
             for seq, body in db.execute("SELECT seq, body FROM decisions ORDER BY seq, n"):
                 decisions.setdefault(seq, []).append(body)
             return Journal(None if epoch is None else int(epoch[0]), requests, events, states, reasons, decisions,
-                           [row[0] for row in rows])
+                           [row[0] for row in rows], checkpoint)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read it: {_why(exc)}", self.path) from None
+
+    def lease_rows(self) -> tuple[dict[int, tuple], dict[int, list[tuple]]]:
+        """Every lease row (id -> kind, state, accumulated, first_start, end_time, reason) and its reservation rows
+        (id -> [(n, kind, start, end_time, state, mapping)], in order): what a checkpoint's finished leases are
+        rebuilt from."""
+        try:
+            rows = {r[0]: r[1:] for r in self.db.execute("SELECT id, kind, state, accumulated, first_start, end_time, "
+                                                         "reason FROM leases")}
+            rrs: dict[int, list[tuple]] = {}
+            for r in self.db.execute("SELECT lease_id, n, kind, start, end_time, state, mapping FROM reservations "
+                                     "ORDER BY lease_id, n"):
+                rrs.setdefault(r[0], []).append(r[1:])
+            return rows, rrs
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read it: {_why(exc)}", self.path) from None
 
@@ -192,10 +226,16 @@ class Store:
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('epoch', ?)", (str(epoch),))
 
     def add_request(self, req: LeaseRequest, xml: str | None) -> None:
+        self.add_requests([(req, xml)])
+
+    def add_requests(self, batch: list[tuple[LeaseRequest, str | None]]) -> None:
+        """Requests (with the XML each came as), in one transaction, journaled in this order."""
         with self._tx():
-            self.db.execute("INSERT INTO requests VALUES (?, ?, ?, ?)", (req.id, req.arrival, request_to_json(req),
-                                                                         xml))
-            self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, 'request', ?)", (req.arrival, req.id))
+            self.db.executemany("INSERT INTO requests VALUES (?, ?, ?, ?)",
+                                [(req.id, req.arrival, request_to_json(req), xml) for req, xml in batch])
+            self.db.executemany("INSERT INTO events (t, kind, lease_id) VALUES (?, 'request', ?)",
+                                [(req.arrival, req.id) for req, _ in batch])
+            self.entries += len(batch)
 
     def add_cancel(self, t: int, lease: Lease) -> None:
         self.add_event(t, "cancel", lease)
@@ -204,20 +244,39 @@ class Store:
         """A change to one lease between steps: cancel (by its user), fail or requeue (by enactment)."""
         with self._tx():
             self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, ?, ?)", (t, kind, lease.id))
+            self.entries += 1
             self._write_leases([lease])
 
     def add_node_event(self, t: int, kind: str, node: int) -> None:
         """A node taken out of planning (`down`) or given back (`up`)."""
         with self._tx():
             self.db.execute("INSERT INTO events (t, kind, node) VALUES (?, ?, ?)", (t, kind, node))
+            self.entries += 1
 
-    def add_step(self, t: int, leases: list[Lease], decisions: list[str] = ()) -> None:
-        """A step at t, the leases it changed and what its round model decided (JSON texts, in order)."""
+    def add_step(self, t: int, leases: list[Lease], decisions: list[str] = (), took: int | None = None) -> None:
+        """A step at t, the leases it changed, what its round model decided (JSON texts, in order) and the last
+        request it could take (in `lease_id`: requests committed while it ran may be journaled before it)."""
         with self._tx():
-            seq = self.db.execute("INSERT INTO events (t, kind) VALUES (?, 'step')", (t,)).lastrowid
+            seq = self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, 'step', ?)", (t, took)).lastrowid
+            self.entries += 1
             self.db.executemany("INSERT INTO decisions VALUES (?, ?, ?)",
                                 [(seq, n, body) for n, body in enumerate(decisions)])
             self._write_leases(leases)
+
+    def add_checkpoint(self, last_id: int, build: str, body: bytes) -> int:
+        """A checkpoint of the state after every journal entry so far, and those entries dropped, in one
+        transaction: a restart finds the old entries or the checkpoint that replaces them, never neither. How many
+        entries it dropped."""
+        with self._tx():
+            seq = self.db.execute("SELECT MAX(seq) FROM events").fetchone()[0]
+            if seq is None:
+                return 0
+            self.db.execute("DELETE FROM checkpoints")
+            self.db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?)", (seq, last_id, build, body))
+            dropped = self.db.execute("DELETE FROM events WHERE seq <= ?", (seq,)).rowcount
+            self.db.execute("DELETE FROM decisions WHERE seq <= ?", (seq,))
+        self.entries = 0
+        return dropped
 
     def remember(self, leases: list[Lease]) -> None:
         """After a replay: the rows already on disk describe these leases."""
@@ -240,7 +299,7 @@ class Store:
                             for n, rr in enumerate(reservations_of(lease))])
 
     def _tx(self):
-        return _Transaction(self.db, self.path)
+        return _Transaction(self.db, self.path, self.lock)
 
     def close(self) -> None:
         self.db.close()
@@ -249,17 +308,26 @@ class Store:
 class _Transaction:
     """One write, all or nothing; a write SQLite refuses (a full disk, a read-only file) is a StoreError."""
 
-    def __init__(self, db: sqlite3.Connection, path: str | None) -> None:
+    def __init__(self, db: sqlite3.Connection, path: str | None, lock: threading.Lock) -> None:
         self.db = db
         self.path = path
+        self.lock = lock
 
     def __enter__(self) -> None:
+        self.lock.acquire()
         try:
             self.db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            self.lock.release()
             raise StoreError(f"cannot write it: {_why(exc)}", self.path) from None
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._end(exc_type, exc)
+        finally:
+            self.lock.release()
+
+    def _end(self, exc_type, exc) -> None:
         try:
             if exc_type is None:
                 self.db.execute("COMMIT")

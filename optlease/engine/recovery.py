@@ -12,9 +12,11 @@ cannot run any more: it fails, with that reason, before the first step. Best-eff
 """
 from __future__ import annotations
 
+import gc
 import time
 
 from optlease.domain.lease import LeaseKind, LeaseState
+from optlease.engine import checkpoint
 from optlease.engine.loop import node_down, node_up
 from optlease.engine.persist import Journal, StoreError
 from optlease.formats.timefmt import format_duration
@@ -27,7 +29,20 @@ class Recovery:
     """The replay and catch-up half of the Manager (a mixin: it needs the Manager's scheduler, store and log)."""
 
     def _replay(self, journal: Journal) -> None:
-        """Rebuild the scheduler from the journal: the same inputs at the same instants, the same decisions."""
+        """Rebuild the scheduler from the journal: its checkpoint, if it has one, then the same inputs at the same
+        instants, with the same decisions. The cyclic garbage collector waits meanwhile: a restart makes objects by
+        the hundred thousand and frees few, and each full collection would walk all of them again."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._rebuild(journal)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _rebuild(self, journal: Journal) -> None:
+        if journal.checkpoint is not None:
+            self._restore(journal)
         for seq, (t, kind, lease_id) in zip(journal.seqs, journal.events):
             try:
                 self._replay_one(journal, seq, t, kind, lease_id)
@@ -50,6 +65,34 @@ class Recovery:
         if journal.events:
             self.notes.append(f"reloaded {len(self.all)} leases from {len(journal.events)} journal entries")
 
+    def _restore(self, journal: Journal) -> None:
+        """The live state of the journal's checkpoint, and the leases that had finished by then from their rows."""
+        cp = journal.checkpoint
+        if cp.build != checkpoint.fingerprint():
+            raise StoreError(f"its checkpoint was written by another optlease build ({cp.build}; this one is "
+                             f"{checkpoint.fingerprint()}): start the build that wrote it", self.store.path)
+        rows, rrs = self.store.lease_rows()
+        table = self.sched.table
+
+        def finished(lease_id: int):
+            lease = done.get(lease_id)
+            if lease is None:
+                req, row = journal.requests.get(lease_id), rows.get(lease_id)
+                if req is None or row is None:
+                    raise checkpoint.CheckpointError(f"lease {lease_id} has no request or no row")
+                demands = {v: table.vector(d) for v, d in enumerate(req.vms, start=1)}
+                lease = done[lease_id] = checkpoint.finished_lease(req, demands, row, rrs.get(lease_id, []))
+            return lease
+
+        done: dict = {}
+        try:
+            checkpoint.load(self, cp.body, sorted(i for i in journal.requests if i <= cp.last_id), finished)
+        except checkpoint.CheckpointError as exc:
+            raise StoreError(f"its checkpoint (journal entry {cp.seq}) is not one optlease wrote: {exc}",
+                             self.store.path) from None
+        self.notes.append(f"checkpoint at journal entry {cp.seq}: {len(self.all) - len(done)} leases in the system, "
+                          f"{len(done)} finished")
+
     def _replay_one(self, journal: Journal, seq: int, t: int, kind: str, lease_id: int | None) -> None:
         if kind == "request":
             self.inbox.append(self._new_lease(journal.requests[lease_id]))
@@ -67,7 +110,7 @@ class Recovery:
             node_up(self.sched, lease_id, t)
         else:
             self.decisions.begin(journal.decisions.get(seq, []))
-            self._run_step(t)
+            self._run_step(t, lease_id)     # a step's lease_id: the last request it could take (None: any)
 
     # -- catching up --------------------------------------------------------------------------------------------
     def next_instant(self) -> int | None:

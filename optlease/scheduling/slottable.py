@@ -197,6 +197,9 @@ class SlotTable:
         # Bumped whenever capacity is given back (a reservation ends or is removed): a lease that did not fit
         # cannot fit later unless this moved, since adding reservations only takes capacity away.
         self.released = 0
+        # The leases whose reservations were added, moved or dropped since the owner last emptied it (None: not
+        # kept). The daemon keeps it, to rewrite and re-enact only the leases a change touched.
+        self.changed: set | None = None
         self._seq = count()
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
         # The nodes in planning whose profile is empty, by capacity (ranks, sorted), and the others (`busy`).
@@ -285,6 +288,8 @@ class SlotTable:
         return next(self._seq)
 
     def add(self, rr) -> None:
+        if self.changed is not None:
+            self.changed.add(rr.lease)
         self.reservations.add(rr)
         profiles, by_node, busy = self.profiles, self.by_node, self.busy
         start, end = rr.start, rr.end
@@ -321,6 +326,8 @@ class SlotTable:
         """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it;
         given `now`, its nodes are pruned at once, so that a node it leaves idle is filed idle now)."""
         self.released += 1
+        if self.changed is not None:
+            self.changed.add(rr.lease)
         self.reservations.discard(rr)
         self.backfills.discard(rr)
         by_node, change, memo = self.by_node, self._change, {}
@@ -353,6 +360,8 @@ class SlotTable:
         if not rr.start <= end < old:
             self.retime(rr, rr.start, end)
             return
+        if self.changed is not None:
+            self.changed.add(rr.lease)
         busy = self.busy
         change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
