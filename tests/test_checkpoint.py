@@ -10,14 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optlease.domain.lease import LeaseState
 from optlease.engine.daemon import Manager
 from optlease.engine.persist import StoreError
 from optlease.formats.config import parse_config
-from test_persist import AR, BE, CONF, IMMEDIATE, plan_of, run_until, states, submit
-
-FINISHED = (LeaseState.DONE, LeaseState.CANCELLED, LeaseState.REJECTED, LeaseState.FAILED)
-CPSAT = CONF.replace("[simulation]", "mapper: cpsat\n[simulation]")
+from test_persist import BE, CONF, CPSAT, apply_ops, plan_of, run_until, states, submit
 
 
 def manager(folder, conf=CONF):
@@ -25,23 +21,6 @@ def manager(folder, conf=CONF):
     m = Manager(parse_config(conf.format(db="state.db"), str(folder / "d.conf"), folder))
     m.clock.now = lambda: 0     # arrivals at the last step: both runs see the same instants
     return m
-
-
-def apply(m, ops, checkpoints: bool) -> None:
-    t = m.last_t
-    for op in ops:
-        if op[0] == "step":
-            t += op[1]
-            run_until(m, t)
-        elif op[0] == "checkpoint":
-            if checkpoints:
-                m.write_checkpoint()
-        elif op[0] == "cancel":
-            if op[1] in m.all and m.all[op[1]].state not in FINISHED:
-                m.cancel(op[1])
-        else:
-            xml = {"be": BE, "now": IMMEDIATE}.get(op[0], AR)
-            submit(m, xml.format(n=op[1], m=op[2], s=op[3] if op[0] == "ar" else 0))
 
 
 def picture(m):
@@ -69,15 +48,15 @@ def test_a_restart_after_checkpoints_is_the_restart_without_them(tmp_path_factor
     (more requests and steps, another checkpoint, another restart) decide the same."""
     tmp = tmp_path_factory.mktemp("cp")
     a, b = manager(tmp / "a"), manager(tmp / "b")
-    apply(a, ops, checkpoints=True)
-    apply(b, ops, checkpoints=False)
+    apply_ops(a, ops, checkpoints=True)
+    apply_ops(b, ops, checkpoints=False)
     assert picture(a) == picture(b)
     a.stop(), b.stop()
     a, b = manager(tmp / "a"), manager(tmp / "b")
     assert picture(a) == picture(b)
     assert not [n for n in a.notes if "recorded as" in n], a.notes
-    apply(a, more + [("checkpoint",), ("step", 600)], checkpoints=True)
-    apply(b, more + [("checkpoint",), ("step", 600)], checkpoints=False)
+    apply_ops(a, more + [("checkpoint",), ("step", 600)], checkpoints=True)
+    apply_ops(b, more + [("checkpoint",), ("step", 600)], checkpoints=False)
     assert picture(a) == picture(b)
     a.stop(), b.stop()
     a, b = manager(tmp / "a"), manager(tmp / "b")

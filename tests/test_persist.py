@@ -244,6 +244,29 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("step"), st.integers(0, 1800))), min_size=1, max_size=30)
 
 
+FINISHED = (LeaseState.DONE, LeaseState.CANCELLED, LeaseState.REJECTED, LeaseState.FAILED)
+
+
+def apply_ops(m, ops, checkpoints: bool = False) -> None:
+    """Play `ops` (drawn from OPS, plus ("checkpoint",)) on the manager: requests, cancellations of leases not yet
+    finished, steps of the clock; a checkpoint is written only when `checkpoints`, so two managers fed the same ops
+    differ in that alone."""
+    t = m.last_t
+    for op in ops:
+        if op[0] == "step":
+            t += op[1]
+            run_until(m, t)
+        elif op[0] == "checkpoint":
+            if checkpoints:
+                m.write_checkpoint()
+        elif op[0] == "cancel":
+            if op[1] in m.all and m.all[op[1]].state not in FINISHED:
+                m.cancel(op[1])
+        else:
+            xml = {"be": BE, "now": IMMEDIATE}.get(op[0], AR)
+            submit(m, xml.format(n=op[1], m=op[2], s=op[3] if op[0] == "ar" else 0))
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_any_journal_the_daemon_writes_replays_to_the_same_state(tmp_path_factory, ops):
@@ -251,18 +274,7 @@ def test_any_journal_the_daemon_writes_replays_to_the_same_state(tmp_path_factor
     and the replay itself never fails."""
     tmp_path = tmp_path_factory.mktemp("journal")
     m = manager(tmp_path)
-    t = m.last_t
-    for op in ops:
-        if op[0] == "step":
-            t += op[1]
-            run_until(m, t)
-        elif op[0] == "cancel":
-            if op[1] in m.all and m.all[op[1]].state not in (LeaseState.DONE, LeaseState.CANCELLED,
-                                                              LeaseState.REJECTED, LeaseState.FAILED):
-                m.cancel(op[1])
-        else:
-            xml = {"be": BE, "now": IMMEDIATE}.get(op[0], AR)
-            submit(m, xml.format(n=op[1], m=op[2], s=op[3] if op[0] == "ar" else 0))
+    apply_ops(m, ops)
     before = (states(m), plan_of(m), {i: lease.accumulated for i, lease in m.all.items()})
     m.stop()
     again = manager(tmp_path)
