@@ -202,26 +202,27 @@ def _add_pooled(rm: RoundModel, job: Job, finish: cp_model.LinearExprT) -> None:
     for p in pools:
         used = m.new_bool_var(f"uses_pool[{name},pool={p}]")
         most = min(job.numvms, rm.pools[p].capacity)
-        if most == 1:
-            count = used
-        else:
-            count = m.new_int_var(0, most, f"vms_in_pool[{name},pool={p}]")
-            m.add(count <= most * used)
-            m.add(count >= used)
+        count = _vm_count(m, used, most, f"vms_in_pool[{name},pool={p}]")
         rm.vms_in_pool[job.id, p] = (count, used)
         iv = m.new_optional_interval_var(rm.start[job.id], size, finish, used, f"tail[{name},pool={p}]")
         rm.pool_holds[p].append((iv, count if most > 1 else 1, job.id, -1))
     for node in alone:
         used = m.new_bool_var(f"uses_node[{name},node={node}]")
         most = job.per_node(rm.data.capacity[node])
-        if most == 1:
-            count = used
-        else:
-            count = m.new_int_var(0, most, f"vms_on_node[{name},node={node}]")
-            m.add(count <= most * used)
-            m.add(count >= used)
+        count = _vm_count(m, used, most, f"vms_on_node[{name},node={node}]")
         rm.vms_on_node[job.id, node] = (count, used)
         iv = m.new_optional_interval_var(rm.start[job.id], size, finish, used, f"tail[{name},node={node}]")
         # the interval is present exactly when the node is used: one VM is a constant demand (a variable demand in a
         # cumulative costs CP-SAT far more propagation)
         rm.holds.append(Demand(iv, node, job.demand[0], count if most > 1 else 1, most))
+
+
+def _vm_count(m: cp_model.CpModel, used: cp_model.IntVar, most: int, label: str) -> cp_model.LinearExprT:
+    """How many of a lease's VMs go to one node or pool: `used` itself when at most one fits there (no variable to
+    propagate), else a count in 1..most when used and 0 when not."""
+    if most == 1:
+        return used
+    count = m.new_int_var(0, most, label)
+    m.add(count <= most * used)
+    m.add(count >= used)
+    return count
