@@ -48,6 +48,36 @@ def simulated_config(resources: str, clock: str = "real", starttime: str | None 
     return render_config(sections)
 
 
+DAEMON_CONF = """[general]
+loglevel: INFO
+mode: simulated
+persistence-file: state.db
+{general}
+[scheduling]
+suspension: all
+suspend-rate: 32
+resume-rate: 32
+wakeup-interval: 5
+backfilling: aggressive
+
+[simulation]
+clock: real
+resources: 4 CPU:100 Memory:1024
+imagetransfer-bandwidth: 100
+{sections}
+[accounting]
+
+[daemon]
+listen: 127.0.0.1:{port}
+{daemon}"""
+
+
+def daemon_config(port: int, general: str = "", sections: str = "", daemon: str = "") -> str:
+    """The daemon tests' site (4 nodes, real clock, SQLite state.db beside the configuration) listening on `port`;
+    `general`, `sections` (whole sections of their own) and `daemon` are lines added where they belong."""
+    return DAEMON_CONF.format(port=port, general=general, sections=sections, daemon=daemon)
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """`optlease ARGS...` in a fresh interpreter, as a user would run it."""
     return subprocess.run([sys.executable, "-m", "optlease.cli.main", *map(str, args)], cwd=cwd,

@@ -10,39 +10,15 @@ import xmlrpc.client
 
 import pytest
 
-from conftest import REPO, run_cli, wait_until
+from conftest import REPO, daemon_config, run_cli, wait_until
 from mqtt_broker import free_port
-
-CONF = """[general]
-loglevel: INFO
-mode: simulated
-persistence-file: state.db
-
-[scheduling]
-suspension: all
-suspend-rate: 32
-resume-rate: 32
-wakeup-interval: 5
-backfilling: aggressive
-
-[simulation]
-clock: real
-resources: 4 CPU:100 Memory:1024
-imagetransfer-bandwidth: 100
-
-[accounting]
-
-[daemon]
-listen: 127.0.0.1:{port}
-{extra}"""
-
 
 
 @pytest.fixture
 def site(tmp_path):
     port = free_port()
     conf = tmp_path / "d.conf"
-    conf.write_text(CONF.format(port=port, extra=""))
+    conf.write_text(daemon_config(port))
     return conf, f"http://127.0.0.1:{port}"
 
 
@@ -238,7 +214,7 @@ def test_malformed_requests_are_refused_in_one_line(site, tmp_path):
 def test_token_is_required_when_configured(tmp_path):
     port = free_port()
     conf = tmp_path / "d.conf"
-    conf.write_text(CONF.format(port=port, extra="token: s3cret\n"))
+    conf.write_text(daemon_config(port, daemon="token: s3cret\n"))
     proc = start_fg_token(conf, port)
     try:
         refused = run_cli("list-leases", "-s", f"http://127.0.0.1:{port}")
@@ -264,6 +240,6 @@ def start_fg_token(conf, port) -> subprocess.Popen:
 
 def test_non_loopback_without_token_is_refused(tmp_path):
     conf = tmp_path / "d.conf"
-    conf.write_text(CONF.format(port=free_port(), extra="").replace("listen: 127.0.0.1", "listen: 0.0.0.0"))
+    conf.write_text(daemon_config(free_port()).replace("listen: 127.0.0.1", "listen: 0.0.0.0"))
     out = run_cli("serve", "-c", conf, "--fg", timeout=30)
     assert out.returncode == 2 and "set [daemon] token" in out.stderr and out.stderr.count("\n") == 1

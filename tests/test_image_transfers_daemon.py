@@ -4,36 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from conftest import run_cli
+from conftest import daemon_config, run_cli
 from mqtt_broker import free_port
 
-CONF = """[general]
-loglevel: INFO
-mode: simulated
-persistence-file: state.db
-lease-preparation: imagetransfer
-
-[scheduling]
-suspension: all
-suspend-rate: 32
-resume-rate: 32
-wakeup-interval: 5
-backfilling: aggressive
-
-[simulation]
-clock: real
-resources: 4 CPU:100 Memory:1024
-imagetransfer-bandwidth: 100
-
+IMAGES = """
 [deploy-imagetransfer]
 transfer-mechanism: multicast
 diskimage-reuse: image-caches
 diskimage-cache-size: 4096
-
-[accounting]
-
-[daemon]
-listen: 127.0.0.1:{port}
 """
 
 
@@ -50,7 +28,7 @@ def starts(server: str) -> dict[int, datetime]:
 def test_the_daemon_plans_each_start_after_its_image_arrives(tmp_path):
     port = free_port()
     conf = tmp_path / "d.conf"
-    conf.write_text(CONF.format(port=port))
+    conf.write_text(daemon_config(port, general="lease-preparation: imagetransfer\n", sections=IMAGES))
     server = f"http://127.0.0.1:{port}"
     out = run_cli("serve", "-c", conf, timeout=40)
     assert out.returncode == 0, out.stderr
