@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 
 from optlease.accounting.metrics import run_summary
-from optlease.engine.run import simulate
+from optlease.engine.run import read_imagefile, simulate
 from optlease.errors import InputError
 from optlease.formats.config import load_config
 
@@ -56,6 +57,63 @@ def test_imagefile_with_an_unknown_image_is_named(tmp_path):
     (tmp_path / "images").write_text("small.img 600\n#\nhuge.img\n")
     with pytest.raises(InputError, match=r"images:3: image 'huge.img' has no size"):
         quickstart(tmp_path, {"tracefile": {"imagefile": str(tmp_path / "images")}})
+
+
+IMAGE_TRANSFERS = """
+[deploy-imagetransfer]
+transfer-mechanism: multicast
+diskimage-reuse: image-caches
+diskimage-cache-size: 4096
+"""
+
+
+def imagetransfer_site(tmp_path, images: bytes, **values: str):
+    """The quickstart with image transfers, [tracefile] imagefile `images`, and any option set to one of `values`."""
+    text = (QS / "quickstart.conf").read_text().replace("tracefile: quickstart.lwf",
+                                                         f"tracefile: {QS / 'quickstart.lwf'}\nimagefile: images")
+    text = text.replace("lease-preparation: unmanaged", "lease-preparation: imagetransfer") + IMAGE_TRANSFERS
+    for option, value in values.items():
+        option = option.replace("_", "-")
+        text, n = re.subn(rf"(?m)^{option}: .*$", f"{option}: {value}", text)
+        assert n == 1, option
+    (tmp_path / "images").write_bytes(images)
+    (tmp_path / "site.conf").write_text(text)
+    return tmp_path / "site.conf"
+
+
+@pytest.mark.parametrize("images, values, message", [
+    (b"a.img 600\n#\nb.img\n", {}, "images:3: image 'b.img' has no size in the first part"),
+    (b"a.img\n#\na.img\n", {}, "images:1: expected `image-name size-in-MB`"),
+    (b"a.img 600 7\n#\na.img\n", {}, "images:1: expected `image-name size-in-MB`"),
+    (b"a.img -5\n#\na.img\n", {}, "images:1: image 'a.img': size -5 must be positive"),
+    (b"a.img 0\n#\na.img\n", {}, "images:1: image 'a.img': size 0 must be positive"),
+    (b"a.img 2147483648\n#\na.img\n", {}, "images:1: image 'a.img': size 2147483648 is too large"),
+    ("a.img \u00b2\n#\na.img\n".encode(), {}, "images:1: image 'a.img': size '\u00b2' is not a whole number"),
+    ("a.img \u0663\n#\na.img\n".encode(), {}, "images:1: image 'a.img': size '\u0663' is not a whole number"),
+    (b"a.img 600\na.img 700\n#\na.img\n", {}, "images:2: image 'a.img' was given 600 MB on an earlier line"),
+    (b"a.img 600\n#\n\xff\xfe\n", {}, "images:3: not UTF-8 text"),
+    (b"a.img 600\n" + b"x" * 100_000, {}, "images:2: a line longer than"),
+    (b"a.img 600\n#\na.img\n", {"diskimage_cache_size": "0"}, "diskimage-cache-size: '0' must be positive"),
+    (b"a.img 600\n#\na.img\n", {"diskimage_cache_size": "-4096"}, "diskimage-cache-size: '-4096' must be positive"),
+    (b"a.img 600\n#\na.img\n", {"imagetransfer_bandwidth": "0"}, "imagetransfer-bandwidth: '0' must be positive"),
+    (b"a.img 600\n#\na.img\n", {"imagetransfer_bandwidth": "1e3"}, "imagetransfer-bandwidth: '1e3' is not a whole"),
+    (b"a.img 600\n#\na.img\n", {"transfer_mechanism": "broadcast"}, "transfer-mechanism"),
+], ids=["unknown-image", "no-size", "three-fields", "negative", "zero", "over-32-bits", "superscript",
+        "arabic-indic", "two-sizes", "not-utf8", "huge-line", "cache-0", "cache-negative", "bandwidth-0",
+        "bandwidth-exponent", "mechanism"])
+def test_bad_image_files_and_transfer_options_are_one_line_from_the_cli(cli, tmp_path, images, values, message):
+    proc = cli("simulate", "-c", imagetransfer_site(tmp_path, images, **values), "-q")
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_imagefile_is_read_only_as_far_as_the_requests_go(tmp_path):
+    """The quickstart has two requests: what follows their two images is never read (a huge file costs nothing)."""
+    (tmp_path / "images").write_bytes(b"a.img 600\n#\na.img\na.img\n" + b"\xff" * 100_000)
+    images = read_imagefile(tmp_path / "images", wanted=2)
+    assert [(i.id, i.size) for i in images] == [("a.img", 600)] * 2
+    with pytest.raises(InputError, match="images:5: a line longer than"):
+        read_imagefile(tmp_path / "images")
 
 
 def test_injection_file_adds_ar_requests(tmp_path):

@@ -14,8 +14,9 @@ from optlease.eventlog import EventLog
 from optlease.engine.simulator import SimulationResult, Simulator, kinds_breakdown
 from optlease.errors import InputError
 from optlease.formats.config import Config
-from optlease.formats.lwf import Workload
+from optlease.formats.lwf import MAX_AMOUNT, Workload
 from optlease.formats.site_source import site_from_resources
+from optlease.numbers import parse_whole
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 
@@ -41,38 +42,64 @@ def load_workload(cfg: Config, tracefile: str | None = None,
     return name, workload
 
 
-def read_imagefile(path: Path) -> list[DiskImage]:
-    """Haizea's image file: `name size` lines, a `#` line, then one image name per request, in order."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise InputError(exc.strerror or str(exc), str(path)) from None
+MAX_IMAGEFILE_LINE = 4096      # bytes: a line holds an image name and maybe a size; a longer one is not an image file
+
+
+def read_imagefile(path: Path, wanted: int | None = None) -> list[DiskImage]:
+    """Haizea's image file: `name size` lines (size in MB, as a trace's image sizes: 1 to MAX_AMOUNT), a `#` line,
+    then one image name per request, in order. Reading stops once `wanted` requests have their image: later lines
+    name images no request takes, and a huge file then costs no more than the trace it goes with."""
     sizes: dict[str, int] = {}
     sequence: list[DiskImage] = []
     in_sequence = False
-    for number, line in enumerate(lines, start=1):
-        text = line.strip()
-        if not text:
-            continue
-        if text.startswith("#"):
-            in_sequence = True
-        elif not in_sequence:
-            parts = text.split()
-            if len(parts) != 2 or not parts[1].isdigit() or int(parts[1]) <= 0:
-                raise InputError("expected `image-name size-in-MB`", f"{path}:{number}")
-            sizes[parts[0]] = int(parts[1])
-        elif text not in sizes:
-            raise InputError(f"image {text!r} has no size in the first part of the file", f"{path}:{number}")
-        else:
-            sequence.append(DiskImage(text, sizes[text]))
+    try:
+        with open(path, "rb") as f:
+            number = 0
+            while wanted is None or len(sequence) < wanted:
+                raw = f.readline(MAX_IMAGEFILE_LINE + 1)
+                if not raw:
+                    break
+                number += 1
+                where = f"{path}:{number}"
+                if len(raw) > MAX_IMAGEFILE_LINE:
+                    raise InputError(f"a line longer than {MAX_IMAGEFILE_LINE} bytes", where)
+                try:
+                    text = raw.decode("utf-8").strip()
+                except UnicodeDecodeError:
+                    raise InputError("not UTF-8 text", where) from None
+                if not text:
+                    continue
+                if text.startswith("#"):
+                    in_sequence = True
+                elif not in_sequence:
+                    name, size = _image_line(text, where)
+                    if sizes.get(name, size) != size:
+                        raise InputError(f"image {name!r} was given {sizes[name]} MB on an earlier line", where)
+                    sizes[name] = size
+                elif text not in sizes:
+                    raise InputError(f"image {text!r} has no size in the first part of the file", where)
+                else:
+                    sequence.append(DiskImage(text, sizes[text]))
+    except OSError as exc:
+        raise InputError(exc.strerror or str(exc), str(path)) from None
     return sequence
+
+
+def _image_line(text: str, where: str) -> tuple[str, int]:
+    parts = text.split()
+    if len(parts) != 2:
+        raise InputError("expected `image-name size-in-MB`", where)
+    try:
+        return parts[0], parse_whole(parts[1], 1, MAX_AMOUNT)
+    except ValueError as exc:
+        raise InputError(f"image {parts[0]!r}: size {exc}", where) from None
 
 
 def apply_trace_options(cfg: Config, requests: list[LeaseRequest]) -> list[LeaseRequest]:
     """[tracefile] imagefile, runtime-slowdown-overhead, add-overhead, bootshutdown-overhead, override-memory."""
     imagefile = cfg.get("tracefile", "imagefile")
     if imagefile:
-        images = read_imagefile(cfg.resolve(imagefile))
+        images = read_imagefile(cfg.resolve(imagefile), wanted=len(requests))
         requests = [dataclasses.replace(req, software=image) if image else req
                     for req, image in zip(requests, images + [None] * (len(requests) - len(images)))]
     add = cfg.get("tracefile", "add-overhead")
