@@ -1,8 +1,7 @@
-"""Haizea's lease scheduler: admission, the best-effort queue, ARs and immediate leases, preemption, and what
-happens when a reservation starts or ends. Pure: `now` is always passed in; the driver owns the clock."""
+"""Haizea's lease scheduler: admission, the best-effort queue, ARs and immediate leases, and what happens when a
+reservation starts or ends; preemption (scheduling.preemption) and re-planning when a run ends early or overruns
+its estimate (scheduling.replan) are its mixins. Pure: `now` is always passed in; the driver owns the clock."""
 from __future__ import annotations
-
-from typing import NamedTuple
 
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.domain.site import Site
@@ -12,9 +11,11 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
+from optlease.scheduling.preemption import Preemption
 from optlease.scheduling.preparation import ImageTransfers, PreparedTable
-from optlease.scheduling.records import (BOOKED, MIGRATE, RESUME, SHUTDOWN, SUSPEND, TRANSFER, VM, RR, Held,
-                                        Lease, NotSchedulable)
+from optlease.scheduling.records import (MIGRATE, RESUME, SHUTDOWN, SUSPEND, TRANSFER, VM, RR, Held, Lease,
+                                        NotSchedulable)
+from optlease.scheduling.replan import Replanning
 from optlease.scheduling.slottable import SlotTable, fits
 from optlease.scheduling.vmsched import VMScheduler
 
@@ -22,7 +23,7 @@ S = LeaseState
 SUSPENDED = (S.SUSPENDED_PENDING, S.SUSPENDED_QUEUED)
 
 
-class LeaseScheduler:
+class LeaseScheduler(Preemption, Replanning):
     def __init__(self, site: Site, opts: SchedulingOptions, policies: Policies, log: EventLog) -> None:
         self.site = site
         self.opts = opts
@@ -287,141 +288,6 @@ class LeaseScheduler:
         copy.origin = origin   # the images it moves: vnode -> where from
         return copy
 
-    # -- preemption -----------------------------------------------------------------------------------------
-    def preempt(self, lease: Lease, t: int, now: int) -> None:
-        self.log.info("LSCHED", "Preempting lease #%i..." % lease.id)
-        lease.preemptions += 1
-        vmrr = lease.last_vmrr()
-        cancel = (vmrr.state == "scheduled" and vmrr.start >= t) or not oh.can_be_suspended(lease, self.opts) \
-            or t - vmrr.start < oh.scheduling_threshold(lease, self.opts, resuming=False)
-        if not cancel:
-            try:
-                self.suspend_at(vmrr, t, now)
-            except NotSchedulable:
-                cancel = True
-            else:
-                self.log.info("LSCHED", "... lease #%i will be suspended at %s." % (lease.id, self.log.t(t)))
-                return
-        self.log.info("LSCHED", "... lease #%i has been cancelled and requeued." % lease.id)
-        self.cancel_vmrr(vmrr, now)
-        lease.vmrrs.pop()
-        lease.requeues += 1
-        if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING, S.RESUMING):
-            # Still suspended: its memory images stay where they are now. A copy under way is given up (the rounds
-            # done stay done, as after a premature end); Haizea would fail here (migrating -> queued).
-            if lease.state is S.MIGRATING:
-                lease.set_state(S.SUSPENDED_SCHEDULED)
-            lease.set_state(S.SUSPENDED_QUEUED)
-        else:
-            if lease.state is S.ACTIVE:
-                # The VM is destroyed: everything it ran, before earlier suspensions too, is lost.
-                for held in lease.held:
-                    if held.kind == VM and held.outcome is None:
-                        held.outcome = "requeued"
-                lease.accumulated = 0
-                lease.image_nodes = None
-            lease.set_state(S.QUEUED)
-        self.enqueue(lease)
-
-    def suspend_at(self, vmrr: RR, t: int, now: int) -> tuple:
-        """Book the VM reservation's suspension so that it is over by `t`; what `unsuspend` needs to take it back."""
-        saved = (vmrr.end, vmrr.post, vmrr.checkpoint)
-        for rr in (vmrr, *vmrr.post):
-            self.table.remove(rr)
-        try:
-            self.vm.suspend(vmrr, t, now)
-        except NotSchedulable:
-            self._put_back(vmrr, saved)
-            raise
-        vmrr.checkpoint = None   # it ends in a suspension now, not where an estimate runs out
-        for rr in (vmrr, *vmrr.post):
-            self.table.add(rr)
-        return saved
-
-    def unsuspend(self, vmrr: RR, saved: tuple) -> None:
-        """Take back a suspension `suspend_at` booked (it has not begun)."""
-        for rr in (vmrr, *vmrr.post):
-            self.table.remove(rr)
-        self._put_back(vmrr, saved)
-
-    def _put_back(self, vmrr: RR, saved: tuple) -> None:
-        vmrr.end, vmrr.post, vmrr.checkpoint = saved
-        for rr in (vmrr, *vmrr.post):
-            self.table.add(rr)
-
-    def cancel_vmrr(self, vmrr: RR, now: int) -> None:
-        """Take a VM reservation and everything around it out of the table (what already ran is kept)."""
-        if vmrr.backfill and vmrr.state == "scheduled":
-            self.vm.future_count -= 1
-            vmrr.backfill = False
-        if self.prep is not None:
-            self.prep.release(vmrr.lease)
-        for rr in (*vmrr.pre, vmrr, *vmrr.post):
-            if rr.state == "active":
-                self._hold(rr, rr.start, now, outcome="requeued" if rr.kind == VM else "cancelled")
-                if rr.kind == VM:
-                    self.running.pop(rr.lease.id, None)
-            if rr.state != "done":
-                self.table.remove(rr)
-                rr.state = "cancelled"
-
-    def reevaluate(self, now: int) -> None:
-        """After a premature end: leases booked for the future may now start earlier, so they are booked again
-        (Haizea: back to the queue where they no longer fit)."""
-        # only leases with a backfilled reservation in the table can qualify
-        booked = {rr.lease.id: rr.lease for rr in self.table.backfills}
-        future = [lease for lease in booked.values() if self.leases.get(lease.id) is lease
-                  and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
-                  and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
-                  and self._replannable(lease)]
-        future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
-        for lease in future:
-            self.cancel_vmrr(lease.last_vmrr(), now)
-            lease.vmrrs.pop()
-            if lease.state is S.MIGRATING:
-                lease.set_state(S.SUSPENDED_SCHEDULED)   # the copy under way is given up: its image stays put
-            lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
-            try:
-                self.schedule_lease(lease, now)
-            except NotSchedulable:
-                lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
-                self.enqueue(lease)
-
-    @staticmethod
-    def _replannable(lease: Lease) -> bool:
-        """Whether a future booking may be booked again after a premature end: nothing of it has begun but copies
-        of its memory images (Haizea: the lease stays suspended-scheduled while they run; the copies done stay
-        done, the one under way is given up)."""
-        return all(rr.state == "scheduled" or rr.kind == MIGRATE for rr in lease.last_vmrr().pre)
-
-    def take_out(self, lease: Lease) -> Withdrawn:
-        """Take a booked lease's reservation (not begun) out of the slot table, and remember what `put_back` needs
-        to undo that and what is booked for the lease since; a lease with no booking is only remembered. Its state
-        is the caller's to set."""
-        old = lease.last_vmrr() if lease.state in BOOKED else None
-        if old is not None:
-            for rr in (*old.pre, old, *old.post):
-                self.table.remove(rr)
-            if old.backfill:
-                self.vm.future_count -= 1
-            lease.vmrrs.pop()
-        return Withdrawn(old, lease.state, lease.image_nodes, lease.migrations, len(lease.held))
-
-    def put_back(self, lease: Lease, saved: Withdrawn) -> None:
-        """Undo `take_out` once what was booked since is gone: the images and history as they were (a resume
-        elsewhere without copying moves the images when it is booked), the reservation, the state."""
-        lease.image_nodes, lease.migrations = saved.image_nodes, saved.migrations
-        del lease.held[saved.held:]
-        old = saved.vmrr
-        if old is not None:
-            lease.vmrrs.append(old)
-            for rr in (*old.pre, old, *old.post):
-                self.table.add(rr)
-            if old.backfill:
-                self.vm.future_count += 1
-        if lease.state is not saved.state:
-            lease.set_state(saved.state)
-
     # -- reservations starting and ending -------------------------------------------------------------------
     def start_rr(self, rr: RR, now: int) -> int | None:
         """Start a reservation; for a VM that will really end before its reservation does, return that time."""
@@ -492,79 +358,6 @@ class LeaseScheduler:
             self.log.info("VMSCHED", "Lease %i's VMs have shutdown." % lease.id)
             self.finish(lease, now)
 
-    def premature_end(self, lease: Lease, now: int) -> None:
-        vmrr = lease.last_vmrr()
-        self.log.info("VMSCHED", "LEASE-%i The VM has ended prematurely." % lease.id)
-        for rr in vmrr.post:
-            self.table.remove(rr)
-            rr.state = "cancelled"
-        vmrr.post = []
-        self.table.cut(vmrr, now)
-        self.end_rr(vmrr, now)
-        self.finish(lease, now)
-        self.reevaluate(now)
-
-    def overrun(self, vmrr: RR, now: int) -> int | None:
-        """A lease still runs where the run-time estimate it was booked for runs out (its booking's checkpoint): its
-        booking grows to the whole time it asked for. Bookings not yet begun of best-effort leases that arrived after
-        it and are in the way go back to the queue (this instant's round books them again); before anything else in
-        the way (an AR, a lease ahead of it in line) it is suspended, in the margin its booking kept for that: an
-        estimate never pushes back a lease that came first. Returns when the lease really ends, if that is after the
-        old booking and before the new one (None otherwise)."""
-        lease, old_end = vmrr.lease, vmrr.end
-        vmrr.checkpoint = None
-        lease.overruns += 1
-        self.log.info("LSCHED", "Lease #%i runs past its estimate: booking the rest of its requested time." % lease.id)
-        for rr in vmrr.post:
-            self.table.remove(rr)
-            rr.state = "cancelled"
-        vmrr.post = []
-        self.table.remove(vmrr)
-        shutdown = oh.shutdown_time(lease, self.opts)
-        end = vmrr.start + lease.remaining()
-        free = self._clear_way(vmrr, now, end + shutdown)
-        vmrr.end = min(end, free)
-        self.table.add(vmrr)
-        if free >= end + shutdown:
-            self.vm.add_shutdown(vmrr, shutdown)
-            self.table.add(vmrr.post[0])
-        else:
-            self.preempt(lease, free, now)
-        real_end = vmrr.start + lease.real_remaining()
-        return real_end if old_end <= real_end < vmrr.end and vmrr.state == "active" else None
-
-    def _clear_way(self, vmrr: RR, now: int, until: int) -> int:
-        """Send back to the queue the bookings not yet begun of best-effort leases that arrived after `vmrr`'s and keep
-        it (out of the table) from holding its nodes until `until`, first in the way first; returns from when it no
-        longer fits (>= until: it fits)."""
-        table = self.table
-        while True:
-            free, node = min((table.profiles[p].first_exceeding(now, d, table.caps[p]), p)
-                             for p, d in vmrr.demand.items())
-            if free >= until:
-                return free
-            way = sorted({rr.lease for rr in table.by_node[node] if rr.start <= free < rr.end and rr.demand},
-                         key=lambda lease: lease.id)
-            line = (vmrr.lease.req.arrival, vmrr.lease.id)
-            movable = [other for other in way if other is not vmrr.lease and self._not_begun(other)
-                       and (other.req.arrival, other.id) > line]
-            if not movable or len(movable) < len(way):
-                return free   # something in the way stays: an AR, an immediate lease, a lease under way or ahead
-            for other in movable:
-                booking = other.last_vmrr()
-                self.cancel_vmrr(booking, now)
-                other.vmrrs.pop()
-                other.set_state(S.SUSPENDED_QUEUED if other.state is S.SUSPENDED_SCHEDULED else S.QUEUED)
-                self.enqueue(other)
-                self.log.info("LSCHED", "Lease #%i goes back to the queue: lease #%i runs on." % (
-                    other.id, vmrr.lease.id))
-
-    @staticmethod
-    def _not_begun(lease: Lease) -> bool:
-        vmrr = lease.last_vmrr()
-        return lease.kind is LeaseKind.BEST_EFFORT and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED) \
-            and vmrr is not None and all(rr.state == "scheduled" for rr in (*vmrr.pre, vmrr, *vmrr.post))
-
     def finish(self, lease: Lease, now: int) -> None:
         if self.prep is not None:
             self.prep.release(lease)
@@ -578,13 +371,3 @@ class LeaseScheduler:
     def _hold(self, rr: RR, start: int, end: int, outcome: str | None = None) -> None:
         # the reservation's mapping itself: no reservation's mapping is changed in place
         rr.lease.held.append(Held(rr.kind, start, end, rr.mapping, rr.origin, outcome))
-
-
-class Withdrawn(NamedTuple):
-    """A booked lease's reservation taken out of the slot table (`LeaseScheduler.take_out`; None: it had none), and
-    what booking it again may change."""
-    vmrr: RR | None
-    state: S
-    image_nodes: dict[int, int] | None
-    migrations: int
-    held: int           # how many held reservations the lease had

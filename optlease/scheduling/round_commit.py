@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from optlease.domain.lease import LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.leasesched import Withdrawn
+from optlease.scheduling.preemption import Withdrawn
 from optlease.scheduling.records import BOOKED, SHUTDOWN, RR, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Outcome
 

@@ -1,0 +1,117 @@
+"""When a lease's run differs from its booking: it ends before its reservation does (the leases booked for the
+future are booked again, as Haizea does), or it runs past the estimate it was booked for (its booking grows, and
+later best-effort bookings in the way go back to the queue). Part of Haizea's lease scheduler (`LeaseScheduler`)."""
+from __future__ import annotations
+
+from optlease.domain.lease import LeaseKind, LeaseState
+from optlease.scheduling import overheads as oh
+from optlease.scheduling.records import MIGRATE, RR, Lease, NotSchedulable
+
+S = LeaseState
+
+
+class Replanning:
+    """Premature ends and overruns for LeaseScheduler (a mixin: it needs the scheduler's table, VM scheduler,
+    options, log, `leases`, `schedule_lease`, `enqueue`, `finish`, `end_rr`, `cancel_vmrr` and `preempt`)."""
+
+    def premature_end(self, lease: Lease, now: int) -> None:
+        vmrr = lease.last_vmrr()
+        self.log.info("VMSCHED", "LEASE-%i The VM has ended prematurely." % lease.id)
+        for rr in vmrr.post:
+            self.table.remove(rr)
+            rr.state = "cancelled"
+        vmrr.post = []
+        self.table.cut(vmrr, now)
+        self.end_rr(vmrr, now)
+        self.finish(lease, now)
+        self.reevaluate(now)
+
+    def reevaluate(self, now: int) -> None:
+        """After a premature end: leases booked for the future may now start earlier, so they are booked again
+        (Haizea: back to the queue where they no longer fit)."""
+        # only leases with a backfilled reservation in the table can qualify
+        booked = {rr.lease.id: rr.lease for rr in self.table.backfills}
+        future = [lease for lease in booked.values() if self.leases.get(lease.id) is lease
+                  and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED, S.MIGRATING)
+                  and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
+                  and self._replannable(lease)]
+        future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
+        for lease in future:
+            self.cancel_vmrr(lease.last_vmrr(), now)
+            lease.vmrrs.pop()
+            if lease.state is S.MIGRATING:
+                lease.set_state(S.SUSPENDED_SCHEDULED)   # the copy under way is given up: its image stays put
+            lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
+            try:
+                self.schedule_lease(lease, now)
+            except NotSchedulable:
+                lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
+                self.enqueue(lease)
+
+    @staticmethod
+    def _replannable(lease: Lease) -> bool:
+        """Whether a future booking may be booked again after a premature end: nothing of it has begun but copies
+        of its memory images (Haizea: the lease stays suspended-scheduled while they run; the copies done stay
+        done, the one under way is given up)."""
+        return all(rr.state == "scheduled" or rr.kind == MIGRATE for rr in lease.last_vmrr().pre)
+
+    def overrun(self, vmrr: RR, now: int) -> int | None:
+        """A lease still runs where the run-time estimate it was booked for runs out (its booking's checkpoint): its
+        booking grows to the whole time it asked for. Bookings not yet begun of best-effort leases that arrived after
+        it and are in the way go back to the queue (this instant's round books them again); before anything else in
+        the way (an AR, a lease ahead of it in line) it is suspended, in the margin its booking kept for that: an
+        estimate never pushes back a lease that came first. Returns when the lease really ends, if that is after the
+        old booking and before the new one (None otherwise)."""
+        lease, old_end = vmrr.lease, vmrr.end
+        vmrr.checkpoint = None
+        lease.overruns += 1
+        self.log.info("LSCHED", "Lease #%i runs past its estimate: booking the rest of its requested time." % lease.id)
+        for rr in vmrr.post:
+            self.table.remove(rr)
+            rr.state = "cancelled"
+        vmrr.post = []
+        self.table.remove(vmrr)
+        shutdown = oh.shutdown_time(lease, self.opts)
+        end = vmrr.start + lease.remaining()
+        free = self._clear_way(vmrr, now, end + shutdown)
+        vmrr.end = min(end, free)
+        self.table.add(vmrr)
+        if free >= end + shutdown:
+            self.vm.add_shutdown(vmrr, shutdown)
+            self.table.add(vmrr.post[0])
+        else:
+            self.preempt(lease, free, now)
+        real_end = vmrr.start + lease.real_remaining()
+        return real_end if old_end <= real_end < vmrr.end and vmrr.state == "active" else None
+
+    def _clear_way(self, vmrr: RR, now: int, until: int) -> int:
+        """Send back to the queue the bookings not yet begun of best-effort leases that arrived after `vmrr`'s and keep
+        it (out of the table) from holding its nodes until `until`, first in the way first; returns from when it no
+        longer fits (>= until: it fits)."""
+        table = self.table
+        while True:
+            free, node = min((table.profiles[p].first_exceeding(now, d, table.caps[p]), p)
+                             for p, d in vmrr.demand.items())
+            if free >= until:
+                return free
+            way = sorted({rr.lease for rr in table.by_node[node] if rr.start <= free < rr.end and rr.demand},
+                         key=lambda lease: lease.id)
+            line = (vmrr.lease.req.arrival, vmrr.lease.id)
+            movable = [other for other in way if other is not vmrr.lease and self._not_begun(other)
+                       and (other.req.arrival, other.id) > line]
+            if not movable or len(movable) < len(way):
+                return free   # something in the way stays: an AR, an immediate lease, a lease under way or ahead
+            for other in movable:
+                booking = other.last_vmrr()
+                self.cancel_vmrr(booking, now)
+                other.vmrrs.pop()
+                other.set_state(S.SUSPENDED_QUEUED if other.state is S.SUSPENDED_SCHEDULED else S.QUEUED)
+                self.enqueue(other)
+                self.log.info("LSCHED", "Lease #%i goes back to the queue: lease #%i runs on." % (
+                    other.id, vmrr.lease.id))
+
+    @staticmethod
+    def _not_begun(lease: Lease) -> bool:
+        vmrr = lease.last_vmrr()
+        return lease.kind is LeaseKind.BEST_EFFORT and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED) \
+            and vmrr is not None and all(rr.state == "scheduled" for rr in (*vmrr.pre, vmrr, *vmrr.post))
