@@ -9,7 +9,7 @@ import pytest
 from optlease.accounting.metrics import run_summary
 from optlease.engine.run import read_imagefile, simulate
 from optlease.errors import InputError
-from optlease.formats.config import load_config
+from optlease.formats.config import load_config, render_config
 
 from conftest import INSTANCES, REPO
 
@@ -104,6 +104,23 @@ def imagetransfer_site(tmp_path, images: bytes, **values: str):
 def test_bad_image_files_and_transfer_options_are_one_line_from_the_cli(cli, tmp_path, images, values, message):
     proc = cli("simulate", "-c", imagetransfer_site(tmp_path, images, **values), "-q")
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_transfers_past_the_calendar_are_one_line_from_the_cli(cli, tmp_path):
+    """Every image and lease is within its bounds, but sixteen transfers of 2^31-1 MB at 1 Mbit/s one after another
+    (about 544 years each) end after the year 9999: one line, not an overflow."""
+    (tmp_path / "big.lwf").write_text("".join(f"0 -1 60 60 1 1 512 0 'i{k}.img' 2147483647\n" for k in range(16)))
+    conf = tmp_path / "site.conf"
+    conf.write_text(render_config({
+        "general": {"mode": "simulated", "lease-preparation": "imagetransfer"},
+        "simulation": {"clock": "simulated", "starttime": "2006-11-25 13:00:00", "resources": "1 CPU:100 Memory:1024",
+                       "imagetransfer-bandwidth": 1},
+        "scheduling": {"suspension": "all", "suspend-rate": 32, "resume-rate": 32}, "accounting": {},
+        "deploy-imagetransfer": {"transfer-mechanism": "unicast"},
+        "tracefile": {"tracefile": str(tmp_path / "big.lwf"), "format": "lwf-text"}}))
+    proc = cli("simulate", "-c", conf)
+    assert proc.returncode != 0 and "outside the years 1 to 9999" in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 

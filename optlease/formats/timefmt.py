@@ -94,11 +94,21 @@ def format_duration(seconds: int) -> str:
     return f"{sign}{days}:{core}" if days else f"{sign}{core}"
 
 
+def instant(origin: datetime, seconds: int) -> datetime:
+    """The date `seconds` after `origin`. Each lease and transfer is bounded, but a workload's add up: one past the
+    calendar (years 1 to 9999) is bad input, said in one line rather than as an overflow."""
+    try:
+        return origin + timedelta(seconds=seconds)
+    except OverflowError:
+        raise InputError(f"the schedule reaches {seconds} s from {origin:%Y-%m-%d %H:%M:%S}, outside the years 1 to "
+                         "9999: the workload's leases or image transfers take longer than a calendar holds") from None
+
+
 def format_time(origin: datetime, seconds: int) -> str:
     """Haizea's log timestamp: `2006-11-25 13:00:00.00`."""
-    return (origin + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S") + ".00"
+    return instant(origin, seconds).strftime("%Y-%m-%d %H:%M:%S") + ".00"
 
 
 def iso(origin: datetime, seconds: int) -> str:
     """ISO 8601 without a zone, whole seconds (the schedule contract's notation)."""
-    return (origin + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+    return instant(origin, seconds).strftime("%Y-%m-%dT%H:%M:%S")
