@@ -17,21 +17,35 @@ from pathlib import Path
 
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest, check_vm_count
 from optlease.errors import InputError
-from optlease.formats.lwf import Workload
+from optlease.formats.lwf import MAX_AMOUNT, Workload
+from optlease.formats.timefmt import MAX_SECONDS
+from optlease.numbers import parse_whole
 
 FIELDS = ("submit", "start", "dur", "realdur", "nodes", "cpu", "mem", "disk", "image", "imagesize")
 BEST_EFFORT_START = -1
 
 
-def _int(tokens: list[str], i: int, where: str, minimum: int | None = None) -> int:
+# Upper bounds, as the XML LWF and SWF readers have them: times and durations within a century, amounts and image
+# sizes within 32 bits; a bound's text says it in the refusal.
+SECONDS = (MAX_SECONDS, "100 years")
+AMOUNT = (MAX_AMOUNT, str(MAX_AMOUNT))
+
+
+def _int(tokens: list[str], i: int, where: str, minimum: int | None = None,
+         maximum: tuple[int, str] | None = None) -> int:
+    """Field i, read as optlease reads every number (ASCII digits, optlease.numbers: int() would take `1_0`, `+5`
+    or Arabic-Indic digits), between `minimum` and `maximum` when given."""
     token = tokens[i]
     try:
-        value = int(token)
+        value = parse_whole(token, None)
     except ValueError:
-        raise InputError(f"field {i + 1} ({FIELDS[i]}) is {token!r}, not a whole number", where) from None
+        raise InputError(f"field {i + 1} ({FIELDS[i]}) is {token!r}, not a whole number (digits 0-9 only)",
+                         where) from None
     if minimum is not None and value < minimum:
         bound = "positive" if minimum == 1 else f"at least {minimum}"
         raise InputError(f"field {i + 1} ({FIELDS[i]}) is {value}, it must be {bound}", where)
+    if maximum is not None and abs(value) > maximum[0]:
+        raise InputError(f"field {i + 1} ({FIELDS[i]}) is {value}, more than {maximum[1]}", where)
     return value
 
 
@@ -43,18 +57,18 @@ def _line(line: str, where: str, lease_id: int, cpu_unit: int) -> LeaseRequest:
     if len(tokens) != len(FIELDS):
         raise InputError(f"text LWF line has {len(tokens)} fields, expected {len(FIELDS)} "
                          f"({' '.join(FIELDS)})", where)
-    submit = _int(tokens, 0, where, minimum=0)
-    start = _int(tokens, 1, where)
-    duration = _int(tokens, 2, where, minimum=1)
-    real = min(_int(tokens, 3, where, minimum=1), duration)
+    submit = _int(tokens, 0, where, minimum=0, maximum=SECONDS)
+    start = _int(tokens, 1, where, maximum=SECONDS)     # an AR may start before the workload does (docstring)
+    duration = _int(tokens, 2, where, minimum=1, maximum=SECONDS)
+    real = min(_int(tokens, 3, where, minimum=1, maximum=SECONDS), duration)
     nodes = _int(tokens, 4, where, minimum=1)
     if check_vm_count(nodes):
         raise InputError(check_vm_count(nodes), where)
-    cpus = _int(tokens, 5, where, minimum=1)
-    memory = _int(tokens, 6, where, minimum=1)
+    cpus = _int(tokens, 5, where, minimum=1, maximum=AMOUNT)
+    memory = _int(tokens, 6, where, minimum=1, maximum=AMOUNT)
     _int(tokens, 7, where, minimum=0)
     image = tokens[8]
-    image_size = _int(tokens, 9, where, minimum=0)
+    image_size = _int(tokens, 9, where, minimum=0, maximum=AMOUNT)
     if image_size and not image:
         raise InputError("field 9 (image) is empty but the image has a size", where)
     best_effort = start == BEST_EFFORT_START
