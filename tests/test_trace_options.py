@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import io
 import re
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,11 @@ def quickstart(tmp_path, extra: dict[str, dict[str, str]] | None = None, body: s
     out = io.StringIO()
     result = simulate(cfg, out=out)
     return result, out.getvalue()
+
+
+def simulate_log(conf):
+    out = io.StringIO()
+    return simulate(load_config(conf), out=out), out.getvalue()
 
 
 def vm_spans(lease):
@@ -107,10 +114,11 @@ def test_bad_image_files_and_transfer_options_are_one_line_from_the_cli(cli, tmp
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
-def test_transfers_past_the_calendar_are_one_line_from_the_cli(cli, tmp_path):
-    """Every image and lease is within its bounds, but sixteen transfers of 2^31-1 MB at 1 Mbit/s one after another
-    (about 544 years each) end after the year 9999: one line, not an overflow."""
-    (tmp_path / "big.lwf").write_text("".join(f"0 -1 60 60 1 1 512 0 'i{k}.img' 2147483647\n" for k in range(16)))
+def slow_link_site(tmp_path, sizes: list[int]) -> Path:
+    """One node, a 1 Mbit/s link sending one copy after another, and a best-effort lease of a minute per image size
+    (a text LWF), all arriving at once."""
+    (tmp_path / "big.lwf").write_text("".join(f"0 -1 60 60 1 1 512 0 'i{k}.img' {size}\n"
+                                              for k, size in enumerate(sizes)))
     conf = tmp_path / "site.conf"
     conf.write_text(render_config({
         "general": {"mode": "simulated", "lease-preparation": "imagetransfer"},
@@ -119,9 +127,29 @@ def test_transfers_past_the_calendar_are_one_line_from_the_cli(cli, tmp_path):
         "scheduling": {"suspension": "all", "suspend-rate": 32, "resume-rate": 32}, "accounting": {},
         "deploy-imagetransfer": {"transfer-mechanism": "unicast"},
         "tracefile": {"tracefile": str(tmp_path / "big.lwf"), "format": "lwf-text"}}))
-    proc = cli("simulate", "-c", conf)
+    return conf
+
+
+def test_transfers_past_the_calendar_are_one_line_from_the_cli(cli, tmp_path):
+    """Every image and lease is within its bounds, but 88-year transfers one after another (350,000,000 MB at
+    1 Mbit/s) run the clock past the year 9999: one line, not an overflow."""
+    proc = cli("simulate", "-c", slow_link_site(tmp_path, [350_000_000] * 100))
     assert proc.returncode != 0 and "outside the years 1 to 9999" in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_nothing_is_booked_more_than_a_century_ahead(tmp_path):
+    """Three 88-year transfers in line: the second lease is booked only once its start is within a century (it
+    waits in the queue meanwhile), and a lease whose transfer alone outlasts a century is refused on arrival."""
+    result, log = simulate_log(slow_link_site(tmp_path, [350_000_000] * 3 + [2_147_483_647]))
+    booked = [(line[1:20], line.split(" from ")[1][:19]) for line in log.splitlines()
+              if "can be scheduled on nodes" in line]
+    assert len(booked) == 3
+    for when, start in booked:
+        ahead = datetime.fromisoformat(start) - datetime.fromisoformat(when)
+        assert ahead.days <= 100 * 365
+    assert [lease.state.name for lease in result.leases][:3] == ["DONE"] * 3
+    assert result.leases[3].state.name == "REJECTED" and "more than 100 years" in result.leases[3].reason
 
 
 def test_imagefile_is_read_only_as_far_as_the_requests_go(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.domain.site import Site
 from optlease.eventlog import EventLog
-from optlease.formats.timefmt import format_duration
+from optlease.formats.timefmt import MAX_SECONDS, format_duration
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
@@ -54,6 +54,10 @@ class LeaseScheduler(Preemption, Replanning):
         reason = self.policies.admission.accept(lease)
         if reason is None and not self._fits_site(lease):
             reason = "it can never fit the site (no node or set of nodes is large enough)"
+        if reason is None and self.prep is not None and self.prep.needs(lease) \
+                and self.prep.duration(lease, lease.numnodes) > MAX_SECONDS:
+            # nothing is booked more than a century ahead (VMScheduler.asap): such a lease would wait forever
+            reason = "its image's transfer alone would take more than 100 years over the repository's link"
         if reason is not None:
             self.log.info("LSCHED", "Lease #%i has not been accepted: %s" % (lease.id, reason))
             self.reject(lease, now, reason)

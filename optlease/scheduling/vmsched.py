@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
+from optlease.formats.timefmt import MAX_SECONDS
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.estimate import RunEstimates
 from optlease.scheduling.mapper import GreedyMapper
@@ -79,7 +80,13 @@ class VMScheduler:
         # the same estimate on every node): the mapper then needs no list of nodes
         everywhere = max(firsts) if earliest is not None and len(earliest) == len(self.table.nodes) else INF
         room_from = -INF   # no candidate before this has room on the site as a whole over its window
+        # Nothing is booked to start more than a century ahead: each lease and transfer is bounded, but enough of them
+        # in line (image transfers one after another on a slow link) would plan past the calendar's end. Such a lease
+        # waits in the queue until its start comes within reach.
+        horizon = now + MAX_SECONDS
         for t in self._candidates(now, firsts, allow_in_future, fixed):
+            if t > horizon:
+                break
             if t < room_from:
                 continue
             room_from = self.table.earliest_total_room(t, window, need)
