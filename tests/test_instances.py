@@ -30,6 +30,11 @@ COUNTS = {
     "haizea/expected/quickstart.lwf": (2, 1), "quickstart/quickstart.lwf": (2, 1),
     "experiments/traces/inj1.lwf": (13, 13), "experiments/traces/inj2.lwf": (13, 13),
     "experiments/traces/withoutprematureend.lwf": (139, 0), "experiments/traces/withprematureend.lwf": (139, 0),
+    "suite/synthetic/s01-8n-load60.lwf": (94, 9), "suite/synthetic/s02-8n-load90.lwf": (87, 13),
+    "suite/synthetic/s03-12n-load80.lwf": (157, 24), "suite/synthetic/s04-16n-exact.lwf": (160, 51),
+    "suite/synthetic/s05-32n-load95.lwf": (245, 29), "suite/synthetic/s06-64n-load70.lwf": (266, 50),
+    "suite/synthetic/s07-24n-hetero.lwf": (268, 41), "suite/synthetic/s08-32n-gpu.lwf": (289, 67),
+    "suite/synthetic/s09-48n-hetero.lwf": (273, 26), "suite/synthetic/s10-64n-hetero.lwf": (75, 8),
 }
 SIZES = {"1small": (1, 24), "2medium": (25, 48), "3large": (49, 72)}
 
@@ -50,9 +55,10 @@ def test_trace_loads_with_its_counts(name):
             assert all(low <= r.numnodes <= high for r in workload.requests)
 
 
-# daemon/: tests/test_daemon_recovery.py; experiments/ holds multi-configurations: tests/test_multiconfig.py
+# daemon/: tests/test_daemon_recovery.py; experiments/ and suite/ hold multi-configurations: tests/test_multiconfig.py
+# and tests/test_quality_suite.py
 @pytest.mark.parametrize("conf", sorted(str(p.relative_to(INSTANCES)) for p in INSTANCES.rglob("*.conf")
-                                        if p.parent.name not in ("daemon", "experiments")))
+                                        if p.parent.name not in ("daemon", "experiments", "suite")))
 def test_configuration_is_valid(conf):
     cfg = load_config(INSTANCES / conf)
     assert cfg.get("general", "mode") == "simulated"
