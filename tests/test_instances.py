@@ -30,7 +30,6 @@ COUNTS = {
     "haizea/expected/quickstart.lwf": (2, 1), "quickstart/quickstart.lwf": (2, 1),
     "experiments/traces/inj1.lwf": (13, 13), "experiments/traces/inj2.lwf": (13, 13),
     "experiments/traces/withoutprematureend.lwf": (139, 0), "experiments/traces/withprematureend.lwf": (139, 0),
-    # the quality suite's synthetic family (instances/suite/SHA256SUMS pins their bytes, test_quality_suite.py)
     "suite/synthetic/s01-8n-load60.lwf": (94, 9), "suite/synthetic/s02-8n-load90.lwf": (87, 13),
     "suite/synthetic/s03-12n-load80.lwf": (157, 24), "suite/synthetic/s04-16n-exact.lwf": (160, 51),
     "suite/synthetic/s05-32n-load95.lwf": (245, 29), "suite/synthetic/s06-64n-load70.lwf": (266, 50),
