@@ -12,8 +12,8 @@ from optlease.domain.lease import LeaseState
 from optlease.engine.daemon import Manager
 from optlease.engine.daemon_site import SimulatedEnactor, site_from_config
 from optlease.reconcile import ABSENT, desired_state, rows_of_leases
-from test_checkpoint import FINISHED, OPS, manager
-from test_persist import AR, BE, CONF, IMMEDIATE, run_until, submit
+from test_checkpoint import OPS, manager
+from test_persist import AR, BE, CONF, FINISHED, IMMEDIATE, run_until, submit
 
 
 def hosts_match_the_whole_plan(m) -> None:
