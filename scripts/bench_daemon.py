@@ -52,6 +52,14 @@ def free_port() -> int:
 FAST_LEASE = LEASE.replace("01:00:00", "00:02:00")
 
 
+def serve(manager: Manager, cfg):
+    """Start the manager and its API server on a thread of its own; the server, for shutting down."""
+    server = make_server(manager, cfg.get("daemon", "listen"), None)
+    manager.start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    return server
+
+
 def bench_fast(args) -> dict:
     """Leases through the API, enacted on agent processes over a real broker; broker messages per lease."""
     import paho.mqtt.client as mqtt
@@ -107,17 +115,14 @@ def bench_fast(args) -> dict:
                                       scheduling=SCHEDULING, mqtt={"task-timeout": 10})
             cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
             manager = Manager(cfg)
-            server = make_server(manager, cfg.get("daemon", "listen"), None)
-            manager.start()
-            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+            server = serve(manager, cfg)
             before = sum(messages.values())
             startup = before - at_start      # `list vms` to every host and its answers
             start_counts = dict(messages)
             local = threading.local()
 
             def submit(_: int) -> int:
-                if not hasattr(local, "proxy"):
-                    local.proxy = xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}")
+                local.proxy = getattr(local, "proxy", None) or xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}")
                 return local.proxy.create_lease(FAST_LEASE)
 
             t0 = time.perf_counter()
@@ -205,15 +210,12 @@ def bench_scale(args) -> dict:
         preload_s = time.perf_counter() - t0
         manager.store.db.execute("PRAGMA synchronous=FULL")
         in_system = len(manager.sched.leases)
-        server = make_server(manager, cfg.get("daemon", "listen"), None)
-        manager.start()
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        server = serve(manager, cfg)
         local = threading.local()
         failures: list[str] = []
 
         def submit(_: int) -> float | None:
-            if not hasattr(local, "proxy"):
-                local.proxy = xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}")
+            local.proxy = getattr(local, "proxy", None) or xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}")
             began = time.perf_counter()
             try:
                 local.proxy.create_lease(SCALE_LEASE)
@@ -288,15 +290,12 @@ def main() -> None:
         cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
         manager = Manager(cfg)
         preload_s = preload(manager, args.preload)
-        server = make_server(manager, cfg.get("daemon", "listen"), None)
-        manager.start()
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        server = serve(manager, cfg)
         local = threading.local()
         failures: list[str] = []
 
         def submit(_: int) -> int | None:
-            if not hasattr(local, "proxy"):
-                local.proxy = xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}")
+            local.proxy = getattr(local, "proxy", None) or xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}")
             try:
                 return local.proxy.create_lease(LEASE)
             except (OSError, xmlrpc.client.Error) as exc:

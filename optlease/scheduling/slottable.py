@@ -310,8 +310,12 @@ class SlotTable:
         self._index(rr)
 
     def remove(self, rr) -> None:
+        self._take_out(rr, rr.start, rr.end)
+        self.forget(rr)
+
+    def _take_out(self, rr, start: int, end: int) -> None:
+        """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
         busy = self.busy
-        start, end = rr.start, rr.end
         change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
             prof = change(pnode, memo, d, add, start, end, d, -1)
@@ -319,8 +323,7 @@ class SlotTable:
             if not prof.t or pnode not in busy:
                 self._touch(pnode)
         if rr.demand:
-            self.total.add(rr.start, rr.end, rr.total(), -1)
-        self.forget(rr)
+            self.total.add(start, end, rr.total(), -1)
 
     def forget(self, rr, now: int | None = None) -> None:
         """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it;
@@ -362,14 +365,7 @@ class SlotTable:
             return
         if self.changed is not None:
             self.changed.add(rr.lease)
-        busy = self.busy
-        change, add, memo = self._change, Profile.add, {}
-        for pnode, d in rr.demand.items():
-            prof = change(pnode, memo, d, add, end, old, d, -1)
-            if not prof.t or pnode not in busy:
-                self._touch(pnode)
-        if rr.demand:
-            self.total.add(end, old, rr.total(), -1)
+        self._take_out(rr, end, old)
         self.released += 1   # capacity given back, as a removal gives it
         self.ends.discard(old)
         bucket = self.ending.get(old)
