@@ -183,6 +183,9 @@ OLD_FAULTS = {
                              "[run] injections: 'inj9.lwf' is not in [leaseinjections] injectionfiles"),
     "no-datadir": ({"dirs": {}}, OLD, "names no folder for data files: give one (--datadir)"),
     "bad-resources": ({}, OLD.replace("CPU,1;", "CPU,one;"), "[common:simulation] resources: 'CPU,one'"),
+    "negative-maxpool": ({"profiles": ["cached"]},
+                         OLD.replace("reuse: cowpool\n", "reuse: cowpool\nmaxpool: -20\n"),
+                         "[deploy-imagetransfer] diskimage-cache-size: '-20' must be positive"),
 }
 
 
