@@ -19,7 +19,7 @@ from lxml import etree
 
 from optlease.domain.site import MAX_CAPACITY, MAX_NODES, Site, SiteError
 from optlease.errors import InputError
-from optlease.formats.lwf import read_bounded, safe_parser, xml_root
+from optlease.formats.lwf import read_bounded, xml_root
 from optlease.numbers import parse_whole
 
 MAX_BYTES = 16 * 2**20

@@ -291,7 +291,7 @@ class SlotTable:
         if self.changed is not None:
             self.changed.add(rr.lease)
         self.reservations.add(rr)
-        profiles, by_node, busy = self.profiles, self.by_node, self.busy
+        by_node, busy = self.by_node, self.busy
         start, end = rr.start, rr.end
         change, add, memo = self._change, Profile.add, {}
         for pnode, d in rr.demand.items():
