@@ -56,3 +56,76 @@ def test_schedule_unchanged(tmp_path, trace, backfilling, injected, nodes, diges
     # the bytes write_schedule puts in the file
     text = json.dumps(schedule_document(result.site, result.leases, cfg.get("simulation", "starttime")), indent=1)
     assert hashlib.sha256((text + "\n").encode()).hexdigest() == digest
+
+
+# The HPDC'08 VM profiles with image transfers (scripts/bench_simulate.py --images) on the first five days of the
+# month with the 10 % AR injection: every request given one of 37 images of 4,096 MB (scripts/make_imagefile.py's
+# defaults), suspension and migration on, the runtime and boot overheads of the paper.
+VM_PROFILE = """
+[general]
+loglevel: STATUS
+mode: simulated
+lease-preparation: imagetransfer
+
+[simulation]
+clock: simulated
+starttime: 2006-11-25 13:00:00
+resources: 144 CPU:100 Memory:1024
+imagetransfer-bandwidth: 100
+stop-when: besteffort-done
+
+[scheduling]
+policy-preemption: ar-preempts-everything
+backfilling: aggressive
+suspension: all
+suspend-rate: 50
+resume-rate: 50
+migration: yes
+
+[deploy-imagetransfer]
+transfer-mechanism: multicast
+{reuse}
+
+[accounting]
+probes: ar best-effort
+
+[tracefile]
+tracefile: {trace}
+injectionfile: {injection}
+imagefile: {imagefile}
+runtime-slowdown-overhead: 5
+add-overhead: all
+bootshutdown-overhead: 20
+"""
+NOREUSE = "avoid-redundant-transfers: False\ndiskimage-reuse: none"
+REUSE = "avoid-redundant-transfers: True\ndiskimage-reuse: image-caches\ndiskimage-cache-size: 20480"
+
+
+def images_file(path: Path, images: int = 37, size: int = 4096, requests: int = 10_000, seed: int = 1) -> Path:
+    """scripts/make_imagefile.py's file, as it writes it (uniform draws with Python's seeded generator)."""
+    import random
+
+    rng = random.Random(seed)
+    names = [f"image_{i}" for i in range(1, images + 1)]
+    lines = [f"{name} {size}" for name in names] + ["#"] + [names[rng.randrange(images)] for _ in range(requests)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("reuse, digest", [
+    pytest.param(NOREUSE, "65184082dc21d6bfad69e22cc0aa5f99540c2aa992e56bc24a5ac75f4ce6076c",
+                 id="5days-work10-vm+noreuse"),
+    pytest.param(REUSE, "37cf051eff15ffd4f935c1628a21f65529671a0a30b1e8eee3b307f37def63f6", id="5days-work10-vm+reuse"),
+])
+def test_image_schedule_unchanged(tmp_path, reuse, digest):
+    conf = tmp_path / "vm.conf"
+    conf.write_text(VM_PROFILE.format(
+        reuse=reuse, trace=first_days(BLUE / "30days.swf", tmp_path / "5days.swf", 1),
+        injection=first_days(BLUE / "injected" / "work_10-dur_2h-size_1small.lwf", tmp_path / "5days.lwf", 0),
+        imagefile=images_file(tmp_path / "37.images")))
+    cfg = load_config(conf)
+    result = simulate(cfg)
+    assert result.images.transfers > 0
+    text = json.dumps(schedule_document(result.site, result.leases, cfg.get("simulation", "starttime"),
+                                        result.images), indent=1)
+    assert hashlib.sha256((text + "\n").encode()).hexdigest() == digest
