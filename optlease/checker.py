@@ -229,9 +229,10 @@ class _Reader:
         outcome = raw.get("outcome")
         if outcome is not None and not isinstance(outcome, str):
             self.flag(lid, "format", f"{where} outcome {outcome!r} is not a string")
-        # A `migrate` of a suspended VM's memory image ("what": "memory-image") moves a file: no VM runs on either
-        # node, so, like a transfer, it holds no capacity (the VM's demand is held again by its resume).
-        holds = kind != "transfer" and not (kind == "migrate" and raw.get("what") == "memory-image")
+        # A `migrate` of a suspended VM's memory image ("what": "memory-image") or disk image ("disk-image") moves a
+        # file: no VM runs on either node, so, like a transfer, it holds no capacity (the VM's demand is held again
+        # by its resume).
+        holds = kind != "transfer" and not (kind == "migrate" and raw.get("what") in ("memory-image", "disk-image"))
         return _Resv(index, kind, start, end, mapping, source, outcome == REQUEUED, holds)
 
     def mapping(self, lid: int, where: str, raw: Any, key: str, vms: dict, site: _Site | None,

@@ -1,7 +1,10 @@
 """The schedule contract's rules on disk images, for a schedule whose run managed them (`images` in the document,
-written under `lease-preparation: imagetransfer`): the repository's link never carries more than its bandwidth,
-every VM starts from scratch only once its lease's image is on its node (brought by a transfer that fed it, or in
-the node's cache), and no node's cache ever holds more than its size."""
+written under `lease-preparation: imagetransfer`): the repository's link never carries more than its bandwidth (the
+copies of a suspended lease's images to other nodes that went over it, `migrate` reservations with a `bandwidth`,
+count as its transfers do), every VM starts from scratch only once its lease's image is on its node (brought by a
+transfer that fed it, or in the node's cache), a VM resumes only where its disk image is (where it was suspended,
+where a `disk-image` copy brought it, or in the node's cache), and no node's cache ever holds more than its
+size."""
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator
@@ -47,15 +50,20 @@ def _spans(images: dict, seconds, flag) -> Iterator[Any]:
 
 
 def _link(leases: list[dict], bandwidth: float, seconds, when, flag) -> Iterator[Any]:
-    """Transfers are listed under every lease they feed: each one (by its `transfer` id) counts once."""
+    """Transfers are listed under every lease they feed: each one (by its `transfer` id) counts once. A copy of a
+    lease's images over the link is listed under that lease alone."""
     seen: dict[Any, tuple[int, int, float, int]] = {}
     for lease in leases:
         for r in lease.get("reservations") or []:
-            if isinstance(r, dict) and r.get("kind") == "transfer":
+            if not isinstance(r, dict):
+                continue
+            copy = r.get("kind") == "migrate" and "bandwidth" in r
+            if r.get("kind") == "transfer" or copy:
                 start, end = seconds(r.get("start")), seconds(r.get("end"))
                 if start is None or end is None:
                     continue
-                key = r.get("transfer", (lease.get("id"), r.get("start")))
+                key = ("copy", lease.get("id"), r.get("start")) if copy \
+                    else r.get("transfer", (lease.get("id"), r.get("start")))
                 seen.setdefault(key, (start, end, r.get("bandwidth", bandwidth), lease.get("id")))
     events = sorted([(s, 1, b, lid) for s, e, b, lid in seen.values() if e > s]
                     + [(e, 0, b, lid) for s, e, b, lid in seen.values() if e > s])
@@ -91,20 +99,39 @@ def _cache_size(spans: list[tuple], size: Any, when, flag) -> Iterator[Any]:
 
 def _image_first(lease: dict, spans: list[tuple], seconds, when, flag) -> Iterator[Any]:
     """Each run that starts a lease from scratch (its first, or the first after a requeue) finds the image on every
-    node it uses."""
+    node it uses; each resume finds it on every node it resumes on."""
     image = lease.get("image")
     if not isinstance(image, dict):
         return
     resvs = [r for r in lease.get("reservations") or [] if isinstance(r, dict)]
     arrived: list[tuple[int, str, str]] = []      # (end, vnode, node) of the transfers that fed the lease
+    disk: dict[str, list[tuple[int, str]]] = {}   # vnode -> (since, node) where its own copy of the image went
     fresh = True
-    for r in sorted(resvs, key=lambda r: (seconds(r.get("start")) or 0, r.get("kind") != "transfer")):
+    # copies (transfers, disk-image migrations) before what starts at their end
+    for r in sorted(resvs, key=lambda r: (seconds(r.get("start")) or 0, r.get("kind") not in ("transfer", "migrate"))):
         start = seconds(r.get("start"))
         if start is None:
             continue
         if r.get("kind") == "transfer" and r.get("image") == image.get("id"):
             end = seconds(r.get("end"))
             arrived.extend((end, str(v), str(p)) for v, p in (r.get("mapping") or {}).items() if end is not None)
+        elif r.get("kind") == "migrate" and r.get("what") == "disk-image" and r.get("outcome") is None:
+            end = seconds(r.get("end"))
+            for vnode in r.get("from") or {}:
+                node = (r.get("mapping") or {}).get(vnode)
+                if end is not None and node is not None:
+                    disk.setdefault(str(vnode), []).append((end, str(node)))
+        elif r.get("kind") == "resume" and not fresh:
+            for vnode, node in sorted((r.get("mapping") or {}).items()):
+                vnode, node = str(vnode), str(node)
+                there = any(n == node and since <= start for since, n in disk.get(vnode, ()))
+                cached = any(n == node and img == image.get("id") and s <= start and (e is None or e >= start)
+                             for n, img, _, s, e in spans)
+                if not (there or cached):
+                    yield flag(lease.get("id"), "image-ready",
+                               f"vnode {vnode} resumes on node {node} at {when(start)} before image "
+                               f"{image.get('id')} is there")
+                    return
         elif r.get("kind") == "vm":
             if fresh:
                 for vnode, node in sorted((r.get("mapping") or {}).items()):
@@ -118,3 +145,8 @@ def _image_first(lease: dict, spans: list[tuple], seconds, when, flag) -> Iterat
                                    f"{image.get('id')} is there")
                         break
             fresh = r.get("outcome") == "requeued"
+            if fresh:
+                disk.clear()
+            else:
+                for vnode, node in (r.get("mapping") or {}).items():
+                    disk[str(vnode)] = [(start, str(node))]   # the copy it runs from

@@ -113,9 +113,9 @@ def images_file(path: Path, images: int = 37, size: int = 4096, requests: int = 
 
 
 @pytest.mark.parametrize("reuse, digest", [
-    pytest.param(NOREUSE, "65184082dc21d6bfad69e22cc0aa5f99540c2aa992e56bc24a5ac75f4ce6076c",
+    pytest.param(NOREUSE, "fc83a0a82e70ffc291fa936a74f9cc4bde49c84e9d5e9c4c26c29fa6276f15d7",
                  id="5days-work10-vm+noreuse"),
-    pytest.param(REUSE, "37cf051eff15ffd4f935c1628a21f65529671a0a30b1e8eee3b307f37def63f6", id="5days-work10-vm+reuse"),
+    pytest.param(REUSE, "341803cc6dc85c04416301f535a75005e95605e3b99b67bfa00d5d42dc4a5e99", id="5days-work10-vm+reuse"),
 ])
 def test_image_schedule_unchanged(tmp_path, reuse, digest):
     conf = tmp_path / "vm.conf"

@@ -115,13 +115,19 @@ class LeaseScheduler(Preemption, Replanning):
     def process_queue(self, now: int) -> None:
         kept: list[Lease] = []
         self._room = {}
+        # What every lease's try starts from changes only when one is placed (a try that fails books nothing):
+        # asked again only then, not for each of the queue's leases.
+        future = self.vm.can_schedule_in_future()
+        full = None
         while self.queue:
-            if not self.vm.can_schedule_in_future() and self.table.is_full(now):
-                break
+            if not future:
+                if full is None:
+                    full = self.table.is_full(now)
+                if full:
+                    break
             lease = self.queue.pop(0)
             if self.log.info_on:
                 self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
-            future = self.vm.can_schedule_in_future()
             attempt, first = ((self.table.released, future), None) if self.prep is None \
                 else self._attempt(lease, now, future)
             try:
@@ -133,6 +139,7 @@ class LeaseScheduler(Preemption, Replanning):
                         raise NotSchedulable("not enough room when it could start")
                 self.schedule_lease(lease, now)
                 self._room = {}
+                future, full = self.vm.can_schedule_in_future(), None
             except NotSchedulable:
                 lease.cache["failed"] = attempt
                 kept.append(lease)
@@ -150,14 +157,22 @@ class LeaseScheduler(Preemption, Replanning):
         each step, where an end in between may have made room although none has happened yet. Steps at transfers'
         ends, which free nothing, make that matter."""
         key = (self.table.released, future)
-        if lease.state is S.QUEUED and self.prep.needs(lease):
-            key += (self.prep.version(lease),)
+        image = lease.req.software
+        if lease.state is S.QUEUED and image is not None:
             if future:
-                return key, None
-            first, ways = self.prep.first_ready(lease, now)
-            key += (ways,)
+                return key + (self.prep.version(lease),), None
+            # Leases of one image (and, unicast, one width) wait for the same ways at one instant, and neither
+            # those nor the table's ends change in a pass over the queue until a lease is placed (`_room` is then
+            # emptied): asked once for all of them.
+            ready_key = ("ready", image.id, lease.numnodes if self.prep.opts.mechanism == "unicast" else 0)
+            found = self._room.get(ready_key)
+            if found is None:
+                first, ways = self.prep.first_ready(lease, now)
+                found = self._room[ready_key] = (
+                    key + (self.prep.version(lease), ways, self.table.ends.bisect_right(first)), (max(now, first), ways))
+            return found
         elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
-            first, ways = now + oh.migration_estimate(lease, self.opts), None
+            first, ways = sum(self._copies_window(lease, now)), None
         else:
             return key, None
         return key + (self.table.ends.bisect_right(first),), (max(now, first), ways)
@@ -184,17 +199,24 @@ class LeaseScheduler(Preemption, Replanning):
             return False
         if ways is not None and ways != (0,):
             # what those nodes have free at t, kept for this pass over the queue until something is placed
+            # The nodes are added up only until the sum fits the lease: what was added is kept, with the nodes
+            # still to add, for the next lease asking about them, until something is placed.
             nodes_key = ("ways", lease.req.software.id, self.prep.version(lease), ways, t)
-            if nodes_key not in self._room:
-                free = self.table.zero
+            summed = self._room.get(nodes_key, False)
+            if summed is False:
                 nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
-                for n in () if nodes is None else nodes:
-                    if n not in self.table.down:
+                summed = self._room[nodes_key] = None if nodes is None else [self.table.zero, iter(nodes)]
+            if summed is not None:
+                free, rest = summed
+                need, down = lease.total_demand, self.table.down
+                while not fits(need, free):
+                    n = next(rest, None)
+                    if n is None:
+                        summed[0] = free
+                        return False
+                    if n not in down:
                         free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
-                self._room[nodes_key] = None if nodes is None else free
-            free = self._room[nodes_key]
-            if free is not None and not fits(lease.total_demand, free):
-                return False
+                summed[0] = free
         room = self.table.earliest_total_room(t, window, lease.total_demand)
         lease.cache["room-from"] = (key, t, room)
         return room <= t
@@ -229,6 +251,7 @@ class LeaseScheduler(Preemption, Replanning):
         fixed = None
         nodes = self.table.nodes
         ready = None
+        begin = now     # where copies of a suspended lease's images to other nodes begin
         prep = self.prep if self.prep is not None and not resuming and self.prep.needs(lease) else None
         if not resuming:
             earliest = None  # every node, from now
@@ -241,7 +264,8 @@ class LeaseScheduler(Preemption, Replanning):
             earliest = {n: now for n in set(fixed.values())}
         else:
             # Haizea: the resume waits for its estimate of the copies, wherever it goes (one estimate for every node)
-            earliest = dict.fromkeys(nodes, now + oh.migration_estimate(lease, self.opts))
+            begin, wait = self._copies_window(lease, now)
+            earliest = dict.fromkeys(nodes, begin + wait)
         vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
         plan = prep.plan(lease, vmrr, ready, now) if prep is not None else None
         if preempt:
@@ -253,7 +277,7 @@ class LeaseScheduler(Preemption, Replanning):
             if self.opts.migration == "yes-notransfer":
                 self.move_images(lease, vmrr.mapping, now)
             else:
-                self.copy_in_rounds(vmrr, now)
+                self.copy_in_rounds(vmrr, begin)
         if plan is not None:
             prep.commit(plan, vmrr)
         if vmrr.backfill:
@@ -263,10 +287,23 @@ class LeaseScheduler(Preemption, Replanning):
         lease.vmrrs.append(vmrr)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
 
+    def _copies_window(self, lease: Lease, now: int) -> tuple[int, int]:
+        """When the copies a resume elsewhere may need can begin, and how long Haizea estimates they take (its
+        memory images, and with images managed its disk image too). Managed, they go over the repository's link:
+        they begin in its first free stretch that long."""
+        wait = oh.migration_estimate(lease, self.opts)
+        if self.prep is None or self.opts.migration != "yes":
+            return now, wait
+        wait += self.prep.disk_estimate(lease)
+        return (self.prep.first_gap(now, wait) if wait else now), wait
+
     def move_images(self, lease: Lease, mapping: dict[int, int], now: int) -> None:
         """Images on shared storage (`migration: yes-notransfer`): a lease booked to resume elsewhere just moves
-        them, now; nothing is copied."""
+        them, now; nothing is copied (with disk images managed, its disk image moves the same way)."""
         lease.held.append(Held(MIGRATE, now, now, dict(mapping), dict(lease.image_nodes)))
+        if self.prep is not None and self.prep.needs(lease):
+            lease.held.append(Held(MIGRATE, now, now, dict(mapping), dict(lease.image_nodes),
+                                   extra={"what": "disk-image"}))
         lease.image_nodes = dict(mapping)
         lease.migrations += 1
 
@@ -277,10 +314,19 @@ class LeaseScheduler(Preemption, Replanning):
 
     def copy_in_rounds(self, vmrr: RR, start: int) -> None:
         """Book the copies of the memory images that move for the resume `vmrr`, from `start`, in Haizea's rounds
-        (`overheads.migration_rounds`), one after another before the resume."""
+        (`overheads.migration_rounds`), one after another before the resume. With disk images managed, the copies
+        of the disk image where no cache holds it come first (Haizea: its preparation scheduler's migrations before
+        its VM scheduler's), and every copy goes over the repository's link, whose bandwidth the schedule file
+        gives it."""
+        rounds = [("memory-image", r) for r in oh.migration_rounds(vmrr.lease, vmrr.mapping, self.opts)]
+        if self.prep is not None and self.prep.needs(vmrr.lease):
+            rounds[:0] = [("disk-image", r) for r in self.prep.disk_rounds(vmrr)]
         copies = []
-        for duration, moves in oh.migration_rounds(vmrr.lease, vmrr.mapping, self.opts):
-            copies.append(self._copy(vmrr, start, start + duration, moves))
+        for what, (duration, moves) in rounds:
+            copy = self._copy(vmrr, start, start + duration, moves)
+            if self.prep is not None:
+                copy.extra = {"what": what, "bandwidth": self.prep.opts.bandwidth}
+            copies.append(copy)
             start += duration
         for i, copy in enumerate(copies):
             copy.first, copy.last = i == 0, i == len(copies) - 1
@@ -355,7 +401,9 @@ class LeaseScheduler(Preemption, Replanning):
             self.log.info("VMSCHED", "Resumed lease %i" % lease.id)
         elif rr.kind == MIGRATE:
             self.log.info("VMSCHED", "Migrated lease %i..." % lease.id)
-            lease.image_nodes = {**lease.image_nodes, **{v: rr.mapping[v] for v in rr.origin}}
+            if rr.extra is None or rr.extra["what"] != "disk-image":
+                # the memory images are where the lease resumes from (a disk image follows them, before them)
+                lease.image_nodes = {**lease.image_nodes, **{v: rr.mapping[v] for v in rr.origin}}
             lease.migrations += rr.last
             lease.set_state(S.SUSPENDED_SCHEDULED)
         elif rr.kind == SHUTDOWN:
@@ -374,4 +422,4 @@ class LeaseScheduler(Preemption, Replanning):
 
     def _hold(self, rr: RR, start: int, end: int, outcome: str | None = None) -> None:
         # the reservation's mapping itself: no reservation's mapping is changed in place
-        rr.lease.held.append(Held(rr.kind, start, end, rr.mapping, rr.origin, outcome))
+        rr.lease.held.append(Held(rr.kind, start, end, rr.mapping, rr.origin, outcome, rr.extra))

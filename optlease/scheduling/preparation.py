@@ -27,7 +27,7 @@ from typing import NamedTuple
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
 from optlease.scheduling.imagecache import ImageCaches
-from optlease.scheduling.records import RR, TRANSFER, Held, Lease, NotSchedulable
+from optlease.scheduling.records import MIGRATE, RR, TRANSFER, Held, Lease, NotSchedulable
 from optlease.scheduling.slottable import SlotTable
 
 # How a node gets a lease's image (Haizea's kinds of earliest starting time).
@@ -62,15 +62,32 @@ class PreparationOptions:
 class PreparedTable(SlotTable):
     """The slot table of a run with image transfers: it also counts what gives room back in the future (a
     reservation taken out or moved, a node back), which a reservation that simply ends does not (its usage is in the
-    past). `LeaseScheduler` remembers where a lease had no room until this changes."""
+    past). `LeaseScheduler` remembers where a lease had no room until this changes.
+
+    The copies of a suspended lease's images to the nodes it resumes on (`migrate` reservations) go over the
+    repository's link too: whatever puts one in the table or takes it out (booking, cancelling, a round's undo and
+    redo) puts it on the link or takes it off (`ImageTransfers`, once it is made, is `link`)."""
 
     def __init__(self, site) -> None:
         super().__init__(site)
         self.freed = 0
+        self.link: ImageTransfers | None = None
+
+    def add(self, rr) -> None:
+        super().add(rr)
+        if rr.kind == MIGRATE:
+            self.link.copy_on(rr)
 
     def remove(self, rr) -> None:
         self.freed += 1
         super().remove(rr)
+        if rr.kind == MIGRATE:
+            self.link.copy_off(rr)
+
+    def forget(self, rr, now: int | None = None) -> None:
+        super().forget(rr, now)
+        if rr.kind == MIGRATE:
+            self.link.copy_off(rr)
 
     def bring_up(self, node: int) -> None:
         self.freed += 1
@@ -132,6 +149,8 @@ class ImageTransfers:
         self.transfers = 0      # transfers completed
         self.volume = 0         # MB sent over the link by them
         self.seconds = 0        # link time they took
+        if isinstance(table, PreparedTable):
+            table.link = self
 
     # -- the link -----------------------------------------------------------------------------------------------
     def duration(self, lease: Lease, copies: int = 1) -> int:
@@ -169,6 +188,59 @@ class ImageTransfers:
                 break
             end = x.start
         return end - length if end - length >= now else None
+
+    # -- copies of a suspended lease's images (`migration: yes`) -------------------------------------------
+    def copy_on(self, rr: RR) -> None:
+        """A copy of memory or disk images to a resume's nodes takes the link as a transfer does."""
+        insort(self.link, (rr.start, -rr.seq, rr), key=lambda x: (x[0], x[1]))
+        self._gaps.clear()
+        self._firsts.clear()
+
+    def copy_off(self, rr: RR) -> None:
+        for i, (_, _, other) in enumerate(self.link):
+            if other is rr:
+                del self.link[i]
+                self._gaps.clear()
+                self._firsts.clear()
+                return
+
+    def disk_estimate(self, lease: Lease) -> int:
+        """How long a resume elsewhere waits for the lease's disk image, as Haizea estimates it: each VM's copy in
+        turn (at the link's bandwidth, which is also the one memory images are copied at)."""
+        if lease.req.software is None or not lease.image_nodes:
+            return 0
+        return self._copy_time(lease.req.software.size) * lease.numnodes
+
+    def disk_rounds(self, vmrr: RR) -> list[tuple[int, dict[int, int]]]:
+        """The copies of the lease's disk image that its resume `vmrr` elsewhere needs, as Haizea makes them: from
+        the node each VM was suspended on to the one it resumes on, in rounds in which no node sends or receives
+        twice, each as long as one image. A node whose cache holds the image needs no copy: the image is pinned
+        there until the VMs start. [(duration, {vnode: origin})]"""
+        lease = vmrr.lease
+        image = lease.req.software
+        rounds: list[tuple[set[int], dict[int, int]]] = []
+        for vnode in sorted(vmrr.mapping):
+            origin, dest = lease.image_nodes[vnode], vmrr.mapping[vnode]
+            if origin == dest:
+                continue
+            if self.caches is not None and self.caches.nodes[dest].has(image.id):
+                self.caches.nodes[dest].pin(image.id, (lease.id, vnode), vmrr.end)
+                self.pinned.setdefault(lease.id, []).append((dest, image.id, vnode))
+                continue
+            for busy, moves in rounds:
+                if origin not in busy and dest not in busy:
+                    break
+            else:
+                busy, moves = set(), {}
+                rounds.append((busy, moves))
+            busy.update((origin, dest))
+            moves[vnode] = origin
+        return [(self._copy_time(image.size), moves) for _, moves in rounds]
+
+    def _copy_time(self, size: int) -> int:
+        """Copying `size` MB between nodes at the link's bandwidth (Haizea's, whatever `force-imagetransfer-time`
+        says), in whole seconds, rounded up as memory images are (overheads.transfer_time)."""
+        return math.ceil(size * 8 / self.opts.bandwidth - 1e-9)
 
     # -- placing a lease ------------------------------------------------------------------------------------
     def needs(self, lease: Lease) -> bool:

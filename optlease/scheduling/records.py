@@ -17,7 +17,7 @@ class RR:
     """One resource reservation: `mapping` vnode -> pnode, `demand` pnode -> usage vector held on [start, end)."""
 
     __slots__ = ("lease", "kind", "start", "end", "mapping", "demand", "state", "pre", "post", "seq",
-                 "backfill", "origin", "first", "last", "vm", "checkpoint")
+                 "backfill", "origin", "first", "last", "vm", "checkpoint", "extra")
 
     def __init__(self, lease: "Lease", kind: str, start: int, end: int, mapping: dict[int, int],
                  demand: dict[int, tuple], seq: int) -> None:
@@ -39,6 +39,7 @@ class RR:
         # vm RRs booked from a run-time estimate: when the estimate runs out, and the lease, if it still runs, gets
         # its whole requested time (scheduling.estimate)
         self.checkpoint: int | None = None
+        self.extra: dict | None = None    # more keys for the schedule file (a copy over the repository's link)
 
     def begin(self) -> int:
         """VM RRs: when the reservation begins to hold anything: its first migration or resume, or its run."""
