@@ -43,6 +43,7 @@ class LeaseScheduler(Preemption, Replanning):
         self._empty = GreedyMapper(SlotTable(site), policies)
         self._fits_empty: dict[tuple, bool] = {}
         self._room: dict = {}
+        self._ready: dict = {}     # one pass over the queue: image -> what a try of a lease of it starts from
         # a planner's last word on an AR or immediate lease this scheduler refused: True if it booked it after all
         # (scheduling.planner; None: Haizea's refusal stands)
         self.on_refusal = None
@@ -114,39 +115,65 @@ class LeaseScheduler(Preemption, Replanning):
 
     def process_queue(self, now: int) -> None:
         kept: list[Lease] = []
-        self._room = {}
+        self._room, self._ready = {}, {}
         # What every lease's try starts from changes only when one is placed (a try that fails books nothing):
         # asked again only then, not for each of the queue's leases.
         future = self.vm.can_schedule_in_future()
         full = None
+        info, prep, table = self.log.info_on, self.prep, self.table
+        # a waiting lease's window is fixed by its state and the time it has run (`_room_when_ready`)
+        fixed_window = self.opts.runtime_estimate == "requested"
+        unicast = prep is not None and prep.opts.mechanism == "unicast"
         while self.queue:
             if not future:
                 if full is None:
-                    full = self.table.is_full(now)
+                    full = table.is_full(now)
                 if full:
                     break
             lease = self.queue.pop(0)
-            if self.log.info_on:
+            if info:
                 self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
-            attempt, first = ((self.table.released, future), None) if self.prep is None \
-                else self._attempt(lease, now, future)
-            try:
-                if lease.cache.get("failed") == attempt:
-                    raise NotSchedulable("nothing was freed since it last did not fit")
-                if not future:
-                    # it must start at once, or (images managed) as soon as its image can be there
-                    if not (self.room_now(lease, now) if first is None else self._room_when_ready(lease, *first)):
-                        raise NotSchedulable("not enough room when it could start")
-                self.schedule_lease(lease, now)
-                self._room = {}
+            if prep is None:
+                attempt, first = (table.released, future), None
+            else:
+                # `_attempt`, its commonest case inline: a queued lease with an image, whose image's ways this pass
+                # already asked for
+                image = lease.req.software
+                found = self._ready.get(image.id if unicast is False else (image.id, lease.numnodes)) \
+                    if image is not None and not future and lease.state is S.QUEUED else None
+                attempt, first = found if found is not None else self._attempt(lease, now, future)
+            # most leases fail the quick tests (nothing freed since they last did not fit; no room when they could
+            # start): no exception is raised for them, and the second's first step (`_room_when_ready`) is made here
+            cache = lease.cache
+            seen = cache.get("room-from")
+            if cache.get("failed") == attempt:
+                placed = False
+            elif fixed_window and not future and first is not None and seen is not None \
+                    and seen[1] <= first[0] < seen[2] and seen[0][0] == table.freed and seen[3] is lease.state \
+                    and seen[4] == lease.accumulated:
+                placed = False
+            elif future:
+                placed = None
+            else:
+                # it must start at once, or (images managed) as soon as its image can be there
+                placed = None if (self.room_now(lease, now) if first is None
+                                  else self._room_when_ready(lease, *first)) else False
+            if placed is None:
+                try:
+                    self.schedule_lease(lease, now)
+                    placed = True
+                except NotSchedulable:
+                    placed = False
+            if placed:
+                self._room, self._ready = {}, {}
                 future, full = self.vm.can_schedule_in_future(), None
-            except NotSchedulable:
-                lease.cache["failed"] = attempt
-                kept.append(lease)
-                if self.log.info_on:
-                    self.log.info("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
-                if self.opts.backfilling == "off":
-                    break
+                continue
+            lease.cache["failed"] = attempt
+            kept.append(lease)
+            if info:
+                self.log.info("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
+            if self.opts.backfilling == "off":
+                break
         self.queue[:0] = kept
 
     def _attempt(self, lease: Lease, now: int, future: bool) -> tuple[tuple, int | None]:
@@ -162,13 +189,13 @@ class LeaseScheduler(Preemption, Replanning):
             if future:
                 return key + (self.prep.version(lease),), None
             # Leases of one image (and, unicast, one width) wait for the same ways at one instant, and neither
-            # those nor the table's ends change in a pass over the queue until a lease is placed (`_room` is then
+            # those nor the table's ends change in a pass over the queue until a lease is placed (`_ready` is then
             # emptied): asked once for all of them.
-            ready_key = ("ready", image.id, lease.numnodes if self.prep.opts.mechanism == "unicast" else 0)
-            found = self._room.get(ready_key)
+            ready_key = (image.id, lease.numnodes) if self.prep.opts.mechanism == "unicast" else image.id
+            found = self._ready.get(ready_key)
             if found is None:
                 first, ways = self.prep.first_ready(lease, now)
-                found = self._room[ready_key] = (
+                found = self._ready[ready_key] = (
                     key + (self.prep.version(lease), ways, self.table.ends.bisect_right(first)), (max(now, first), ways))
             return found
         elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
@@ -198,9 +225,9 @@ class LeaseScheduler(Preemption, Replanning):
         if seen is not None and seen[0] == key and seen[1] <= t < seen[2]:
             return False
         if ways is not None and ways != (0,):
-            # what those nodes have free at t, kept for this pass over the queue until something is placed
-            # The nodes are added up only until the sum fits the lease: what was added is kept, with the nodes
-            # still to add, for the next lease asking about them, until something is placed.
+            # What those nodes have free at t, added up only until the sum fits the lease: what was added is kept,
+            # with the nodes still to add, for the next lease asking about them in this pass over the queue, until
+            # something is placed.
             nodes_key = ("ways", lease.req.software.id, self.prep.version(lease), ways, t)
             summed = self._room.get(nodes_key, False)
             if summed is False:
@@ -218,7 +245,8 @@ class LeaseScheduler(Preemption, Replanning):
                         free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
                 summed[0] = free
         room = self.table.earliest_total_room(t, window, lease.total_demand)
-        lease.cache["room-from"] = (key, t, room)
+        # with what fixed the window (`process_queue` tests it first, before the window is looked up)
+        lease.cache["room-from"] = (key, t, room, lease.state, lease.accumulated)
         return room <= t
 
     def room_now(self, lease: Lease, now: int) -> bool:
