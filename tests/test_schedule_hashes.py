@@ -1,6 +1,8 @@
 """Every scheduling decision on the Blue traces is kept: the schedule file (`optlease simulate --schedule-out`)
 hashes to the sha256 it had before any speed work, on the traces that run fast (the month with FCFS; with
-aggressive backfilling and the 10 % AR injection, its first five days; 1000requests.swf on eight times the site)."""
+aggressive backfilling and the 10 % AR injection, its first five days; 1000requests.swf on eight times the site), and
+with image transfers in the HPDC'08 VM profiles on those five days (recorded when a resume elsewhere began to copy
+its disk image over the link)."""
 from __future__ import annotations
 
 import hashlib

@@ -224,6 +224,12 @@ class LeaseScheduler(Preemption, Replanning):
         seen = lease.cache.get("room-from")
         if seen is not None and seen[0] == key and seen[1] <= t < seen[2]:
             return False
+        room = self.table.earliest_total_room(t, window, lease.total_demand)
+        # with what fixed the window (`process_queue` tests it first, before the window is looked up)
+        lease.cache["room-from"] = (key, t, room, lease.state, lease.accumulated)
+        if room > t:
+            return False
+        # then the nodes its image reaches (the site's answer, kept, refuses most leases in later passes at once)
         if ways is not None and ways != (0,):
             # What those nodes have free at t, added up only until the sum fits the lease: what was added is kept,
             # with the nodes still to add, for the next lease asking about them in this pass over the queue, until
@@ -244,10 +250,7 @@ class LeaseScheduler(Preemption, Replanning):
                     if n not in down:
                         free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
                 summed[0] = free
-        room = self.table.earliest_total_room(t, window, lease.total_demand)
-        # with what fixed the window (`process_queue` tests it first, before the window is looked up)
-        lease.cache["room-from"] = (key, t, room, lease.state, lease.accumulated)
-        return room <= t
+        return True
 
     def room_now(self, lease: Lease, now: int) -> bool:
         """A necessary condition for starting now, answered from what is free at this instant (cached in
