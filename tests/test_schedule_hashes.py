@@ -115,9 +115,9 @@ def images_file(path: Path, images: int = 37, size: int = 4096, requests: int = 
 
 
 @pytest.mark.parametrize("reuse, digest", [
-    pytest.param(NOREUSE, "fc83a0a82e70ffc291fa936a74f9cc4bde49c84e9d5e9c4c26c29fa6276f15d7",
+    pytest.param(NOREUSE, "69fa86d0144a3f20579754055f4de19ca826951a6bbf10425acc639131359161",
                  id="5days-work10-vm+noreuse"),
-    pytest.param(REUSE, "341803cc6dc85c04416301f535a75005e95605e3b99b67bfa00d5d42dc4a5e99", id="5days-work10-vm+reuse"),
+    pytest.param(REUSE, "a68ccc60cd8a3163cb5b1f1077e990f5a370fa2a4f37061b85eef2e93148d4a9", id="5days-work10-vm+reuse"),
 ])
 def test_image_schedule_unchanged(tmp_path, reuse, digest):
     conf = tmp_path / "vm.conf"

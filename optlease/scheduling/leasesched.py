@@ -199,7 +199,7 @@ class LeaseScheduler(Preemption, Replanning):
                     key + (self.prep.version(lease), ways, self.table.ends.bisect_right(first)), (max(now, first), ways))
             return found
         elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
-            first, ways = sum(self._copies_window(lease, now)), None
+            first, ways = min(self._resume_earliest(lease, now)[0].values()), None
         else:
             return key, None
         return key + (self.table.ends.bisect_right(first),), (max(now, first), ways)
@@ -294,10 +294,13 @@ class LeaseScheduler(Preemption, Replanning):
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}
         else:
-            # Haizea: the resume waits for its estimate of the copies, wherever it goes (one estimate for every node)
-            begin, wait = self._copies_window(lease, now)
-            earliest = dict.fromkeys(nodes, begin + wait)
+            earliest, begin = self._resume_earliest(lease, now)
         vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
+        if resuming and begin + self._copies_wait(lease) > vmrr.begin() and vmrr.mapping != lease.image_nodes:
+            # placed before copies could be over (on its images' nodes, but with VMs swapped between them): booked
+            # again where it waits for them on every node
+            earliest = dict.fromkeys(nodes, begin + self._copies_wait(lease))
+            vmrr, preempt = self.vm.schedule(lease, now, earliest, resuming, fixed, preempting)
         plan = prep.plan(lease, vmrr, ready, now) if prep is not None else None
         if preempt:
             self.log.info("LSCHED", "Must preempt leases %s to make room for lease #%i" % (
@@ -318,15 +321,28 @@ class LeaseScheduler(Preemption, Replanning):
         lease.vmrrs.append(vmrr)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
 
-    def _copies_window(self, lease: Lease, now: int) -> tuple[int, int]:
-        """When the copies a resume elsewhere may need can begin, and how long Haizea estimates they take (its
-        memory images, and with images managed its disk image too). Managed, they go over the repository's link:
-        they begin in its first free stretch that long."""
+    def _copies_wait(self, lease: Lease) -> int:
+        """Haizea's estimate of the copies a resume elsewhere needs: its memory images, and with images managed
+        (`migration: yes`) its disk image."""
         wait = oh.migration_estimate(lease, self.opts)
+        if self.prep is not None and self.opts.migration == "yes":
+            wait += self.prep.disk_estimate(lease)
+        return wait
+
+    def _resume_earliest(self, lease: Lease, now: int) -> tuple[dict[int, int], int]:
+        """When a suspended lease could resume on each node (`migration` yes or yes-notransfer), and when the copies
+        a resume elsewhere needs would begin. Haizea: the resume waits for its estimate of the copies wherever it
+        goes (one estimate for every node; with images managed, its disk image's copies count too). Managed, the
+        copies go over the repository's link and begin in its first free stretch that long: the nodes its images
+        are on, where it resumes with no copy, wait only for the estimate, as without the link."""
+        wait = self._copies_wait(lease)
         if self.prep is None or self.opts.migration != "yes":
-            return now, wait
-        wait += self.prep.disk_estimate(lease)
-        return (self.prep.first_gap(now, wait) if wait else now), wait
+            return dict.fromkeys(self.table.nodes, now + wait), now
+        begin = self.prep.first_gap(now, wait) if wait else now
+        earliest = dict.fromkeys(self.table.nodes, begin + wait)
+        for pnode in (lease.image_nodes or {}).values():
+            earliest[pnode] = now + wait
+        return earliest, begin
 
     def move_images(self, lease: Lease, mapping: dict[int, int], now: int) -> None:
         """Images on shared storage (`migration: yes-notransfer`): a lease booked to resume elsewhere just moves
