@@ -199,7 +199,11 @@ class LeaseScheduler(Preemption, Replanning):
                     key + (self.prep.version(lease), ways, self.table.ends.bisect_right(first)), (max(now, first), ways))
             return found
         elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
-            first, ways = min(self._resume_earliest(lease, now)[0].values()), None
+            earliest = self._resume_earliest(lease, now)[0]
+            first, ways = min(earliest.values()), None
+            if first < max(earliest.values()):
+                # only the nodes its images are on can take it then (`_room_when_ready` adds up their room)
+                ways = frozenset(n for n, e in earliest.items() if e <= first)
         else:
             return key, None
         return key + (self.table.ends.bisect_right(first),), (max(now, first), ways)
@@ -207,8 +211,8 @@ class LeaseScheduler(Preemption, Replanning):
     def _room_when_ready(self, lease: Lease, t: int, ways: tuple | None) -> bool:
         """A necessary condition for a lease that must start at `t`, as soon as its image (or its memory image) can
         be there (the one start `VMScheduler.asap` would try): the nodes its image reaches by then (`ways`, as
-        `ImageTransfers.first_ready` names them; None: every node) have room for it at `t`, and the site as a
-        whole from `t` on."""
+        `ImageTransfers.first_ready` names them, or the set of nodes a suspended lease may resume on then; None:
+        every node) have room for it at `t`, and the site as a whole from `t` on."""
         resuming = lease.state in SUSPENDED
         if self.opts.runtime_estimate == "requested":
             shape = ("window", resuming, lease.accumulated)     # what it is fixed by while it waits
@@ -230,6 +234,12 @@ class LeaseScheduler(Preemption, Replanning):
         if room > t:
             return False
         # then the nodes its image reaches (the site's answer, kept, refuses most leases in later passes at once)
+        if isinstance(ways, frozenset):
+            free, down = self.table.zero, self.table.down
+            for n in ways:
+                if n not in down:
+                    free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
+            return fits(lease.total_demand, free)
         if ways is not None and ways != (0,):
             # What those nodes have free at t, added up only until the sum fits the lease: what was added is kept,
             # with the nodes still to add, for the next lease asking about them in this pass over the queue, until
