@@ -113,9 +113,10 @@ class CpsatRound(HintCompletion, PlanCommit):
         elif all(self._greedy_start(lease) == now for lease in movable):
             # every movable lease starts now, its earliest: no plan finishes any of them sooner
             stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
-        elif len(movable) == 1 and self._at_earliest(movable[0], now) and not self._suspendable(now):
+        elif len(movable) == 1 and self._at_earliest(movable[0], now) and not self._suspendable(now) \
+                and (self.images is None or self.images.transfer_start(movable[0]) is None):
             # one lease to place, booked at the earliest time it fits whole, and no running lease the round may
-            # suspend for it: nothing can finish it sooner
+            # suspend for it: nothing can finish it sooner (nor, images managed, save it a transfer of its own)
             stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
         elif self._nothing_new(now, movable):
             # the plan the last round ended with still stands: nothing arrived, moved or ended early since
@@ -387,7 +388,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         if self.images is not None:   # nodes a movable lease's image reaches without a transfer of its own
             for lease in movable:
                 if self.sched.prep.needs(lease) and not lease.is_suspended():
-                    named.update(self.images.ready(lease, now))
+                    named.update(self.images.ready(lease, now)[0])
         for lease in movable:
             if lease.image_nodes:
                 named.update(lease.image_nodes.values())

@@ -33,7 +33,8 @@ class PlanCommit:
         withdrawn = [(lease, self._withdraw(lease)) for lease in moves]
         placed: list[Lease] = []
         ok = new is None or self._book_new(*new, now)
-        order = sorted(moves, key=lambda l: (plan[l.id].start if plan[l.id].start is not None else 0, l.id))
+        # a lease that rides on another's image transfer is booked after it: by when each needs the link, else starts
+        order = sorted(moves, key=lambda l: (_first_need(plan[l.id]), l.id))
         for lease in order if ok else []:
             p = plan[lease.id]
             if p.outcome is not Outcome.ACCEPTED or p.start is None:
@@ -193,3 +194,9 @@ class PlanCommit:
         return all(table.profiles[pnode].fits_between(rr.start, rr.end, d, table.caps[pnode])
                    for rr in rrs if rr.end > rr.start for pnode, d in rr.demand.items())
 
+
+def _first_need(p: LeasePlan) -> int:
+    """When a plan first needs anything: its own image transfer, else its start."""
+    if p.transfer_start is not None:
+        return p.transfer_start
+    return p.start if p.start is not None else 0

@@ -34,6 +34,7 @@ class RoundImages:
         self.exclude: set[int] = set()     # the round's movable leases: their own transfers are the model's to place
         self.scratch: list[tuple[int, int]] = []   # transfers the hint's completion books (not on the link)
         self.hinted: dict[int, int] = {}   # lease id -> start of the transfer the completion booked for it
+        self.sent: dict[str, int] = {}     # image -> the earliest end of a transfer of it the completion booked
         self._saved: dict[int, tuple] = {}     # lease id -> its image state before this commit took it out
         self._feeds: dict[int, tuple] = {}     # transfer id -> (transfer, feeds, state) before this commit
 
@@ -55,22 +56,26 @@ class RoundImages:
         """The link's fixed transfers from now on, by start."""
         return sorted((max(now, t.start), t.end) for _, _, t in self.prep.link if t.end > now and not self._own(t))
 
-    def ready(self, lease: Lease, now: int) -> dict[int, int]:
-        """Per node, when the lease's image is there without a transfer of its own: its cache (now), a fixed
-        transfer of the image not begun (`avoid-redundant-transfers`: a multicast reaches every node)."""
+    def ready(self, lease: Lease, now: int) -> tuple[dict[int, int], int | None]:
+        """When the lease's image is there without a transfer of its own: per node, from its cache (now) or a fixed
+        unicast transfer of the image that goes there; on every node, a fixed multicast transfer of it not begun
+        (`avoid-redundant-transfers`, as greedy's piggybacking: a multicast reaches one more node for free)."""
         prep, image = self.prep, lease.req.software.id
         out: dict[int, int] = {}
+        everywhere = None
         if prep.caches is not None:
             out.update((n, now) for n in prep.caches.holding(image) if n in self.sched.table.caps)
         if prep.opts.avoid_redundant:
             for t in prep.open.get(image, ()):
                 if t.end <= now or t.state != "scheduled" or self._own(t):
                     continue
-                nodes = self.sched.table.nodes if prep.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
-                for n in nodes:
+                if prep.opts.mechanism == "multicast":
+                    everywhere = t.end if everywhere is None else min(everywhere, t.end)
+                    continue
+                for n in {p for _, _, p in t.feeds}:
                     if t.end < out.get(n, t.end + 1):
                         out[n] = t.end
-        return out
+        return out, everywhere
 
     def near(self, lease: Lease, now: int) -> set[int]:
         """Nodes the neighbourhood adds for a fresh lease: those whose cache holds its image."""
@@ -86,8 +91,10 @@ class RoundImages:
                 continue
             booked = next((t.start for t in prep.waiting.get(lease.id, ()) if self._own(t)), None)
             booked = self.hinted.get(lease.id, booked)
-            leases[lease.id] = LeaseImage(prep.duration(lease, 1), self.ready(lease, now), booked)
-        return Link(prep.opts.mechanism == "unicast", tuple(self.busy(now)), leases)
+            ready, everywhere = self.ready(lease, now)
+            leases[lease.id] = LeaseImage(prep.duration(lease, 1), lease.req.software.id, ready, everywhere, booked)
+        multicast = prep.opts.mechanism == "multicast"
+        return Link(not multicast, tuple(self.busy(now)), leases, share=multicast and prep.opts.avoid_redundant)
 
     def transfer_start(self, lease: Lease) -> int | None:
         """When a booked lease's own transfer begins (None: it has none)."""
@@ -99,7 +106,7 @@ class RoundImages:
         book again, are on its link."""
         kept = [(max(now, t.start), t.end) for _, _, t in self.prep.link
                 if t.end > now and self._own(t) and t.feeds[0][0].id not in rebooked]
-        self.scratch, self.hinted = sorted(self.busy(now) + kept), {}
+        self.scratch, self.hinted, self.sent = sorted(self.busy(now) + kept), {}, {}
 
     def earliest(self, lease: Lease, now: int) -> dict[int, int] | None:
         """Per node, the earliest a fresh lease's VM may start there: its image from a cache or a fixed transfer,
@@ -108,8 +115,14 @@ class RoundImages:
             return None
         length = self.prep.duration(lease, lease.numnodes)
         own = _first_gap(self.scratch or self.busy(now), now, length) + length
+        ready, everywhere = self.ready(lease, now)
+        shared = self.sent.get(lease.req.software.id)   # a transfer the completion booked for the same image
+        if shared is not None and self.prep.opts.mechanism == "multicast" and self.prep.opts.avoid_redundant:
+            everywhere = shared if everywhere is None else min(everywhere, shared)
+        if everywhere is not None:
+            own = min(own, everywhere)
         times = dict.fromkeys(self.sched.table.nodes, own)
-        for n, at in self.ready(lease, now).items():
+        for n, at in ready.items():
             if n in times:
                 times[n] = min(own, at)
         return times
@@ -118,13 +131,19 @@ class RoundImages:
         """The completion booked `vmrr`: its own transfer, if it needs one, takes the link's first free stretch."""
         if not self.prep.needs(lease) or lease.is_suspended():
             return
-        ready = self.ready(lease, now)
-        own = [n for n in vmrr.mapping.values() if ready.get(n, vmrr.start + 1) > vmrr.start]
+        ready, everywhere = self.ready(lease, now)
+        image = lease.req.software.id
+        if self.prep.opts.mechanism == "multicast" and self.prep.opts.avoid_redundant and image in self.sent:
+            everywhere = self.sent[image] if everywhere is None else min(everywhere, self.sent[image])
+        late = vmrr.start + 1
+        own = [n for n in vmrr.mapping.values()
+               if min(ready.get(n, late), everywhere if everywhere is not None else late) > vmrr.start]
         if not own:
             return
         length = self.prep.duration(lease, len(own) if self.prep.opts.mechanism == "unicast" else 1)
         at = _first_gap(self.scratch, now, length)
         self.hinted[lease.id] = at
+        self.sent[image] = min(self.sent.get(image, at + length), at + length)
         self.scratch.append((at, at + length))
         self.scratch.sort()
 

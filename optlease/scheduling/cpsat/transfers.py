@@ -29,25 +29,36 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class LeaseImage:
     """How one lease's image can reach the nodes: `copy` seconds per transfer of it (per VM under unicast);
-    `ready` per node, when it is there without a transfer of the lease's own (cache: now; a booked transfer of the
-    same image: its end); `booked` the start of the lease's own transfer as booked now, or as the hint books it."""
+    `ready` per node, when it is there without a transfer of the lease's own (cache: now; a booked unicast transfer of
+    the same image: its end); `everywhere`, when a booked multicast transfer of it that the lease may ride on ends
+    (it reaches any node); `booked` the start of the lease's own transfer as booked now, or as the hint books it."""
 
     copy: int
+    image: str = ""
     ready: dict[int, int] = field(default_factory=dict)
+    everywhere: int | None = None
     booked: int | None = None
+
+    def at(self, node: int | None) -> int | None:
+        """When the image is on `node` (None: a pooled node) without the lease's own transfer (None: never)."""
+        if node is not None and node in self.ready:
+            return self.ready[node] if self.everywhere is None else min(self.ready[node], self.everywhere)
+        return self.everywhere
 
 
 @dataclass(frozen=True)
 class Link:
     """The repository's link as the round sees it: transfers it may not move (`busy`, [start, end) from now on), the
-    mechanism, and the image of each lease that may start fresh."""
+    mechanism, whether a lease may ride on another's transfer of the same image (`share`: multicast with
+    `avoid-redundant-transfers`), and the image of each lease that may start fresh."""
 
     unicast: bool
     busy: tuple[tuple[int, int], ...] = ()
     leases: dict[int, LeaseImage] = field(default_factory=dict)
+    share: bool = False
 
     def nodes(self) -> set[int]:
-        """Nodes some lease's image reaches without its own transfer: no pool or symmetry class may hide them."""
+        """Nodes some lease's image reaches on its own without a transfer: no pool or symmetry class may hide them."""
         return {n for img in self.leases.values() for n in img.ready}
 
 
@@ -75,15 +86,16 @@ def _placements(rm: RoundModel) -> dict[int, list]:
 
 
 def add_transfers(rm: RoundModel) -> dict:
-    """Each fed lease's own transfer, ending by its start, for the VMs whose nodes get the image no other way; the
-    link carries one transfer at a time. Objective: the link seconds of the leases' own transfers."""
+    """Each fed lease's own transfer, ending by its start, for the VMs whose nodes get the image no other way (under
+    multicast with `avoid-redundant-transfers`, another fed lease's transfer of the image that ends by its start
+    does too); the link carries one transfer at a time. Objective: the link seconds of the leases' own transfers."""
     data, m = rm.data, rm.model
     if data.link is None:
         return {}
     ways = _placements(rm)
     intervals = [m.new_fixed_size_interval_var(max(data.now, s), e - max(data.now, s), f"link[busy={i}]")
                  for i, (s, e) in enumerate(data.link.busy) if e > max(data.now, s)]
-    seconds, hints = [], _HintedLink(rm)
+    seconds, hints, jobs = [], _HintedLink(rm), []
     for job in data.tails:
         img = fed(job, data)
         if img is None:
@@ -100,66 +112,113 @@ def add_transfers(rm: RoundModel) -> dict:
             m.add(copies == 0).only_enforce_if(~need)
             size = img.copy * copies
             rm.derive(copies, lambda v, job=job: hints.copies(v, job))
-        else:
-            copies, size = need, img.copy
-        end = begin + size
-        if data.link.unicast:   # interval fields are affine: the end of a transfer of a varying size is a variable
+            # interval fields are affine: the end of a transfer of a varying size is a variable
             end = m.new_int_var(data.now, last + img.copy * job.numvms, f"transfer_end[{name}]")
             m.add(end == begin + size)
             rm.derive(end, lambda v, job=job, img=img: hints.start(v, job) + img.copy * hints.copies(v, job))
+        else:
+            copies, size, end = need, img.copy, begin + img.copy
         m.add(end <= start).only_enforce_if(need)
         intervals.append(m.new_optional_interval_var(begin, size, end, need, f"transfer[{name}]"))
         rm.derive(need, lambda v, job=job: int(hints.copies(v, job) > 0))
         rm.derive(begin, lambda v, job=job: hints.start(v, job))
         rm.transfer_starts[job.id] = (begin, need)
+        seconds.append(img.copy * copies)
+        jobs.append((job, img, need, end, copies))
+    share = _add_sharing(rm, jobs, hints) if data.link.share else {}
+    for job, img, need, _, copies in jobs:
+        start = rm.start[job.id]
+        others = [need] + ([share[job.id]] if job.id in share else [])
+        waits: dict[int, object] = {}   # per arrival time of a booked transfer: the lease starts after it
         missed = []   # the VM counts that need the lease's own copy (unicast)
         for node, lit, count in ways.get(job.id, ()):
-            at = img.ready.get(node) if node is not None else None
-            if at is None:   # no other way: the lease's own transfer feeds it
-                m.add_implication(lit, need)
+            at = img.at(node)
+            if at is None:   # no other way: the lease's own transfer (or one it shares) feeds it
+                m.add_bool_or([lit.Not(), *others])
                 missed.append(count)
-            elif at > job.earliest:   # a booked transfer of the image reaches it at `at`: the lease waits for it,
-                rides = m.new_bool_var(f"rides[{name},node={node}]")   # or its own transfer feeds the node too
-                m.add(start >= at).only_enforce_if(rides)
-                m.add_bool_or([lit.Not(), need, rides])
-                rm.derive(rides, lambda v, lit=lit, at=at, start=start: int(bool(v(lit)) and v(start) >= at))
-                missed.append(count - job.numvms * rides)
+            elif at > job.earliest:   # a booked transfer reaches it at `at`: the lease waits for it, or not
+                if at not in waits:
+                    waits[at] = m.new_bool_var(f"waits_for_transfer[lease={job.id},t={at}]")
+                    m.add(start >= at).only_enforce_if(waits[at])
+                    rm.derive(waits[at], lambda v, at=at, start=start: int(v(start) >= at))
+                m.add_bool_or([lit.Not(), *others, waits[at]])
+                missed.append(count - job.numvms * waits[at])
         if data.link.unicast and missed:
             m.add(copies >= sum(missed))
-        seconds.append(img.copy * copies)
     if len(intervals) > 1:
         m.add_no_overlap(intervals)
     return {"transfer": sum(seconds)}
 
 
+def _add_sharing(rm: RoundModel, jobs: list, hints: "_HintedLink") -> dict:
+    """Multicast with `avoid-redundant-transfers`: a fed lease may ride on another fed lease's own transfer of the
+    same image that ends by its start (as greedy adds a node to a transfer booked and not begun). Per lease, the
+    literal that it rides on one."""
+    m, by_image, out = rm.model, {}, {}
+    for job, img, need, end, _ in jobs:
+        by_image.setdefault(img.image, []).append((job, need, end))
+    for group in by_image.values():
+        if len(group) < 2:
+            continue
+        for job, _, _ in group:
+            rides = []
+            for other, need, end in group:
+                if other.id == job.id:
+                    continue
+                r = m.new_bool_var(f"rides_on[lease={job.id},on={other.id}]")
+                m.add_implication(r, need)
+                m.add(end <= rm.start[job.id]).only_enforce_if(r)
+                rm.derive(r, lambda v, job=job, other=other: int(hints.rides(v, job) == other.id))
+                rides.append(r)
+            shared = m.new_bool_var(f"shares_transfer[lease={job.id}]")
+            m.add_bool_or([shared.Not(), *rides])
+            rm.derive(shared, lambda v, job=job: int(hints.rides(v, job) is not None))
+            out[job.id] = shared
+    return out
+
+
 def own_copies(job: Job, img: LeaseImage, start: int, nodes: tuple[int, ...], unicast: bool) -> int:
     """How many copies a placed lease's own transfer sends: the VMs whose node gets the image no other way by
     `start` (at most one under multicast)."""
-    missed = sum(1 for n in nodes if img.ready.get(n) is None or img.ready[n] > start)
+    missed = 0
+    for n in nodes:
+        at = img.at(n)
+        missed += at is None or at > start
     return missed if unicast else min(1, missed)
 
 
 def plan_seconds(data: RoundData, plan: Plan) -> int:
-    """The link seconds of the fed leases' own transfers in any plan (objective.plan_terms)."""
+    """The link seconds of the fed leases' own transfers in any plan (objective.plan_terms): under sharing, a lease
+    rides on the transfer of a lease of the same image that starts no later (in the leases' start order)."""
     if data.link is None:
         return 0
-    got, total = plan.by_id, 0
+    got, total, placed = plan.by_id, 0, []
     for job in data.tails:
         img, p = fed(job, data), got.get(job.id)
         if img is not None and p is not None and p.outcome is Outcome.ACCEPTED and p.start is not None:
-            total += img.copy * own_copies(job, img, p.start, p.nodes, data.link.unicast)
+            placed.append((p.start, job.id, job, img, p))
+    sent: set[str] = set()
+    for start, _, job, img, p in sorted(placed, key=lambda x: (x[0], x[1])):
+        k = own_copies(job, img, start, p.nodes, data.link.unicast)
+        if k and data.link.share and img.image in sent:
+            continue
+        if k:
+            sent.add(img.image)
+        total += img.copy * k
     return total
 
 
 class _HintedLink:
-    """The hint's transfers: each hinted lease's own transfer where it is booked (or where the hint's completion
-    put it) when that ends by its start and the link is free there, else in the first free stretch from now, in
-    the order of the leases' starts; computed once from the hinted decisions."""
+    """The hint's transfers: in the order of the hinted leases' starts, a lease whose image must come rides on an
+    earlier lease's transfer of the same image where sharing is allowed and it has ended by then, else gets its
+    own: where it is booked (or where the hint's completion put it) when that ends by its start and the link is free
+    there, else in the first free stretch from now. Computed once from the hinted decisions."""
 
     def __init__(self, rm: RoundModel) -> None:
         self.rm = rm
         self._starts: dict[int, int] | None = None
         self._copies: dict[int, int] = {}
+        self._rides: dict[int, int] = {}
 
     def copies(self, v, job: Job) -> int:
         self._place(v)
@@ -168,6 +227,10 @@ class _HintedLink:
     def start(self, v, job: Job) -> int:
         self._place(v)
         return self._starts.get(job.id, self.rm.data.now)
+
+    def rides(self, v, job: Job) -> int | None:
+        self._place(v)
+        return self._rides.get(job.id)
 
     def _place(self, v) -> None:
         if self._starts is not None:
@@ -183,16 +246,23 @@ class _HintedLink:
             nodes = [n for n, lit, count in ways.get(job.id, ()) for _ in range(v(count)) if v(lit)]
             k = own_copies(job, img, start, tuple(nodes), data.link.unicast)
             if k:
-                need.append((start, job.id, img.copy * k, img.booked))
-                self._copies[job.id] = k
+                need.append((start, job.id, k, img))
         busy = sorted((max(data.now, s), e) for s, e in data.link.busy if e > data.now)
-        starts = {}
-        for start, lease, length, booked in sorted(need):
+        starts, sent = {}, {}   # image -> (end, lease) of the transfers placed
+        for start, lease, k, img in sorted(need, key=lambda x: (x[0], x[1])):
+            ride = sent.get(img.image)
+            if data.link.share and ride is not None and ride[0] <= start:
+                self._rides[lease] = ride[1]
+                continue
+            length, booked = img.copy * k, img.booked
             at = booked if booked is not None and data.now <= booked and booked + length <= start \
                 and _free(busy, booked, length) else _first_gap(busy, data.now, length)
             if at + length > start:
                 at = max(data.now, start - length)   # no room: the solver repairs this hint
             starts[lease] = at
+            self._copies[lease] = k
+            if img.image not in sent or sent[img.image][0] > at + length:
+                sent[img.image] = (at + length, lease)
             busy.append((at, at + length))
             busy.sort()
         self._starts = starts
