@@ -371,7 +371,8 @@ class CpsatRound(HintCompletion, PlanCommit):
             leases.append(snap)
             greedy.append(plan)
             hint.append(filled)
-        link = self.images.link(now, movable) if self.images is not None else None
+        link = self.images.link(now, movable, {snap.id: snap.allowed_nodes for snap in leases}) \
+            if self.images is not None else None
         return RoundSnapshot(now, sched.site, tuple(leases), self.policy, link), Plan(tuple(greedy)), \
             Plan(tuple(hint))
 
@@ -388,7 +389,9 @@ class CpsatRound(HintCompletion, PlanCommit):
         if self.images is not None:   # nodes a movable lease's image reaches without a transfer of its own
             for lease in movable:
                 if self.sched.prep.needs(lease) and not lease.is_suspended():
-                    named.update(self.images.ready(lease, now)[0])
+                    named.update(self.images.near(lease, now))
+                    if self.sched.prep.opts.mechanism == "unicast":
+                        named.update(self.images.ready(lease, now)[0])
         for lease in movable:
             if lease.image_nodes:
                 named.update(lease.image_nodes.values())

@@ -21,7 +21,7 @@ class PlanCommit:
         nothing (False: the greedy plan is left as it was). A suspended lease goes back to the queue when its
         suspension is over, and its resume is booked then."""
         if self.images is not None:
-            self.images.begin_commit()
+            self.images.begin_commit(plan, moves)
         stopped = []
         for lease in stops:
             undo = self._suspend(lease, plan[lease.id].suspend_at, now)

@@ -16,7 +16,7 @@ its images through the greedy scheduler's own bookkeeping (scheduling.preparatio
 from __future__ import annotations
 
 from optlease.domain.lease import LeaseKind
-from optlease.scheduling.cpsat.transfers import LeaseImage, Link, _first_gap, _free
+from optlease.scheduling.cpsat.transfers import LeaseImage, Link, _first_gap, _free, _last_gap
 from optlease.scheduling.preparation import Plan as ImagePlan
 from optlease.scheduling.records import BOOKED, RR, TRANSFER, Lease
 
@@ -37,6 +37,8 @@ class RoundImages:
         self.sent: dict[str, int] = {}     # image -> the earliest end of a transfer of it the completion booked
         self._saved: dict[int, tuple] = {}     # lease id -> its image state before this commit took it out
         self._feeds: dict[int, tuple] = {}     # transfer id -> (transfer, feeds, state) before this commit
+        self._reserved: dict[int, tuple] = {}  # lease id -> (image, start, end) of the own transfer the plan gives it
+        self._riders: dict[str, list[int]] = {}   # image -> starts of the plan's leases without an own transfer
 
     # -- what the round sees ------------------------------------------------------------------------------------
     def movable(self, lease: Lease) -> bool:
@@ -83,8 +85,9 @@ class RoundImages:
             return set()
         return set(sorted(self.prep.caches.holding(lease.req.software.id))[:CACHED_NODES])
 
-    def link(self, now: int, movable: list[Lease]) -> Link:
-        """The link as the round model sees it (cpsat.transfers)."""
+    def link(self, now: int, movable: list[Lease], allowed: dict[int, tuple[int, ...]] | None = None) -> Link:
+        """The link as the round model sees it (cpsat.transfers); `allowed`: per lease, the only nodes it may start
+        on (its neighbourhood), where alone its cached copies matter."""
         prep, leases = self.prep, {}
         for lease in movable:
             if lease.is_suspended() or not prep.needs(lease):
@@ -92,7 +95,11 @@ class RoundImages:
             booked = next((t.start for t in prep.waiting.get(lease.id, ()) if self._own(t)), None)
             booked = self.hinted.get(lease.id, booked)
             ready, everywhere = self.ready(lease, now)
-            leases[lease.id] = LeaseImage(prep.duration(lease, 1), lease.req.software.id, ready, everywhere, booked)
+            if allowed and allowed.get(lease.id):
+                near = set(allowed[lease.id])
+                ready = {n: t for n, t in ready.items() if n in near}
+            leases[lease.id] = LeaseImage(prep.duration(lease, 1), lease.req.software.id, ready, everywhere, booked,
+                                          lease.numnodes)
         multicast = prep.opts.mechanism == "multicast"
         return Link(not multicast, tuple(self.busy(now)), leases, share=multicast and prep.opts.avoid_redundant)
 
@@ -148,8 +155,22 @@ class RoundImages:
         self.scratch.sort()
 
     # -- committing -----------------------------------------------------------------------------------------
-    def begin_commit(self) -> None:
-        self._saved, self._feeds = {}, {}
+    def begin_commit(self, plan: dict | None = None, moves: list[Lease] = ()) -> None:
+        """A commit starts: what it takes out is remembered until it ends. `plan` and `moves`: the round's plan of
+        the leases it books again, whose own transfers the model placed (`_reserved`) and whose riders need a
+        transfer of their image by their start (`_riders`)."""
+        self._saved, self._feeds, self._reserved, self._riders = {}, {}, {}, {}
+        for lease in moves:
+            p = (plan or {}).get(lease.id)
+            if p is None or p.start is None or not self.prep.needs(lease) or lease.is_suspended():
+                continue
+            image = lease.req.software.id
+            if p.transfer_start is not None:
+                copies = 1 if self.prep.opts.mechanism == "multicast" else lease.numnodes
+                self._reserved[lease.id] = (image, p.transfer_start,
+                                            p.transfer_start + self.prep.duration(lease, copies))
+            else:
+                self._riders.setdefault(image, []).append(p.start)
 
     def withdraw(self, lease: Lease) -> None:
         """The lease's booking is taken out: its transfers and cache pins are given back, remembered for `restore`."""
@@ -202,12 +223,21 @@ class RoundImages:
                 plan.rides[vnode] = (pnode, ride)
             else:
                 plan.own[vnode] = pnode
+        mine = self._reserved.pop(lease.id, None)
         if plan.own:
             length = prep.duration(lease, len(plan.own))
-            busy = sorted((max(now, t.start), t.end) for _, _, t in prep.link if t.end > now)
-            at = transfer_start
-            if at is None or at < now or at + length > start or not _free(busy, at, length):
-                at = _first_gap(busy, now, length)
+            busy = sorted([(max(now, t.start), t.end) for _, _, t in prep.link if t.end > now]
+                          + [(b, e) for _, b, e in self._reserved.values()])
+            # just in time: the latest free stretch that ends by its start and by the start of a lease of this
+            # round's plan that rides on it, leaving the transfers the model placed for the others where they are;
+            # a transfer not begun keeps the lease movable, and one that is not sent early is not lost when an AR
+            # takes the booking
+            deadline = min([start] + [t for t in self._riders.get(image, ()) if mine is None or t >= mine[2]])
+            at = _last_gap(busy, deadline, length, now)
+            if at is None:
+                at = transfer_start
+                if at is None or at < now or at + length > start or not _free(busy, at, length):
+                    at = _first_gap(busy, now, length)
             if at + length > start:
                 return False
             plan.start, plan.end = at, at + length

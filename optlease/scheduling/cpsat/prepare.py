@@ -121,7 +121,8 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
             else _waiting_job(snap, lease, capacity, weights) for lease in snap.leases]
     # leases released later (offline optimization) push the automatic look-ahead back by the last release
     released = max((l.release - now for l in snap.leases if l.release is not None and l.release > now), default=0)
-    horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs) + released)
+    horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs) + released
+                     + (snap.link.seconds(now) if snap.link is not None else 0))
     classes, dropped = _interchangeable(snap, jobs)
     cache: dict = {}
     jobs = [_with_candidates(j, capacity, dropped, policy.migration, cache) for j in jobs]

@@ -38,6 +38,7 @@ class LeaseImage:
     ready: dict[int, int] = field(default_factory=dict)
     everywhere: int | None = None
     booked: int | None = None
+    vms: int = 1
 
     def at(self, node: int | None) -> int | None:
         """When the image is on `node` (None: a pooled node) without the lease's own transfer (None: never)."""
@@ -56,6 +57,12 @@ class Link:
     busy: tuple[tuple[int, int], ...] = ()
     leases: dict[int, LeaseImage] = field(default_factory=dict)
     share: bool = False
+
+    def seconds(self, now: int) -> int:
+        """What the automatic look-ahead adds for the link: every fixed transfer, then every lease's own transfer
+        of all its VMs, one after another."""
+        busy = max((e for _, e in self.busy), default=now) - now
+        return max(0, busy) + sum(img.copy * (img.vms if self.unicast else 1) for img in self.leases.values())
 
     def nodes(self) -> set[int]:
         """Nodes some lease's image reaches on its own without a transfer: no pool or symmetry class may hide them."""
@@ -270,6 +277,18 @@ class _HintedLink:
 
 def _free(busy: list[tuple[int, int]], at: int, length: int) -> bool:
     return all(e <= at or s >= at + length for s, e in busy)
+
+
+def _last_gap(busy: list[tuple[int, int]], deadline: int, length: int, now: int) -> int | None:
+    """The latest start of a stretch `length` long that ends by `deadline`, starts at `now` or later and that no
+    interval of `busy` overlaps (None: there is none). A latest stretch ends at the deadline or where an interval
+    begins."""
+    for end in sorted({deadline, *(s for s, _ in busy if s < deadline)}, reverse=True):
+        if end - length < now:
+            return None
+        if _free(busy, end - length, length):
+            return end - length
+    return None
 
 
 def _first_gap(busy: list[tuple[int, int]], t: int, length: int) -> int:
