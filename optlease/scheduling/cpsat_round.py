@@ -121,8 +121,9 @@ class CpsatRound(HintCompletion, PlanCommit):
         elif self._nothing_new(now, movable):
             # the plan the last round ended with still stands: nothing arrived, moved or ended early since
             stats = RoundStats("UNCHANGED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
-        elif now < self._next_solve:
-            # too soon after the last solved round (INTERVAL): the greedy pass keeps the plan up to date
+        elif now < self._next_solve and not self._transfer_due(now, movable):
+            # too soon after the last solved round (INTERVAL): the greedy pass keeps the plan up to date (but a
+            # transfer of a movable lease's image about to begin is the round's last chance to spare it)
             stats = RoundStats("SPACED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
         else:
             stats, changed, greedy_cost = self._solve(now, movable)
@@ -132,6 +133,10 @@ class CpsatRound(HintCompletion, PlanCommit):
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
         after = self._movable(now)
         self._seen = ({lease.id: self._booking(lease) for lease in after}, self._fixed(now, after))
+
+    def _transfer_due(self, now: int, movable: list[Lease]) -> bool:
+        """Whether a movable lease's own image transfer begins now: once begun, it is a commitment."""
+        return self.images is not None and any(self.images.transfer_start(lease) == now for lease in movable)
 
     def _images_for(self, now: int, movable: list[Lease]) -> None:
         """The round's movable leases own their transfers (the model places them again)."""
