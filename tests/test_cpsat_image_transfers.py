@@ -94,14 +94,16 @@ def test_a_lease_on_a_cached_node_needs_no_transfer_and_a_multicast_feeds_two_le
     assert plan.stats.objective == plan.stats.hint_objective or plan.stats.status == "OPTIMAL"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=workloads(), prep=st.builds(
     PreparationOptions, mode=st.just("imagetransfer"), bandwidth=st.sampled_from([10, 100, 1000]),
     mechanism=st.sampled_from(["unicast", "multicast"]), avoid_redundant=st.booleans(),
     force_time=st.sampled_from([None, None, 30]), reuse=st.sampled_from(["none", "image-caches"]),
-    cache_size=st.sampled_from([None, 1024, 2500])), migration=st.sampled_from(["no", "yes"]))
-def test_every_cpsat_schedule_with_transfers_is_safe(reqs, prep, migration):
-    result, _ = run(reqs, prep, mapper="cpsat", migration=migration)
+    cache_size=st.sampled_from([None, 1024, 2500])), migration=st.sampled_from(["no", "yes"]),
+    nodes=st.sampled_from([2, 4]))
+def test_every_cpsat_schedule_with_transfers_is_safe(reqs, prep, migration, nodes):
+    """Two nodes crowd the leases, so that rounds move bookings (and their transfers) often."""
+    result, _ = run(reqs, prep, nodes=nodes, mapper="cpsat", migration=migration)
     assert [str(v) for v in check_schedule(document(result))] == []
     for x in result.leases:
         assert x.state in (LeaseState.DONE, LeaseState.REJECTED), (x.id, x.state)
