@@ -18,7 +18,7 @@ from __future__ import annotations
 from optlease.domain.lease import LeaseKind
 from optlease.scheduling.cpsat.transfers import LeaseImage, Link, _first_gap, _free, _last_gap
 from optlease.scheduling.preparation import Plan as ImagePlan
-from optlease.scheduling.records import BOOKED, RR, TRANSFER, Lease
+from optlease.scheduling.records import BOOKED, RR, TRANSFER, Lease, NotSchedulable
 
 # how many nodes whose cache holds a lease's image the neighbourhood adds for it (the first by node id): enough to
 # move it to a cached copy, few enough that a round over a site where every image is cached widely stays small
@@ -190,7 +190,7 @@ class RoundImages:
         prep = self.prep
         waiting, pinned, sources = saved
         for t in waiting:
-            t0, feeds, state = self._feeds[t.tid]
+            _, feeds, state = self._feeds[t.tid]
             t.feeds = list(feeds)
             if t.state == "cancelled":
                 prep.reinstate(t, state)
@@ -251,7 +251,6 @@ class RoundImages:
         if not prep.needs(lease):
             return True
         if lease.kind is LeaseKind.AR:
-            from optlease.scheduling.records import NotSchedulable
             try:
                 plan = prep.plan(lease, vmrr, None, now)
             except NotSchedulable:
