@@ -8,7 +8,7 @@ them cost nothing per node.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from itertools import count
 from operator import add as _add, le as _le, sub as _sub
 from typing import Iterable
@@ -202,21 +202,33 @@ class SlotTable:
         self.changed: set | None = None
         self._seq = count()
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
-        # The nodes in planning whose profile is empty, by capacity (ranks, sorted), and the others (`busy`).
-        self.idle: dict[Vec, SortedList] = {}
+        # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
+        # and gives back runs of them at once), and the others (`busy`).
+        self.idle: dict[Vec, list[int]] = {}
         self.busy: set[int] = set()
         for n in self.nodes:
-            self.idle.setdefault(self.caps[n], SortedList()).add(self.rank[n])
+            self.idle.setdefault(self.caps[n], []).append(self.rank[n])
 
-    def _change(self, node: int, memo: dict, key, change, *args) -> Profile:
-        """Apply `change(profile, *args)` to the node's usage. A profile the node shares is copied first, and the
-        other nodes that shared it and undergo the same change (same `key`, same `memo` for one operation) take
-        the same copy; a profile left empty is `empty`."""
-        prof = self.profiles[node]
-        seen = memo.get((id(prof), key))   # memo holds the old profile: its id is not reused meanwhile
-        if seen is not None:
-            new = seen[1]
-        elif prof.owners == 1 and prof is not self.empty:
+    def _groups(self, items) -> Iterable[list]:
+        """[profile, key, nodes] for the given (node, key) pairs, the nodes grouped by their profile and key: nodes
+        in one group undergo the same change (`key` names it), so it is made once for all of them."""
+        profiles = self.profiles
+        groups: dict[tuple, list] = {}
+        for node, key in items:
+            prof = profiles[node]
+            group = groups.get((prof, key))
+            if group is None:
+                groups[(prof, key)] = [prof, key, [node]]
+            else:
+                group[2].append(node)
+        return groups.values()
+
+    def _change(self, prof: Profile, nodes: list[int], change, *args) -> Profile:
+        """Apply `change(profile, *args)` to the usage of nodes that share `prof`. A profile other nodes share too
+        is copied first, one copy for all of these; one only these hold is changed in place; a profile left empty
+        is `empty`."""
+        n = len(nodes)
+        if prof.owners == n and prof is not self.empty:
             change(prof, *args)
             if prof.t:
                 return prof
@@ -226,24 +238,70 @@ class SlotTable:
             change(new, *args)
             if not new.t:
                 new = self.empty
-            memo[(id(prof), key)] = (prof, new)
-        if new is not prof:
-            prof.owners -= 1
-            new.owners += 1
-            self.profiles[node] = new
+        prof.owners -= n
+        new.owners += n
+        if n == 1:
+            self.profiles[nodes[0]] = new
+        else:
+            self.profiles.update(dict.fromkeys(nodes, new))
         return new
 
+    def _file(self, nodes: Iterable[int]) -> None:
+        """File nodes whose profiles may have changed among the idle or the busy ones."""
+        busy, profiles = self.busy, self.profiles
+        taken = [n for n in nodes if n not in busy and profiles[n].t]
+        freed = [n for n in nodes if n in busy and not profiles[n].t]
+        if self.down:
+            taken = [n for n in taken if n not in self.down]
+        if taken:
+            busy.update(taken)
+            for cap, ranks in self._by_cap(taken):
+                self._unidle(cap, ranks)
+        if freed:
+            busy.difference_update(freed)
+            for cap, ranks in self._by_cap(freed):
+                self._reidle(cap, ranks)
+
     def _touch(self, node: int) -> None:
-        """File a node whose profile may have changed among the idle or the busy ones."""
-        if node in self.down:
+        """File one node whose profile may have changed among the idle or the busy ones."""
+        self._file((node,))
+
+    def _by_cap(self, nodes: list[int]) -> Iterable[tuple[Vec, list[int]]]:
+        """(capacity, ranks) of the given nodes, by capacity."""
+        rank = self.rank
+        if len(self.idle) == 1:   # one capacity on the whole site
+            return ((next(iter(self.idle)), [rank[n] for n in nodes]),)
+        caps, out = self.caps, {}
+        for n in nodes:
+            out.setdefault(caps[n], []).append(rank[n])
+        return out.items()
+
+    def _unidle(self, cap: Vec, ranks: list[int]) -> None:
+        """Take ranks out of the idle list of their capacity. A wide lease takes a run of idle nodes: one slice."""
+        idle = self.idle[cap]
+        if len(ranks) <= 8:
+            for r in ranks:
+                i = bisect_left(idle, r)
+                if i < len(idle) and idle[i] == r:
+                    del idle[i]
             return
-        if self.profiles[node].t:
-            if node not in self.busy:
-                self.idle[self.caps[node]].discard(self.rank[node])
-                self.busy.add(node)
-        elif node in self.busy:
-            self.busy.discard(node)
-            self.idle.setdefault(self.caps[node], SortedList()).add(self.rank[node])
+        ranks.sort()
+        i = bisect_left(idle, ranks[0])
+        if idle[i:i + len(ranks)] == ranks:
+            del idle[i:i + len(ranks)]
+        else:
+            drop = set(ranks)
+            idle[:] = [r for r in idle if r not in drop]
+
+    def _reidle(self, cap: Vec, ranks: list[int]) -> None:
+        """Give ranks back to the idle list of their capacity."""
+        idle = self.idle.setdefault(cap, [])
+        if len(ranks) <= 8:
+            for r in ranks:
+                insort(idle, r)
+        else:
+            idle.extend(ranks)
+            idle.sort()
 
     def nodes_in_order(self, nodes: Iterable[int]) -> list[int]:
         """The given nodes in node order (the order of `nodes`)."""
@@ -252,8 +310,8 @@ class SlotTable:
     def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
         """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
         node_ids = self.site.node_ids
-        ranks = [iter(r) for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
-        return (node_ids[r] for r in (ranks[0] if len(ranks) == 1 else heapq.merge(*ranks)))
+        ranks = [r for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
+        return map(node_ids.__getitem__, iter(ranks[0]) if len(ranks) == 1 else heapq.merge(*ranks))
 
     def take_down(self, node: int) -> None:
         """Take a node out of planning (idempotent). What it still holds stays in its profile: the caller removes
@@ -263,7 +321,7 @@ class SlotTable:
         if node in self.busy:
             self.busy.discard(node)
         else:
-            self.idle[self.caps[node]].discard(self.rank[node])
+            self._unidle(self.caps[node], [self.rank[node]])
         self.down.add(node)
         self.total_cap = vsub(self.total_cap, self.caps[node])
         self.caps[node] = self.zero
@@ -278,7 +336,7 @@ class SlotTable:
         self.total_cap = vadd(self.total_cap, self.caps[node])
         self.nodes = [n for n in self.site.node_ids if n not in self.down]
         self.busy.add(node)     # filed again (busy or idle) by its profile
-        self._touch(node)
+        self._file((node,))
         self.released += 1      # capacity came back: leases that did not fit may fit now
 
     def vector(self, amounts: dict[str, int]) -> Vec:
@@ -291,18 +349,17 @@ class SlotTable:
         if self.changed is not None:
             self.changed.add(rr.lease)
         self.reservations.add(rr)
-        by_node, busy = self.by_node, self.busy
+        by_node = self.by_node
         start, end = rr.start, rr.end
-        change, add, memo = self._change, Profile.add, {}
-        for pnode, d in rr.demand.items():
-            if start < end:
-                # adding usage empties a profile only where a reservation was taken out after its past was pruned
-                # (what was left of it, below zero, is made up again)
-                if not change(pnode, memo, d, add, start, end, d).t:
-                    self._touch(pnode)
+        demand = rr.demand
+        if start < end:
+            # (adding usage empties a profile only where a reservation was taken out after its past was pruned:
+            # what was left of it, below zero, is made up again)
+            for prof, d, nodes in self._groups(demand.items()):
+                self._change(prof, nodes, Profile.add, start, end, d)
+        for pnode in demand:
             by_node[pnode].add(rr)
-            if pnode not in busy:
-                self._touch(pnode)
+        self._file(demand)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
         if rr.backfill:
@@ -315,13 +372,10 @@ class SlotTable:
 
     def _take_out(self, rr, start: int, end: int) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
-        busy = self.busy
-        change, add, memo = self._change, Profile.add, {}
-        for pnode, d in rr.demand.items():
-            prof = change(pnode, memo, d, add, start, end, d, -1)
-            # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
-            if not prof.t or pnode not in busy:
-                self._touch(pnode)
+        for prof, d, nodes in self._groups(rr.demand.items()):
+            self._change(prof, nodes, Profile.add, start, end, d, -1)
+        # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
+        self._file(rr.demand)
         if rr.demand:
             self.total.add(start, end, rr.total(), -1)
 
@@ -333,13 +387,13 @@ class SlotTable:
             self.changed.add(rr.lease)
         self.reservations.discard(rr)
         self.backfills.discard(rr)
-        by_node, change, memo = self.by_node, self._change, {}
+        by_node = self.by_node
         for pnode in rr.demand:
             by_node[pnode].discard(rr)
-            if now is not None:
-                prof = change(pnode, memo, None, Profile.prune, now)
-                if not prof.t:
-                    self._touch(pnode)
+        if now is not None:
+            for prof, _, nodes in self._groups(dict.fromkeys(rr.demand).items()):
+                self._change(prof, nodes, Profile.prune, now)
+            self._file(rr.demand)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
@@ -474,8 +528,8 @@ class SlotTable:
         return prof
 
     def prune(self, before: int) -> None:
-        memo: dict = {}
-        for node in list(self.busy):
-            self._change(node, memo, None, Profile.prune, before)
-            self._touch(node)
+        busy = list(self.busy)
+        for prof, _, nodes in self._groups(dict.fromkeys(busy).items()):
+            self._change(prof, nodes, Profile.prune, before)
+        self._file(busy)
         self.total.prune(before)
