@@ -38,12 +38,31 @@ class GreedyMapper:
             preemptable = self.policies.sort_preemptees(lease, table.leases_between(start, end), start)
         preempting: list[Lease] = []
         while True:
-            mapping, maxend = self._try(lease, vnodes, demands, pnodes, start, end, strictend, preempting)
-            if mapping is not None:
-                return mapping, maxend, preempting
+            # With a strict end, the VMs need the whole of their usage free on the site as a whole over the window
+            # (beside what the leases assumed gone leave): where it is not, no walk over the nodes can place them.
+            if not strictend or self._room_without(preempting, start, end, lease.total_demand):
+                mapping, maxend = self._try(lease, vnodes, demands, pnodes, start, end, strictend, preempting)
+                if mapping is not None:
+                    return mapping, maxend, preempting
             if not preemptable:
                 return None, None, None
             preempting.append(preemptable.pop(0))
+
+    def _room_without(self, leases: list[Lease], start: int, end: int, need) -> bool:
+        """Whether the site as a whole has `need` free over [start, end) once the given leases' reservations are
+        gone (a necessary condition for a placement; always true with nodes out of planning, whose usage the
+        site-wide profile still counts)."""
+        table = self.table
+        if table.down or need is None:
+            return True
+        total = table.total
+        if leases:
+            ids = {lease.id for lease in leases}
+            total = total.copy()
+            for rr in table.reservations:
+                if rr.lease.id in ids and rr.demand and rr.end > start:
+                    total.add(rr.start, rr.end, rr.total(), -1)
+        return total.fits_between(start, end, need, table.total_cap)
 
     def _hosts(self, lease: Lease, start: int, smallest):
         """The nodes in the host policy's order (where `smallest` fits at start; None: all), as `sort_hosts` gives
@@ -79,8 +98,12 @@ class GreedyMapper:
         cur = vnodes[0]
         # fit tests already answered, by profile: nodes alike share one (SlotTable._change)
         answers: dict[tuple, bool] = {}
+        # the nodes where the leases assumed gone hold anything: elsewhere a node's usage from `start` on is its
+        # profile's
+        gone = table.nodes_of(preempting) if preempting else ()
+        profiles = table.profiles
         for pnode in pnodes:
-            prof = table.usage_of(preempting, pnode, start) if preempting else table.profiles[pnode]
+            prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
             cap = table.caps[pnode]
             need = demands[cur]
             while True:

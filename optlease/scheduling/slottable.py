@@ -518,6 +518,11 @@ class SlotTable:
                 seen.setdefault(rr.lease.id, rr.lease)
         return [seen[k] for k in sorted(seen)]
 
+    def nodes_of(self, leases: Iterable) -> set[int]:
+        """The nodes where the given leases' reservations hold anything."""
+        ids = {lease.id for lease in leases}
+        return {n for rr in self.reservations if rr.lease.id in ids for n in rr.demand}
+
     def usage_of(self, leases: Iterable, node: int, a: int) -> Profile:
         """The node's usage from a on, as if the given leases' reservations were not there (for preemption)."""
         ids = {lease.id for lease in leases}
