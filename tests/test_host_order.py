@@ -77,6 +77,7 @@ def test_a_policy_that_does_not_say_idle_nodes_are_alike_is_asked_about_each():
     table = SlotTable(Site.homogeneous(4, SIZES[0]))
     policies = Policies(host_selection="test_host_order.HighestFirst")
     assert not policies.empty_nodes_alike
-    lease = SimpleNamespace(demands={1: (50, 64), 2: (50, 64), 3: (80, 64)}, req=SimpleNamespace(duration=10))
+    lease = SimpleNamespace(demands={1: (50, 64), 2: (50, 64), 3: (80, 64)}, total_demand=(180, 192),
+                            req=SimpleNamespace(duration=10))
     mapping, _, _ = GreedyMapper(table, policies).map(lease, 0, 10, strictend=True)
     assert mapping == {1: 4, 2: 4, 3: 3}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from bisect import bisect_left
 
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import Lease
@@ -27,7 +28,7 @@ class GreedyMapper:
         vnodes = sorted(demands)
         smallest = None if allow_preemption else min(demands.values())
         if onlynodes is None and self.policies.empty_nodes_alike:
-            pnodes = Cached(self._hosts(lease, start, smallest))
+            pnodes = Cached(self._host_runs(lease, start, smallest))
         else:
             candidates = table.nodes if onlynodes is None else [n for n in table.nodes if n in onlynodes]
             if smallest is not None:
@@ -68,14 +69,25 @@ class GreedyMapper:
         """The nodes in the host policy's order (where `smallest` fits at start; None: all), as `sort_hosts` gives
         them, but lazily and with no work per idle node: idle nodes all score alike, so they come in node order
         wherever their score falls among the busy nodes' (equal scores keep node order)."""
+        for item in self._host_runs(lease, start, smallest):
+            if type(item) is list:
+                yield from item
+            else:
+                yield item
+
+    def _host_runs(self, lease: Lease, start: int, smallest):
+        """`_hosts`, with idle nodes that come one after another given as lists (runs) where the site's nodes are
+        all alike: every node of a run has the empty profile and the same capacity, so it takes as many VMs as
+        the first (GreedyMapper._try places them at once)."""
         table, policies = self.table, self.policies
         # the busy nodes in any order: sorting by (score, node order) below fixes theirs
-        busy = table.busy
-        if smallest is not None:
-            busy = table.nodes_with_room(smallest, start, busy)
+        busy = table.busy if smallest is None else table.busy_with_room(smallest, start)
         rank = table.rank
         ranked = policies.ranked_hosts(busy, start, lease, table)
         ranked.sort()
+        if table.one_cap is not None and not table.down:
+            yield from self._runs(ranked, lease, start, smallest)
+            return
         idle = table.idle_nodes(smallest)
         first = next(idle, None)
         if first is None:
@@ -90,6 +102,44 @@ class GreedyMapper:
         for *_, n in heapq.merge(ranked, idle_ranked):
             yield n
 
+    def _runs(self, ranked: list, lease: Lease, start: int, smallest):
+        """`_host_runs` on a site whose nodes are all alike and in planning: the busy nodes `ranked` (sorted) with
+        the idle ones merged in, where their one score falls, as runs."""
+        table = self.table
+        cap = table.one_cap
+        ranks = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
+        if not ranks:
+            yield from (n for *_, n in ranked)
+            return
+        node_ids = table.site.node_ids
+
+        def runs(lo: int, hi: int):
+            # idle ranks[lo:hi] as node lists, in chunks that double: a lease takes a few idle nodes or many
+            size = 16
+            while lo < hi:
+                top = min(hi, lo + size)
+                yield [node_ids[r] for r in ranks[lo:top]]
+                lo, size = top, 2 * size
+
+        if not ranked:
+            yield from runs(0, len(ranks))
+            return
+        key = -self.policies.score_hosts([node_ids[ranks[0]]], start, lease, table)[0][0]
+        i, lo = 0, 0
+        while i < len(ranked) and ranked[i][0] < key:     # busy nodes that score higher than idle ones
+            yield ranked[i][2]
+            i += 1
+        while i < len(ranked) and ranked[i][0] == key:    # busy nodes that score as idle ones: by node order
+            hi = bisect_left(ranks, ranked[i][1], lo)
+            yield from runs(lo, hi)
+            yield ranked[i][2]
+            lo = hi
+            i += 1
+        yield from runs(lo, len(ranks))
+        while i < len(ranked):                             # busy nodes that score lower
+            yield ranked[i][2]
+            i += 1
+
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):
         table = self.table
         mapping: dict[int, int] = {}
@@ -102,29 +152,55 @@ class GreedyMapper:
         # profile's
         gone = table.nodes_of(preempting) if preempting else ()
         profiles = table.profiles
-        for pnode in pnodes:
-            prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
-            cap = table.caps[pnode]
-            need = demands[cur]
-            while True:
-                key = (prof, need, maxend, cap)
-                fit = answers.get(key)
-                if fit is None:
-                    fit = answers[key] = prof.fits_between(start, maxend, need, cap)
-                if fit:
-                    mapping[cur] = pnode
-                    pos += 1
-                    if pos == len(vnodes):
-                        return mapping, maxend
-                    cur = vnodes[pos]
-                    need = vadd(need, demands[cur])
+        # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
+        shape = demands[cur] if not preempting and all(d == demands[cur] for d in demands.values()) else None
+        for item in pnodes:
+            if type(item) is not list:
+                run = (item,)
+            elif shape is None:
+                run = item
+            else:
+                # Each idle node of the run takes as many VMs as fit on an empty node (`per`): one by one, the
+                # next VM fails there (usage never changes on an empty node, so no earlier end would help).
+                cap = table.caps[item[0]]
+                per = min((c // d for c, d in zip(cap, shape) if d > 0), default=len(vnodes))
+                if per == 0:
                     continue
-                if strictend:
-                    break
-                latest = prof.first_exceeding(start, need, cap)
-                if latest <= start or latest == INF:
-                    break
-                maxend = latest
+                left = len(vnodes) - pos
+                took = item[:-(-left // per)]
+                if per == 1:
+                    mapping.update(zip(vnodes[pos:pos + len(took)], took))
+                else:
+                    mapping.update(zip(vnodes[pos:], itertools.chain.from_iterable(
+                        itertools.repeat(n, per) for n in took)))
+                pos += min(left, per * len(took))
+                if pos == len(vnodes):
+                    return mapping, maxend
+                cur = vnodes[pos]
+                continue
+            for pnode in run:
+                prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
+                cap = table.caps[pnode]
+                need = demands[cur]
+                while True:
+                    key = (prof, need, maxend, cap)
+                    fit = answers.get(key)
+                    if fit is None:
+                        fit = answers[key] = prof.fits_between(start, maxend, need, cap)
+                    if fit:
+                        mapping[cur] = pnode
+                        pos += 1
+                        if pos == len(vnodes):
+                            return mapping, maxend
+                        cur = vnodes[pos]
+                        need = vadd(need, demands[cur])
+                        continue
+                    if strictend:
+                        break
+                    latest = prof.first_exceeding(start, need, cap)
+                    if latest <= start or latest == INF:
+                        break
+                    maxend = latest
         return None, None
 
     def map_fixed(self, lease: Lease, mapping: dict[int, int], start: int, end: int, strictend: bool):

@@ -177,6 +177,11 @@ class SlotTable:
         self.empty = Profile(self.zero)
         self.profiles: dict[int, Profile] = dict.fromkeys(self.nodes, self.empty)
         self.empty.owners = len(self.nodes)
+        # the nodes that hold each profile other than `empty`: questions about busy nodes are asked per profile
+        self.holders: dict[Profile, set[int]] = {}
+        caps = set(self.caps.values())
+        # the capacity of every node when all nodes are alike (None: they are not)
+        self.one_cap: Vec | None = next(iter(caps)) if len(caps) == 1 else None
         self.by_node: dict[int, set] = {n: set() for n in self.nodes}
         self.total = Profile(self.zero)
         self.total_cap: Vec = self.zero
@@ -240,6 +245,18 @@ class SlotTable:
                 new = self.empty
         prof.owners -= n
         new.owners += n
+        holders = self.holders
+        if prof is not self.empty:
+            held = holders[prof]
+            held.difference_update(nodes)
+            if not held:
+                del holders[prof]
+        if new is not self.empty:
+            held = holders.get(new)
+            if held is None:
+                holders[new] = set(nodes)
+            else:
+                held.update(nodes)
         if n == 1:
             self.profiles[nodes[0]] = new
         else:
@@ -466,6 +483,21 @@ class SlotTable:
             answers[prof] = (cap, room)
             if room:
                 append(n)
+        return out
+
+    def busy_with_room(self, need: Vec, t: int) -> Iterable[int]:
+        """The busy nodes where `need` fits at instant t, in no particular order: asked once per profile when all
+        nodes are alike and in planning (else node by node, as nodes_with_room)."""
+        cap = self.one_cap
+        if cap is None or self.down:
+            return self.nodes_with_room(need, t, self.busy)
+        limit = tuple(map(_sub, cap, need))
+        out: list[int] = []
+        for prof, nodes in self.holders.items():
+            pt = prof.t
+            used = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
+            if all(map(_le, used, limit)):
+                out.extend(nodes)
         return out
 
     def free_at(self, node: int, t: int) -> Vec:
