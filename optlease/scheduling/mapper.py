@@ -81,10 +81,14 @@ class GreedyMapper:
         the first (GreedyMapper._try places them at once)."""
         table, policies = self.table, self.policies
         # the busy nodes in any order: sorting by (score, node order) below fixes theirs
-        busy = table.busy if smallest is None else table.busy_with_room(smallest, start)
-        rank = table.rank
-        ranked = policies.ranked_hosts(busy, start, lease, table)
+        groups = table.busy_groups(smallest, start)
+        if groups is not None:
+            ranked = policies.ranked_groups(groups, start, lease, table)
+        else:
+            busy = table.busy if smallest is None else table.nodes_with_room(smallest, start, table.busy)
+            ranked = policies.ranked_hosts(busy, start, lease, table)
         ranked.sort()
+        rank = table.rank
         if table.one_cap is not None and not table.down:
             yield from self._runs(ranked, lease, start, smallest)
             return

@@ -214,12 +214,19 @@ class SlotTable:
         for n in self.nodes:
             self.idle.setdefault(self.caps[n], []).append(self.rank[n])
 
-    def _groups(self, items) -> Iterable[list]:
-        """[profile, key, nodes] for the given (node, key) pairs, the nodes grouped by their profile and key: nodes
-        in one group undergo the same change (`key` names it), so it is made once for all of them."""
+    def _groups(self, keys: dict) -> Iterable[list]:
+        """[profile, key, nodes] for the given nodes (node -> key), grouped by their profile and key: nodes in one
+        group undergo the same change (`key` names it), so it is made once for all of them."""
         profiles = self.profiles
+        if len(keys) > 1:
+            # most often one group: a lease's VMs ask alike, on nodes that share a profile (idle ones, or the
+            # nodes of one earlier lease)
+            nodes = list(keys)
+            profs = set(map(profiles.__getitem__, nodes))
+            if len(profs) == 1 and len(set(keys.values())) == 1:
+                return ([profs.pop(), keys[nodes[0]], nodes],)
         groups: dict[tuple, list] = {}
-        for node, key in items:
+        for node, key in keys.items():
             prof = profiles[node]
             group = groups.get((prof, key))
             if group is None:
@@ -266,8 +273,11 @@ class SlotTable:
     def _file(self, nodes: Iterable[int]) -> None:
         """File nodes whose profiles may have changed among the idle or the busy ones."""
         busy, profiles = self.busy, self.profiles
-        taken = [n for n in nodes if n not in busy and profiles[n].t]
-        freed = [n for n in nodes if n in busy and not profiles[n].t]
+        fresh = set(nodes).difference(busy)      # (set operations: a wide lease's nodes at once)
+        taken = [n for n in fresh if profiles[n].t] if fresh else fresh
+        freed = busy.intersection(nodes)
+        if freed:
+            freed = [n for n in freed if not profiles[n].t]
         if self.down:
             taken = [n for n in taken if n not in self.down]
         if taken:
@@ -372,7 +382,7 @@ class SlotTable:
         if start < end:
             # (adding usage empties a profile only where a reservation was taken out after its past was pruned:
             # what was left of it, below zero, is made up again)
-            for prof, d, nodes in self._groups(demand.items()):
+            for prof, d, nodes in self._groups(demand):
                 self._change(prof, nodes, Profile.add, start, end, d)
         for pnode in demand:
             by_node[pnode].add(rr)
@@ -389,7 +399,7 @@ class SlotTable:
 
     def _take_out(self, rr, start: int, end: int) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
-        for prof, d, nodes in self._groups(rr.demand.items()):
+        for prof, d, nodes in self._groups(rr.demand):
             self._change(prof, nodes, Profile.add, start, end, d, -1)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
         self._file(rr.demand)
@@ -408,7 +418,7 @@ class SlotTable:
         for pnode in rr.demand:
             by_node[pnode].discard(rr)
         if now is not None:
-            for prof, _, nodes in self._groups(dict.fromkeys(rr.demand).items()):
+            for prof, _, nodes in self._groups(dict.fromkeys(rr.demand)):
                 self._change(prof, nodes, Profile.prune, now)
             self._file(rr.demand)
         self.ends.discard(rr.end)
@@ -485,19 +495,22 @@ class SlotTable:
                 append(n)
         return out
 
-    def busy_with_room(self, need: Vec, t: int) -> Iterable[int]:
-        """The busy nodes where `need` fits at instant t, in no particular order: asked once per profile when all
-        nodes are alike and in planning (else node by node, as nodes_with_room)."""
+    def busy_groups(self, need: Vec | None, t: int) -> list[tuple[Profile, set[int]]] | None:
+        """The busy nodes where `need` fits at instant t (None: all busy nodes), as (profile, the nodes that hold
+        it), in no particular order: asked once per profile. None where the nodes are not all alike or some are
+        out of planning (nodes_with_room then asks node by node)."""
         cap = self.one_cap
         if cap is None or self.down:
-            return self.nodes_with_room(need, t, self.busy)
+            return None
+        if need is None:
+            return list(self.holders.items())
         limit = tuple(map(_sub, cap, need))
-        out: list[int] = []
+        out = []
         for prof, nodes in self.holders.items():
             pt = prof.t
             used = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
             if all(map(_le, used, limit)):
-                out.extend(nodes)
+                out.append((prof, nodes))
         return out
 
     def free_at(self, node: int, t: int) -> Vec:
@@ -566,7 +579,7 @@ class SlotTable:
 
     def prune(self, before: int) -> None:
         busy = list(self.busy)
-        for prof, _, nodes in self._groups(dict.fromkeys(busy).items()):
+        for prof, _, nodes in self._groups(dict.fromkeys(busy)):
             self._change(prof, nodes, Profile.prune, before)
         self._file(busy)
         self.total.prune(before)
