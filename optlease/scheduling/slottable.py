@@ -11,7 +11,7 @@ import heapq
 from bisect import bisect_left, bisect_right, insort
 from itertools import count
 from operator import add as _add, le as _le, sub as _sub
-from typing import Iterable
+from typing import Collection, Iterable
 
 from sortedcontainers import SortedList
 
@@ -218,6 +218,9 @@ class SlotTable:
         """[profile, key, nodes] for the given nodes (node -> key), grouped by their profile and key: nodes in one
         group undergo the same change (`key` names it), so it is made once for all of them."""
         profiles = self.profiles
+        if len(keys) == 1:
+            ((node, key),) = keys.items()
+            return ([profiles[node], key, [node]],)
         if len(keys) > 1:
             # most often one group: a lease's VMs ask alike, on nodes that share a profile (idle ones, or the
             # nodes of one earlier lease)
@@ -270,9 +273,21 @@ class SlotTable:
             self.profiles.update(dict.fromkeys(nodes, new))
         return new
 
-    def _file(self, nodes: Iterable[int]) -> None:
+    def _file(self, nodes: Collection[int]) -> None:
         """File nodes whose profiles may have changed among the idle or the busy ones."""
         busy, profiles = self.busy, self.profiles
+        if len(nodes) == 1:
+            (node,) = nodes
+            if node in self.down:
+                return
+            if profiles[node].t:
+                if node not in busy:
+                    busy.add(node)
+                    self._unidle(self.caps[node], [self.rank[node]])
+            elif node in busy:
+                busy.discard(node)
+                self._reidle(self.caps[node], [self.rank[node]])
+            return
         fresh = set(nodes).difference(busy)      # (set operations: a wide lease's nodes at once)
         taken = [n for n in fresh if profiles[n].t] if fresh else fresh
         freed = busy.intersection(nodes)
@@ -288,10 +303,6 @@ class SlotTable:
             busy.difference_update(freed)
             for cap, ranks in self._by_cap(freed):
                 self._reidle(cap, ranks)
-
-    def _touch(self, node: int) -> None:
-        """File one node whose profile may have changed among the idle or the busy ones."""
-        self._file((node,))
 
     def _by_cap(self, nodes: list[int]) -> Iterable[tuple[Vec, list[int]]]:
         """(capacity, ranks) of the given nodes, by capacity."""
