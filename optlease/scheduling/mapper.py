@@ -80,18 +80,15 @@ class GreedyMapper:
         all alike: every node of a run has the empty profile and the same capacity, so it takes as many VMs as
         the first (GreedyMapper._try places them at once)."""
         table, policies = self.table, self.policies
-        # the busy nodes in any order: sorting by (score, node order) below fixes theirs
         groups = table.busy_groups(smallest, start)
         if groups is not None:
-            ranked = policies.ranked_groups(groups, start, lease, table)
-        else:
-            busy = table.busy if smallest is None else table.nodes_with_room(smallest, start, table.busy)
-            ranked = policies.ranked_hosts(busy, start, lease, table)
+            yield from self._runs(policies.keyed_groups(groups, start, lease, table), lease, start, smallest)
+            return
+        # the busy nodes in any order: sorting by (score, node order) fixes theirs
+        busy = table.busy if smallest is None else table.nodes_with_room(smallest, start, table.busy)
+        ranked = policies.ranked_hosts(busy, start, lease, table)
         ranked.sort()
         rank = table.rank
-        if table.one_cap is not None and not table.down:
-            yield from self._runs(ranked, lease, start, smallest)
-            return
         idle = table.idle_nodes(smallest)
         first = next(idle, None)
         if first is None:
@@ -106,16 +103,24 @@ class GreedyMapper:
         for *_, n in heapq.merge(ranked, idle_ranked):
             yield n
 
-    def _runs(self, ranked: list, lease: Lease, start: int, smallest):
-        """`_host_runs` on a site whose nodes are all alike and in planning: the busy nodes `ranked` (sorted) with
-        the idle ones merged in, where their one score falls, as runs."""
+    def _runs(self, keyed: dict, lease: Lease, start: int, smallest):
+        """`_host_runs` on a site whose nodes are all alike and in planning: the busy nodes (`keyed`: -score ->
+        collections of nodes, Policies.keyed_groups) by score, in node order within a score, each score's nodes
+        put in order only when the walk comes to them, with the idle ones merged in as runs where their one score
+        falls."""
         table = self.table
         cap = table.one_cap
         ranks = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
+        node_ids, rank = table.site.node_ids, table.rank
+        keys = sorted(keyed)
+
+        def in_order(key: float) -> list[int]:
+            return sorted(itertools.chain.from_iterable(map(rank.__getitem__, c) for c in keyed[key]))
+
         if not ranks:
-            yield from (n for *_, n in ranked)
+            for key in keys:
+                yield from map(node_ids.__getitem__, in_order(key))
             return
-        node_ids = table.site.node_ids
 
         def runs(lo: int, hi: int):
             # idle ranks[lo:hi] as node lists, in chunks that double: a lease takes a few idle nodes or many
@@ -125,23 +130,24 @@ class GreedyMapper:
                 yield [node_ids[r] for r in ranks[lo:top]]
                 lo, size = top, 2 * size
 
-        if not ranked:
+        if not keys:
             yield from runs(0, len(ranks))
             return
-        key = -self.policies.score_hosts([node_ids[ranks[0]]], start, lease, table)[0][0]
+        idle_key = -self.policies.score_hosts([node_ids[ranks[0]]], start, lease, table)[0][0]
         i, lo = 0, 0
-        while i < len(ranked) and ranked[i][0] < key:     # busy nodes that score higher than idle ones
-            yield ranked[i][2]
+        while i < len(keys) and keys[i] < idle_key:     # busy nodes that score higher than idle ones
+            yield from map(node_ids.__getitem__, in_order(keys[i]))
             i += 1
-        while i < len(ranked) and ranked[i][0] == key:    # busy nodes that score as idle ones: by node order
-            hi = bisect_left(ranks, ranked[i][1], lo)
-            yield from runs(lo, hi)
-            yield ranked[i][2]
-            lo = hi
+        if i < len(keys) and keys[i] == idle_key:       # busy nodes that score as idle ones: by node order
+            for r in in_order(keys[i]):
+                hi = bisect_left(ranks, r, lo)
+                yield from runs(lo, hi)
+                yield node_ids[r]
+                lo = hi
             i += 1
         yield from runs(lo, len(ranks))
-        while i < len(ranked):                             # busy nodes that score lower
-            yield ranked[i][2]
+        while i < len(keys):                             # busy nodes that score lower
+            yield from map(node_ids.__getitem__, in_order(keys[i]))
             i += 1
 
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):

@@ -6,7 +6,6 @@ Admission decides whether a request may be scheduled at all; preemptability scor
 from __future__ import annotations
 
 from bisect import bisect_right
-from itertools import repeat
 from typing import Protocol
 
 from optlease.domain.lease import LeaseKind, LeaseState
@@ -98,13 +97,13 @@ class GreedyHosts:
                     return min(len({rr.lease.id for rr in rrs if rr.start <= time < rr.end}), self.HORIZON)
         return in_node
 
-    def score_groups(self, groups, time: int, lease: Lease, table: SlotTable) -> list[tuple]:
-        """(-score, rank, node) for the nodes of each (profile, nodes) group, as `score_many(ranked=True)` gives
-        them: the profile's next change is looked up once, and the leases there counted once for the nodes whose
-        reservations are the same (nodes that share a profile most often hold the same ones)."""
+    def score_groups(self, groups, time: int, lease: Lease, table: SlotTable) -> dict[float, list]:
+        """-score -> the collections of nodes that score so, for the nodes of (profile, nodes) groups, as `score`
+        gives them: the profile's next change is looked up once, and the leases there counted once for the nodes
+        whose reservations are the same (nodes that share a profile most often hold the same ones)."""
         horizon, duration = self.HORIZON, lease.req.duration
-        by_node, rank = table.by_node, table.rank
-        out: list[tuple] = []
+        by_node = table.by_node
+        out: dict[float, list] = {}
         for prof, nodes in groups:
             pt = prof.t
             i = bisect_right(pt, time)
@@ -114,12 +113,13 @@ class GreedyHosts:
                 stable = (pt[i] - time) / duration
             ref = by_node[next(iter(nodes))]
             if len(nodes) > 1 and not all(map(ref.__eq__, map(by_node.__getitem__, nodes))):
-                out.extend(self.score_many(nodes, time, lease, table, ranked=True))
+                for score, node in self.score_many(nodes, time, lease, table):
+                    out.setdefault(-score, []).append((node,))
                 continue
             in_node = self._leases_at(ref, time) if ref else 0
             few_leases = 1 - in_node / horizon
             score = 0.5 * few_leases + 0.25 * 1.0 + 0.25 * stable
-            out.extend(zip(repeat(-score), map(rank.__getitem__, nodes), nodes))
+            out.setdefault(-score, []).append(nodes)
         return out
 
     def score_many(self, nodes, time: int, lease: Lease, table: SlotTable, ranked: bool = False) -> list[tuple]:
@@ -180,11 +180,15 @@ class Policies:
         score = self.hosts.score
         return [(score(n, time, lease, table), n) for n in nodes]
 
-    def ranked_groups(self, groups, time: int, lease: Lease, table: SlotTable) -> list[tuple[float, int, int]]:
-        """`ranked_hosts` of the nodes of (profile, nodes) groups (SlotTable.busy_groups)."""
+    def keyed_groups(self, groups, time: int, lease: Lease, table: SlotTable) -> dict[float, list]:
+        """The nodes of (profile, nodes) groups (SlotTable.busy_groups) by -score: -score -> collections of
+        nodes."""
         if type(self.hosts) is GreedyHosts:
             return self.hosts.score_groups(groups, time, lease, table)
-        return self.ranked_hosts([n for _, nodes in groups for n in nodes], time, lease, table)
+        out: dict[float, list] = {}
+        for score, node in self.score_hosts([n for _, nodes in groups for n in nodes], time, lease, table):
+            out.setdefault(-score, []).append((node,))
+        return out
 
     def ranked_hosts(self, nodes, time: int, lease: Lease, table: SlotTable) -> list[tuple[float, int, int]]:
         """(-score, rank in the site, node) for each node: sorted, the host policy's order (equal scores in node
