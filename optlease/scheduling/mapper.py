@@ -127,7 +127,7 @@ class GreedyMapper:
             size = 16
             while lo < hi:
                 top = min(hi, lo + size)
-                yield [node_ids[r] for r in ranks[lo:top]]
+                yield list(map(node_ids.__getitem__, ranks[lo:top]))
                 lo, size = top, 2 * size
 
         if not keys:

@@ -308,7 +308,7 @@ class SlotTable:
         """(capacity, ranks) of the given nodes, by capacity."""
         rank = self.rank
         if len(self.idle) == 1:   # one capacity on the whole site
-            return ((next(iter(self.idle)), [rank[n] for n in nodes]),)
+            return ((next(iter(self.idle)), list(map(rank.__getitem__, nodes))),)
         caps, out = self.caps, {}
         for n in nodes:
             out.setdefault(caps[n], []).append(rank[n])
@@ -395,8 +395,8 @@ class SlotTable:
             # what was left of it, below zero, is made up again)
             for prof, d, nodes in self._groups(demand):
                 self._change(prof, nodes, Profile.add, start, end, d)
-        for pnode in demand:
-            by_node[pnode].add(rr)
+        for held in map(by_node.__getitem__, demand):
+            held.add(rr)
         self._file(demand)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
@@ -426,8 +426,8 @@ class SlotTable:
         self.reservations.discard(rr)
         self.backfills.discard(rr)
         by_node = self.by_node
-        for pnode in rr.demand:
-            by_node[pnode].discard(rr)
+        for held in map(by_node.__getitem__, rr.demand):
+            held.discard(rr)
         if now is not None:
             for prof, _, nodes in self._groups(dict.fromkeys(rr.demand)):
                 self._change(prof, nodes, Profile.prune, now)
