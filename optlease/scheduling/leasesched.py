@@ -333,9 +333,9 @@ class LeaseScheduler(Preemption, Replanning):
 
     def _copies_wait(self, lease: Lease) -> int:
         """Haizea's estimate of the copies a resume elsewhere needs: its memory images, and with images managed
-        (`migration: yes`) its disk image."""
+        (`migration: yes`, greedy: the CP-SAT round does not copy disk images yet) its disk image."""
         wait = oh.migration_estimate(lease, self.opts)
-        if self.prep is not None and self.opts.migration == "yes":
+        if self.prep is not None and self.opts.migration == "yes" and self.opts.mapper == "greedy":
             wait += self.prep.disk_estimate(lease)
         return wait
 
@@ -346,7 +346,8 @@ class LeaseScheduler(Preemption, Replanning):
         copies go over the repository's link and begin in its first free stretch that long: the nodes its images
         are on, where it resumes with no copy, wait only for the estimate, as without the link."""
         wait = self._copies_wait(lease)
-        if self.prep is None or self.opts.migration != "yes":
+        # (the CP-SAT round books its own copies, off the link: greedy's resumes there wait as without it)
+        if self.prep is None or self.opts.migration != "yes" or self.opts.mapper != "greedy":
             return dict.fromkeys(self.table.nodes, now + wait), now
         begin = self.prep.first_gap(now, wait) if wait else now
         earliest = dict.fromkeys(self.table.nodes, begin + wait)
@@ -376,12 +377,13 @@ class LeaseScheduler(Preemption, Replanning):
         its VM scheduler's), and every copy goes over the repository's link, whose bandwidth the schedule file
         gives it."""
         rounds = [("memory-image", r) for r in oh.migration_rounds(vmrr.lease, vmrr.mapping, self.opts)]
-        if self.prep is not None and self.prep.needs(vmrr.lease):
+        link = self.prep is not None and self.opts.mapper == "greedy"
+        if link and self.prep.needs(vmrr.lease):
             rounds[:0] = [("disk-image", r) for r in self.prep.disk_rounds(vmrr)]
         copies = []
         for what, (duration, moves) in rounds:
             copy = self._copy(vmrr, start, start + duration, moves)
-            if self.prep is not None:
+            if link:
                 copy.extra = {"what": what, "bandwidth": self.prep.opts.bandwidth}
             copies.append(copy)
             start += duration

@@ -64,9 +64,10 @@ class PreparedTable(SlotTable):
     reservation taken out or moved, a node back), which a reservation that simply ends does not (its usage is in the
     past). `LeaseScheduler` remembers where a lease had no room until this changes.
 
-    The copies of a suspended lease's images to the nodes it resumes on (`migrate` reservations) go over the
-    repository's link too: whatever puts one in the table or takes it out (booking, cancelling, a round's undo and
-    redo) puts it on the link or takes it off (`ImageTransfers`, once it is made, is `link`)."""
+    The copies of a suspended lease's images to the nodes it resumes on that greedy books (`migrate` reservations
+    with the link's `extra`) go over the repository's link too: whatever puts one in the table or takes it out
+    (booking, cancelling, a round's undo and redo) puts it on the link or takes it off (`ImageTransfers`, once it
+    is made, is `link`). The CP-SAT round's copies do not (yet)."""
 
     def __init__(self, site) -> None:
         super().__init__(site)
@@ -75,18 +76,18 @@ class PreparedTable(SlotTable):
 
     def add(self, rr) -> None:
         super().add(rr)
-        if rr.kind == MIGRATE:
+        if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_on(rr)
 
     def remove(self, rr) -> None:
         self.freed += 1
         super().remove(rr)
-        if rr.kind == MIGRATE:
+        if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
 
     def forget(self, rr, now: int | None = None) -> None:
         super().forget(rr, now)
-        if rr.kind == MIGRATE:
+        if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
 
     def bring_up(self, node: int) -> None:

@@ -50,7 +50,10 @@ class RoundImages:
         return all(t.state == "scheduled" for t in self.prep.waiting.get(lease.id, ()))
 
     def _own(self, t) -> bool:
-        """Whether a transfer is a movable lease's own (the model places it again)."""
+        """Whether a transfer is a movable lease's own (the model places it again). The link also carries the
+        copies of suspended leases' images to the nodes they resume on (`migrate` reservations): fixed."""
+        if t.kind != TRANSFER:
+            return False
         ids = {lease.id for lease, _, _ in t.feeds}
         return t.state == "scheduled" and len(ids) == 1 and next(iter(ids)) in self.exclude
 
