@@ -46,6 +46,7 @@ class RoundRecord:
     changed: int
     stats: RoundStats
     greedy_objective: int | None = None   # the greedy pass's plan in the same model
+    rebooked: bool = False   # a booking the last round made was lost since: solved however soon (INTERVAL)
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,17 @@ class CpsatRound(HintCompletion, PlanCommit):
 
     # -- the round --------------------------------------------------------------------------------------------
     def plan(self, now: int) -> None:
-        """The greedy pass, then the CP-SAT round over its plan."""
+        """The greedy pass, then the CP-SAT round over its plan. Where a booking the last round made was lost since
+        (`_unbooked`), the round first books again before the greedy pass starts younger leases in its room."""
+        if self._unbooked(self._movable(now)):
+            self.round(now)
         self.sched.schedule(now)
         self.round(now)
 
     def round(self, now: int) -> None:
         wall = time.perf_counter()   # measured for the record only: no decision reads the clock
         movable = self._movable(now)
-        changed, greedy_cost = 0, None
+        changed, greedy_cost, lost = 0, None, self._unbooked(movable)
         if not movable:
             stats = RoundStats("EMPTY", 0, 0.0, 0.0, 0.0, 0, 0, source="greedy")
         elif all(self._greedy_start(lease) == now for lease in movable):
@@ -116,17 +120,26 @@ class CpsatRound(HintCompletion, PlanCommit):
         elif self._nothing_new(now, movable):
             # the plan the last round ended with still stands: nothing arrived, moved or ended early since
             stats = RoundStats("UNCHANGED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
-        elif now < self._next_solve:
+        elif now < self._next_solve and not lost:
             # too soon after the last solved round (INTERVAL): the greedy pass keeps the plan up to date
             stats = RoundStats("SPACED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
         else:
             stats, changed, greedy_cost = self._solve(now, movable)
             self._next_solve = now + INTERVAL
-        self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost))
+        self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost, lost))
         self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
         after = self._movable(now)
         self._seen = ({lease.id: self._booking(lease) for lease in after}, self._fixed(now, after))
+
+    def _unbooked(self, movable: list[Lease]) -> bool:
+        """Whether a lease the last round booked has lost its booking since (the greedy pass re-booked the future
+        after a premature end, or an AR displaced it, and it did not fit again): the round's plan no longer holds
+        and the greedy pass, which books no more than its backfilling limit ahead, does not keep it up to date."""
+        if self._seen is None:
+            return False
+        seen = self._seen[0]
+        return any(seen.get(lease.id) is not None and self._booking(lease) is None for lease in movable)
 
     def _at_earliest(self, lease: Lease, now: int) -> bool:
         """Whether a booked lease starts where the VM scheduler finds its earliest whole fit without its booking."""
@@ -199,6 +212,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         if stats.objective is None or not stats.objective < greedy_cost:   # strictly better, or greedy stands
             return replace(stats, source="greedy"), 0, greedy_cost
         got, before = plan.by_id, greedy.by_id
+        got = self._now_only(now, movable, got)
         moves = [lease for lease in movable if _differs(got[lease.id], before[lease.id])]
         stops = [lease for lease in running if got[lease.id].suspend_at is not None]
         if not moves and not stops:
@@ -207,6 +221,18 @@ class CpsatRound(HintCompletion, PlanCommit):
             return replace(stats, status=f"{stats.status} (did not fit the slot table)", source="greedy"), 0, \
                 greedy_cost
         return stats, len(moves) + len(stops), greedy_cost
+
+    @staticmethod
+    def _now_only(now: int, movable: list[Lease], got: dict[int, LeasePlan]) -> dict[int, LeasePlan]:
+        """The part of a round's plan that is committed: the starts it makes now, and the booking of the oldest
+        lease (its place in line); every other lease it plans later stays queued."""
+        head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
+        out = dict(got)
+        for lease in movable:
+            p = got[lease.id]
+            if lease is not head and p.outcome is Outcome.ACCEPTED and p.start is not None and p.start > now:
+                out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="planned for later: stays queued")
+        return out
 
     # -- admission ------------------------------------------------------------------------------------------
     def admit(self, lease: Lease, now: int) -> bool:
@@ -339,10 +365,11 @@ class CpsatRound(HintCompletion, PlanCommit):
         if completed is None:
             completed = self._complete(now, movable)
         plain = self._plain_nodes(now, movable, runs, leases)
+        head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
             filled = completed.get(lease.id, plan)
-            guard = self._latest_start(lease, filled, now)
+            guard = self._latest_start(lease, filled, lease is head)
             if guard is not None:
                 snap = replace(snap, latest_start=guard)
             if extra > 0 and lease.numnodes + extra < len(ranked):
