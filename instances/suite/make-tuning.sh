@@ -26,3 +26,5 @@ gen t05-28n-hetero    205 --nodes "20 CPU:100 Memory:2048" --nodes "8 CPU:200 Me
     --ar-share 0.10 --ar-notice 02:00:00 --immediate-share 0.15 --overestimate 3 --premature-share 0.5
 gen t06-40n-hetero    206 --nodes "24 CPU:100 Memory:2048" --nodes "16 CPU:400 Memory:8192" --load 0.8 \
     --ar-share 0.20 --ar-notice 01:00:00 --immediate-share 0.10 --overestimate 2 --premature-share 0.4
+
+cd "$out" && sha256sum -c --quiet "$here/TUNING-SHA256SUMS"
