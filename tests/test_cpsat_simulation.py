@@ -102,6 +102,13 @@ def test_a_scenario_with_image_transfers_is_refused_under_cpsat_in_one_line(conf
         load_config(conf, overrides={"scheduling": {"mapper": "cpsat"}})
 
 
+# The Haizea scenarios cpsat decides differently from greedy, each with the test that says what it did and why that
+# is better; on every other scenario the two schedules are the same lease for lease (checked below)
+EXPLAINED = {
+    "preemption_prematureend2": "test_where_cpsat_differs_it_resumes_as_soon_as_the_reservation_frees_its_node",
+}
+
+
 @pytest.mark.parametrize("conf", CONFS, ids=lambda p: p.stem)
 def test_every_cpsat_schedule_passes_the_checker(conf):
     sim, result, doc = run_conf(conf, "cpsat")
@@ -114,7 +121,10 @@ def test_every_cpsat_schedule_passes_the_checker(conf):
         assert record.stats.source in ("greedy", "cpsat")
         assert record.changed == 0 or record.stats.source == "cpsat"
     # same ARs accepted as greedy, and never a later completion of all best-effort work on these scenarios
-    _, greedy, _ = run_conf(conf, "greedy")
+    _, greedy, gdoc = run_conf(conf, "greedy")
+    if doc["leases"] != gdoc["leases"]:
+        assert conf.stem in EXPLAINED, "cpsat decides this scenario differently: a test must say what and why"
+        assert EXPLAINED[conf.stem] in globals()
     ours, theirs = (run_summary(r.site, r.leases, r.end_time) for r in (result, greedy))
     assert ours["ar"] == theirs["ar"]
     if theirs["best_effort"]["all_completed_at"] is not None:
