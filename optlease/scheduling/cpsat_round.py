@@ -6,8 +6,10 @@ The greedy pass runs unchanged and commits its reservations. The round then take
 every reservation that has started, belongs to an AR or immediate lease, or cannot be moved (a migration already
 booked) is a fixed occupancy on its nodes; every best-effort lease that is queued, suspended and waiting for a
 resume, or booked for a start that has not begun is *movable*. The greedy plan of the movable leases is the hint.
-Where CP-SAT's plan costs strictly less by the round objective, the leases whose start or nodes changed lose their
-greedy reservations and get new ones built by the VM scheduler at the solver's start and nodes; each is checked
+Where CP-SAT's plan costs strictly less by the round objective, its decisions for now are committed (the leases it
+starts now, its suspensions, and the oldest lease's booking; the others it plans later stay queued, a rolling
+horizon): the leases whose start or nodes changed lose their greedy reservations and get new ones built by the VM
+scheduler at the solver's start and nodes; each is checked
 against the slot table before anything is committed, and the whole change is undone if one does not fit (the
 greedy plan then stands). Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the
 round may also suspend running preemptible leases at once for waiting ones. Every round records its RoundStats.
@@ -237,7 +239,7 @@ class CpsatRound(HintCompletion, PlanCommit):
     # -- admission ------------------------------------------------------------------------------------------
     def admit(self, lease: Lease, now: int) -> bool:
         """Let the round model decide an AR or immediate lease the greedy pass refused (`LeaseScheduler.on_refusal`):
-        the round as it stands, every best-effort booking not begun movable (within its wait guard), for an AR the
+        the round as it stands, every best-effort booking not begun movable (the oldest within its guard), for an AR the
         running leases greedy could preempt for it as leases the model may suspend before its start, the lease as
         new. Booked, with the bookings the model moves and the suspensions it makes, where the model accepts it;
         all or nothing (models/cpsat-round.md, step 6)."""
