@@ -147,10 +147,11 @@ class PlanCommit:
         sched = self.sched
         if lease in sched.queue:
             sched.queue.remove(lease)
-        # the round's plan, not a backfilling reservation of the greedy pass: it does not count against the greedy
-        # pass's limit, so that between rounds the oldest lease left queued still gets its reservation (no younger
-        # lease starts in its way), and a premature end does not send it back to the queue (the next round moves it)
-        vmrr.backfill = False
+        # as the greedy pass counts them: a best-effort reservation for later than now (only the oldest lease's, as
+        # a round commits: aggressive backfilling's one reservation), which a premature end books again sooner
+        vmrr.backfill = vmrr.begin() > now
+        if vmrr.backfill:
+            sched.vm.future_count += 1
         resuming = lease.state is S.SUSPENDED_QUEUED
         if resuming and vmrr.mapping != lease.image_nodes and sched.opts.migration == "yes-notransfer":
             sched.move_images(lease, vmrr.mapping, now)
