@@ -49,6 +49,7 @@ class RoundRecord:
     stats: RoundStats
     greedy_objective: int | None = None   # the greedy pass's plan in the same model
     rebooked: bool = False   # a booking the last round made was lost since: solved however soon (INTERVAL)
+    early: bool = False      # the round before the instant's greedy pass (CpsatRound.plan)
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,11 @@ class CpsatRound(HintCompletion, PlanCommit):
         """The greedy pass, then the CP-SAT round over its plan. Where a booking the last round made was lost since
         (`_unbooked`), the round first books again before the greedy pass starts younger leases in its room."""
         if self._unbooked(self._movable(now)):
-            self.round(now)
+            self.round(now, rebooking=True)
         self.sched.schedule(now)
         self.round(now)
 
-    def round(self, now: int) -> None:
+    def round(self, now: int, rebooking: bool = False) -> None:
         wall = time.perf_counter()   # measured for the record only: no decision reads the clock
         movable = self._movable(now)
         changed, greedy_cost, lost = 0, None, self._unbooked(movable)
@@ -128,7 +129,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         else:
             stats, changed, greedy_cost = self._solve(now, movable)
             self._next_solve = now + INTERVAL
-        self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost, lost))
+        self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost, lost or rebooking, rebooking))
         self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
         after = self._movable(now)
