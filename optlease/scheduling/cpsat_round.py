@@ -393,7 +393,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
             filled = completed.get(lease.id, plan)
-            guard = self._latest_start(lease, filled, lease is head)
+            guard = self._latest_start(lease, filled, lease is head, now)
             if guard is not None:
                 snap = replace(snap, latest_start=guard)
             if extra > 0 and lease.numnodes + extra < len(ranked):

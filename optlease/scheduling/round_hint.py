@@ -12,15 +12,15 @@ from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 class HintCompletion:
     """The hint half of CpsatRound (a mixin: it needs `self.sched`, `self.policy` and `_expected`)."""
 
-    def _latest_start(self, lease: Lease, hint: LeasePlan, head: bool) -> int | None:
+    def _latest_start(self, lease: Lease, hint: LeasePlan, head: bool, now: int) -> int | None:
         """The head's guard (models/cpsat-round.md, step 3): the oldest movable lease never starts later than the hint
         books it, as aggressive backfilling never lets a younger lease delay the reservation of the head of its
         queue; the others have no bound, so that the round may reorder them for the objective. A wait bound of a
         fixed length (6 h until this version) held a lease in arrival order whatever its size, and the round's
         plans became conservative backfilling of every lease that had waited that long (models/cpsat-round.md,
         *On workloads it was not tuned on*)."""
-        if not head or hint.outcome is not Outcome.ACCEPTED or hint.start is None:
-            return None
+        if not head or hint.outcome is not Outcome.ACCEPTED or hint.start is None or now <= lease.req.arrival:
+            return None   # a lease in its arrival round has waited for nothing yet: the round may place it freely
         return hint.start
 
     def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
