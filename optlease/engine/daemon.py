@@ -25,7 +25,7 @@ from optlease.engine.daemon_site import FROM_AGENTS, make_enactor, site_from_age
 from optlease.eventlog import LEVELS, EventLog
 from optlease.engine.atomic import Atomic, GuardedLock, Stopped
 from optlease.engine.decisions import Decisions
-from optlease.engine.loop import Stepper, cancel, fail, leases_on, node_down, node_up, requeue
+from optlease.engine.loop import Stepper, cancel, defer, fail, leases_on, node_down, node_up, requeue
 from optlease.engine.recovery import Recovery
 from optlease.engine.plan_view import PlanView
 from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, reconcile
@@ -273,12 +273,14 @@ class Manager(Atomic, Recovery):
         the hosts are brought to the plan at now, not to each missed instant's)."""
         with self.lock:
             late = self.clock.now() - t if catching_up else self._late(t)
-            before = {i: lease.state for i, lease in self.sched.leases.items()} if late else {}
+            before = {i: lease.state for i, lease in self.sched.leases.items()} if late or catching_up else {}
             with self._atomic(f"the scheduling step at {self.log.t(t)}"):
                 self._dirty = True
                 self.decisions.begin()
                 changed = self._run_step(t)
                 self.store.add_step(t, changed, self.decisions.recorded, self._took)
+            if catching_up and not getattr(self.enactor, "simulated", False):
+                self._defer_unrun(t, before, changed)
             if late:
                 self._say_late(t, late, before, changed)
             if self.store.path and self.store.entries >= checkpoint.CHECKPOINT_EVERY:
@@ -566,6 +568,11 @@ class Manager(Atomic, Recovery):
         self.log.now = t
         fail(self.sched, lease, t, why)
         self._finished_seen = len(self.sched.finished)
+        self.view.touch([lease])
+
+    def _defer(self, lease: Lease, t: int) -> None:
+        self.log.now = t
+        defer(self.sched, lease, t)
         self.view.touch([lease])
 
     def _requeue(self, lease: Lease, t: int) -> None:
