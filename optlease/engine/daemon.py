@@ -233,16 +233,19 @@ class Manager(Atomic, Recovery):
                 return
         top, failed = 0, None
         try:
+            # The batch is written without the intake lock: requests keep being staged, and a step takes what was
+            # committed before, while the disk syncs. No step sees the batch before it is on disk.
             with self._intake:
                 reqs, self._staged = self._staged, []
-                try:
-                    if reqs:
-                        self.store.add_requests(reqs)
-                except StoreError as exc:
-                    failed = f"storing requests {reqs[0][0].id} to {reqs[-1][0].id}: {exc}"
-                else:
-                    for req, _ in reqs:
-                        self.inbox.append(self._new_lease(req))
+            try:
+                if reqs:
+                    self.store.add_requests(reqs)
+            except StoreError as exc:
+                failed = f"storing requests {reqs[0][0].id} to {reqs[-1][0].id}: {exc}"
+            else:
+                leases = [self._new_lease(req) for req, _ in reqs]
+                with self._intake:
+                    self.inbox.extend(leases)
                     top = reqs[-1][0].id if reqs else 0
                     self._last_id = max(self._last_id, top)
             if failed is not None:
@@ -294,9 +297,18 @@ class Manager(Atomic, Recovery):
     def write_checkpoint(self) -> None:
         """Write a checkpoint of the live state and drop the journal entries it covers (lock held)."""
         began = time.perf_counter()
-        with self._intake:      # no request lands meanwhile
-            body = checkpoint.dump(self)
-            dropped = self.store.add_checkpoint(self._last_id, checkpoint.fingerprint(), body)
+        with self._commits:     # no batch of requests on its way to disk meanwhile: the checkpoint has them all
+            while self._committing:
+                self._commits.wait()
+            self._committing = True
+        try:
+            with self._intake:      # and none lands meanwhile
+                body = checkpoint.dump(self)
+                dropped = self.store.add_checkpoint(self._last_id, checkpoint.fingerprint(), body)
+        finally:
+            with self._commits:
+                self._committing = False
+                self._commits.notify_all()
         self.log.status("RM", f"checkpoint of {len(self.sched.leases) + len(self.inbox)} leases in the system "
                               f"({len(body) // 1024} KiB) replaces {dropped} journal entries, in "
                               f"{time.perf_counter() - began:.2f} s")
