@@ -27,6 +27,7 @@ from optlease.engine.atomic import Atomic, GuardedLock, Stopped
 from optlease.engine.decisions import Decisions
 from optlease.engine.loop import Stepper, cancel, defer, fail, leases_on, node_down, node_up, requeue
 from optlease.engine.recovery import Recovery
+from optlease.engine.lease_views import LeaseViews
 from optlease.engine.plan_view import PlanView
 from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, reconcile
 from optlease.engine.persist import Store, StoreError
@@ -69,6 +70,7 @@ class Manager(Atomic, Recovery):
         self.sched = LeaseScheduler(self.site, self.opts, policies, self.log)
         self.sched.table.changed = set()
         self.view = PlanView({})      # node -> host names once they are known (below)
+        self.views = LeaseViews(self.origin)     # what the API shows, published after each commit
         self.stepper = Stepper(self.sched)
         self.decisions = Decisions(None if self.stepper.planner.name == "greedy" else self.stepper.planner)
         self.all: dict[int, Lease] = {}
@@ -87,6 +89,8 @@ class Manager(Atomic, Recovery):
         self._committing = False                 # a batch of staged requests is being written
         self._committed = 0                      # every staged request up to this id is on disk
         self._replay(journal)
+        self.views.publish_new(self.all.values())
+        self.views.publish()
         # What the replay built lives as long as the daemon: out of the collector's sight, so that no full
         # collection walks a hundred thousand leases again in the middle of a request.
         gc.collect()
@@ -154,6 +158,12 @@ class Manager(Atomic, Recovery):
         self.all[req.id] = lease
         return lease
 
+    def _touch(self, leases) -> None:
+        """These leases changed: enactment looks at them again, and the API shows them once committed."""
+        leases = list(leases)
+        self.view.touch(leases)
+        self.views.touch(leases)
+
     def _run_step(self, t: int, upto: int | None = None) -> list[Lease]:
         """One step at t; the leases it changed: those that arrived, those with a reservation starting or ending at
         t, those whose reservations the step added, moved or dropped (the slot table's `changed`), and those that
@@ -176,7 +186,7 @@ class Manager(Atomic, Recovery):
                                                        *fin[self._finished_seen:])}.values())
         table.changed.clear()
         self._finished_seen = len(fin)
-        self.view.touch(changed)
+        self._touch(changed)
         return changed
 
     def _cancel(self, lease: Lease, t: int) -> None:
@@ -186,7 +196,7 @@ class Manager(Atomic, Recovery):
         self.log.now = t
         cancel(self.sched, lease, t)
         self._finished_seen = len(self.sched.finished)
-        self.view.touch([lease])
+        self._touch([lease])
 
     # -- what the API calls (under the lock) -------------------------------------------------------------------
     def now(self) -> int:
@@ -244,6 +254,7 @@ class Manager(Atomic, Recovery):
                 failed = f"storing requests {reqs[0][0].id} to {reqs[-1][0].id}: {exc}"
             else:
                 leases = [self._new_lease(req) for req, _ in reqs]
+                self.views.publish_new(leases)      # committed, and no step can see them yet
                 with self._intake:
                     self.inbox.extend(leases)
                     top = reqs[-1][0].id if reqs else 0
@@ -374,7 +385,7 @@ class Manager(Atomic, Recovery):
         held_hosts, held_vms = pending() if pending is not None else ((), ())
         running, hosts = self.enactor.running(), self.enactor.hosts()
         table = self.sched.table
-        self.view.touch(table.changed)
+        self._touch(table.changed)
         table.changed.clear()
         moved = self.view.update(self.sched.leases, self.last_t)
         self._watch_starts(moved, running)
@@ -580,17 +591,17 @@ class Manager(Atomic, Recovery):
         self.log.now = t
         fail(self.sched, lease, t, why)
         self._finished_seen = len(self.sched.finished)
-        self.view.touch([lease])
+        self._touch([lease])
 
     def _defer(self, lease: Lease, t: int) -> None:
         self.log.now = t
         defer(self.sched, lease, t)
-        self.view.touch([lease])
+        self._touch([lease])
 
     def _requeue(self, lease: Lease, t: int) -> None:
         self.log.now = t
         requeue(self.sched, lease, t)
-        self.view.touch([lease])
+        self._touch([lease])
 
 
 def _busy(enactor) -> bool:
