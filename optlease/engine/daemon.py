@@ -28,7 +28,7 @@ from optlease.engine.decisions import Decisions
 from optlease.engine.loop import Stepper, cancel, defer, fail, leases_on, node_down, node_up, requeue
 from optlease.engine.recovery import Recovery
 from optlease.engine.lease_views import LeaseViews
-from optlease.engine.plan_view import PlanView
+from optlease.engine.plan_view import PlanView, ReportIndex
 from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, reconcile
 from optlease.engine.persist import Store, StoreError
 from optlease.errors import InputError
@@ -116,6 +116,7 @@ class Manager(Atomic, Recovery):
             self.enactor.on_outcome = self.enact_wake.set     # a result wakes the enactment pass at once
         self.view.host_of = dict(enumerate(self.host_names, start=1))
         self._last_running: dict = {}
+        self._reports = ReportIndex()       # what the hosts report, host by host
         self._last_hosts: tuple = ()
         self._unsettled: set[str] = set()    # VMs that differed from the plan at the last pass
         self._awaiting: dict[str, int] = {}  # VMs the plan runs that no host has reported yet -> since when
@@ -383,7 +384,12 @@ class Manager(Atomic, Recovery):
         # Tasks under way: nothing new is planned for their VMs and hosts until they settle (what those hosts
         # report is about to change), anything elsewhere is planned now.
         held_hosts, held_vms = pending() if pending is not None else ((), ())
+        changes = getattr(self.enactor, "running_changes", None)
+        reported = changes() if changes is not None else None     # taken first: a later change is in the next
         running, hosts = self.enactor.running(), self.enactor.hosts()
+        if reported is None:
+            reported = {vm for vm, _ in running.items() ^ self._last_running.items()}
+        self._reports.update(reported, running)
         table = self.sched.table
         self._touch(table.changed)
         table.changed.clear()
@@ -394,14 +400,14 @@ class Manager(Atomic, Recovery):
         # A pass with no news (no step since the last pass, no outcome, hosts and their reports unchanged) would
         # find nothing to do: skip it.
         if only_on_news and not self._dirty and not outcomes and not moved and not self._unsettled \
-                and (alive, down) == self._last_hosts and running == self._last_running:
+                and (alive, down) == self._last_hosts and not reported:
             return
         # Only VMs whose plan or report changed, or that differed last time, can differ now, unless hosts came
         # or went (then every VM is looked at).
         if (alive, down) != self._last_hosts:
             candidates = set(running) | set(self.view.desired)
         else:
-            candidates = moved | self._unsettled | {vm for vm, _ in running.items() ^ self._last_running.items()}
+            candidates = moved | self._unsettled | reported
         self._dirty, self._last_running, self._last_hosts = False, running, (alive, down)
         differ = self._differing(candidates, running, alive, down)
         self._unsettled = differ
@@ -414,8 +420,8 @@ class Manager(Atomic, Recovery):
         # The reconcile step orders tasks by the room on each host: it sees every VM on the hosts the differing VMs
         # are on or planned on, and nothing else (VMs elsewhere are as planned and weigh on no host concerned).
         concerned = set().union(*(where[vm] for vm in todo))
-        actual = {vm: (host, state) for vm, (host, state) in running.items()
-                  if host in concerned and host not in down and state.lower() in REPORTED_STATES}
+        actual = {vm: (host, state) for vm, (host, state) in self._reports.on(concerned, running)
+                  if host not in down and state.lower() in REPORTED_STATES}
         wanted = {vm: desired[vm] for host in concerned for vm in self.view.on_host.get(host, ())}
         wanted.update((vm, desired[vm]) for vm in todo if vm in desired)
         buckets = reconcile(actual, wanted, hosts, self.migration_type)
