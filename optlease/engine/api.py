@@ -14,7 +14,7 @@ from xmlrpc.client import Fault
 
 from lxml import etree
 
-from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
+from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.domain.site import Site
 from optlease.engine.api_http import ApiServer
 from optlease.engine.daemon import Manager
@@ -23,7 +23,6 @@ from optlease.engine.lease_views import view_of, view_xml
 from optlease.formats.glue_ce import write_ldif, write_xml
 from optlease.errors import InputError
 from optlease.formats import lwf
-from optlease.formats.lease_states import HAIZEA_CODE
 from optlease.formats.sss_write import write_sss
 from optlease.formats.timefmt import format_duration, format_time
 from optlease.numbers import parse_whole
