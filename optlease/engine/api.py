@@ -65,7 +65,7 @@ def parse_lease_xml(xml: str, lease_id: int, arrival: int, origin: datetime, sit
             if rtype not in site.resource_types:
                 raise InputError(f"resource type {rtype!r} is not one the site has "
                                  f"({' '.join(site.resource_types)})")
-            most = max(site.capacity(n).get(rtype, 0) for n in site.node_ids)
+            most = site.largest[rtype]
             if amount > most:
                 raise InputError(f"{rtype} {amount} per node is more than any node has ({most})")
     extra = {k: v for k, v in req.extra.items() if k != "source"}
