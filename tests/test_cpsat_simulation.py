@@ -28,7 +28,7 @@ SCENARIOS = sorted((INSTANCES / "haizea" / "expected").glob("*.conf"))
 
 
 def transfers_images(path) -> bool:
-    """Whether a configuration asks for image transfers, which the cpsat round does not plan yet (refused)."""
+    """Whether a configuration asks for image transfers (the cpsat round plans them: models/cpsat-round.md)."""
     return "lease-preparation: imagetransfer" in path.read_text()
 
 
@@ -46,7 +46,7 @@ def run_conf(path, mapper: str):
                     Policies(opts.policy_admission, opts.policy_preemption, opts.policy_host_selection),
                     EventLog(cfg.get("simulation", "starttime"), "INFO", io.StringIO()))
     result = sim.run()
-    doc = schedule_document(result.site, result.leases, cfg.get("simulation", "starttime"))
+    doc = schedule_document(result.site, result.leases, cfg.get("simulation", "starttime"), result.images)
     return sim, result, doc
 
 
@@ -95,11 +95,13 @@ def test_a_removed_solver_option_is_refused_with_what_replaced_it(cli, tmp_path)
 
 
 @pytest.mark.parametrize("conf", IMAGE_CONFS, ids=lambda p: p.stem)
-def test_a_scenario_with_image_transfers_is_refused_under_cpsat_in_one_line(conf):
-    from optlease.errors import InputError
-
-    with pytest.raises(InputError, match="imagetransfer works with \\[scheduling\\] mapper: greedy only"):
-        load_config(conf, overrides={"scheduling": {"mapper": "cpsat"}})
+def test_every_cpsat_schedule_with_image_transfers_passes_the_checker(conf):
+    """Haizea's scenarios with image transfers under cpsat: the link, the images' arrival before each VM and the
+    caches pass the checker, and every lease ends or is refused."""
+    _, result, doc = run_conf(conf, "cpsat")
+    assert result.images is not None and doc.get("images") is not None
+    assert [str(v) for v in check_schedule(doc)] == []
+    assert all(lease.state in (LeaseState.DONE, LeaseState.REJECTED) for lease in result.leases)
 
 
 @pytest.mark.parametrize("conf", CONFS, ids=lambda p: p.stem)

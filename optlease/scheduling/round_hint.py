@@ -50,6 +50,8 @@ class HintCompletion:
                      for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
         log, quiet = sched.log, sched.log.info_on
         log.info_on = False
+        if self.images is not None:   # the link as the completion books it: the transfers of the leases kept
+            self.images.start_hint(now, {lease.id for lease in rebook})
         for rr in withdrawn:
             sched.table.remove(rr)
         try:
@@ -73,6 +75,8 @@ class HintCompletion:
                 for rr in (*vmrr.pre, vmrr, *vmrr.post):
                     sched.table.add(rr)
                     added.append(rr)
+                if self.images is not None:
+                    self.images.hint_booked(lease, vmrr, now)
                 start = vmrr.begin()
                 nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
                 out[lease.id] = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes, end=vmrr.end)
@@ -108,8 +112,9 @@ class HintCompletion:
         its image is or, where `migration` allows, anywhere once its image is copied, whichever begins first (the
         booking holds no copy: `_build` adds it)."""
         vm = self.sched.vm
-        if not lease.is_suspended():
-            return vm.asap(lease, now, None, True, False, None, strict=True)
+        if not lease.is_suspended():   # from now, or (disk images managed) when its image can be on each node
+            earliest = self.images.earliest(lease, now) if self.images is not None else None
+            return vm.asap(lease, now, earliest, True, False, None, strict=True)
         tries = [(dict(lease.image_nodes), {n: now for n in set(lease.image_nodes.values())})]
         if self.policy.migration is not Migration.NO:
             copy = oh.migration_time(lease, self.sched.opts)
