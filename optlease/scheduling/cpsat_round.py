@@ -6,8 +6,10 @@ The greedy pass runs unchanged and commits its reservations. The round then take
 every reservation that has started, belongs to an AR or immediate lease, or cannot be moved (a migration already
 booked) is a fixed occupancy on its nodes; every best-effort lease that is queued, suspended and waiting for a
 resume, or booked for a start that has not begun is *movable*. The greedy plan of the movable leases is the hint.
-Where CP-SAT's plan costs strictly less by the round objective, the leases whose start or nodes changed lose their
-greedy reservations and get new ones built by the VM scheduler at the solver's start and nodes; each is checked
+Where CP-SAT's plan costs strictly less by the round objective, its decisions for now are committed (the leases it
+starts now, its suspensions, and the oldest lease's booking; the others it plans later stay queued, a rolling
+horizon): the leases whose start or nodes changed lose their greedy reservations and get new ones built by the VM
+scheduler at the solver's start and nodes; each is checked
 against the slot table before anything is committed, and the whole change is undone if one does not fit (the
 greedy plan then stands). Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the
 round may also suspend running preemptible leases at once for waiting ones. Every round records its RoundStats.
@@ -47,6 +49,8 @@ class RoundRecord:
     changed: int
     stats: RoundStats
     greedy_objective: int | None = None   # the greedy pass's plan in the same model
+    rebooked: bool = False   # a booking the last round made was lost since: solved however soon (INTERVAL)
+    early: bool = False      # the round before the instant's greedy pass (CpsatRound.plan)
 
 
 @dataclass(frozen=True)
@@ -99,15 +103,18 @@ class CpsatRound(HintCompletion, PlanCommit):
 
     # -- the round --------------------------------------------------------------------------------------------
     def plan(self, now: int) -> None:
-        """The greedy pass, then the CP-SAT round over its plan."""
+        """The greedy pass, then the CP-SAT round over its plan. Where a booking the last round made was lost since
+        (`_unbooked`), the round first books again before the greedy pass starts younger leases in its room."""
+        if self._unbooked(self._movable(now)):
+            self.round(now, rebooking=True)
         self.sched.schedule(now)
         self.round(now)
 
-    def round(self, now: int) -> None:
+    def round(self, now: int, rebooking: bool = False) -> None:
         wall = time.perf_counter()   # measured for the record only: no decision reads the clock
         movable = self._movable(now)
         self._images_for(now, movable)
-        changed, greedy_cost = 0, None
+        changed, greedy_cost, lost = 0, None, self._unbooked(movable)
         if not movable:
             stats = RoundStats("EMPTY", 0, 0.0, 0.0, 0.0, 0, 0, source="greedy")
         elif all(self._greedy_start(lease) == now for lease in movable):
@@ -121,18 +128,28 @@ class CpsatRound(HintCompletion, PlanCommit):
         elif self._nothing_new(now, movable):
             # the plan the last round ended with still stands: nothing arrived, moved or ended early since
             stats = RoundStats("UNCHANGED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
-        elif now < self._next_solve and not self._transfer_due(now, movable):
-            # too soon after the last solved round (INTERVAL): the greedy pass keeps the plan up to date (but a
-            # transfer of a movable lease's image about to begin is the round's last chance to spare it)
+        elif now < self._next_solve and not lost and not self._transfer_due(now, movable):
+            # too soon after the last solved round (INTERVAL): the greedy pass keeps the plan up to date (but not
+            # once a booking it made was lost, and a transfer of a movable lease's image about to begin is the
+            # round's last chance to spare it)
             stats = RoundStats("SPACED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
         else:
             stats, changed, greedy_cost = self._solve(now, movable)
             self._next_solve = now + INTERVAL
-        self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost))
+        self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost, lost or rebooking, rebooking))
         self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
         after = self._movable(now)
         self._seen = ({lease.id: self._booking(lease) for lease in after}, self._fixed(now, after))
+
+    def _unbooked(self, movable: list[Lease]) -> bool:
+        """Whether a lease the last round booked has lost its booking since (the greedy pass re-booked the future
+        after a premature end, or an AR displaced it, and it did not fit again): the round's plan no longer holds
+        and the greedy pass, which books no more than its backfilling limit ahead, does not keep it up to date."""
+        if self._seen is None:
+            return False
+        seen = self._seen[0]
+        return any(seen.get(lease.id) is not None and self._booking(lease) is None for lease in movable)
 
     def _transfer_due(self, now: int, movable: list[Lease]) -> bool:
         """Whether a movable lease's own image transfer begins now: once begun, it is a commitment."""
@@ -215,6 +232,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         if stats.objective is None or not stats.objective < greedy_cost:   # strictly better, or greedy stands
             return replace(stats, source="greedy"), 0, greedy_cost
         got, before = plan.by_id, greedy.by_id
+        got = self._now_only(now, movable, got)
         moves = [lease for lease in movable if _differs(got[lease.id], before[lease.id])]
         stops = [lease for lease in running if got[lease.id].suspend_at is not None]
         if not moves and not stops:
@@ -224,10 +242,22 @@ class CpsatRound(HintCompletion, PlanCommit):
                 greedy_cost
         return stats, len(moves) + len(stops), greedy_cost
 
+    @staticmethod
+    def _now_only(now: int, movable: list[Lease], got: dict[int, LeasePlan]) -> dict[int, LeasePlan]:
+        """The part of a round's plan that is committed: the starts it makes now, and the booking of the oldest
+        lease (its place in line); every other lease it plans later stays queued."""
+        head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
+        out = dict(got)
+        for lease in movable:
+            p = got[lease.id]
+            if lease is not head and p.outcome is Outcome.ACCEPTED and p.start is not None and p.start > now:
+                out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="planned for later: stays queued")
+        return out
+
     # -- admission ------------------------------------------------------------------------------------------
     def admit(self, lease: Lease, now: int) -> bool:
         """Let the round model decide an AR or immediate lease the greedy pass refused (`LeaseScheduler.on_refusal`):
-        the round as it stands, every best-effort booking not begun movable (within its wait guard), for an AR the
+        the round as it stands, every best-effort booking not begun movable (the oldest within its guard), for an AR the
         running leases greedy could preempt for it as leases the model may suspend before its start, the lease as
         new. Booked, with the bookings the model moves and the suspensions it makes, where the model accepts it;
         all or nothing (models/cpsat-round.md, step 6)."""
@@ -359,10 +389,11 @@ class CpsatRound(HintCompletion, PlanCommit):
                 self.images.start_hint(now)
             completed = self._complete(now, movable)
         plain = self._plain_nodes(now, movable, runs, leases)
+        head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
             filled = completed.get(lease.id, plan)
-            guard = self._latest_start(lease, filled, now)
+            guard = self._latest_start(lease, filled, lease is head, now)
             if guard is not None:
                 snap = replace(snap, latest_start=guard)
             if extra > 0 and lease.numnodes + extra < len(ranked):

@@ -154,7 +154,8 @@ class PlanCommit:
         sched = self.sched
         if lease in sched.queue:
             sched.queue.remove(lease)
-        # as the greedy pass counts them: a best-effort reservation for later than now
+        # as the greedy pass counts them: a best-effort reservation for later than now (only the oldest lease's, as
+        # a round commits: aggressive backfilling's one reservation), which a premature end books again sooner
         vmrr.backfill = vmrr.begin() > now
         if vmrr.backfill:
             sched.vm.future_count += 1

@@ -113,7 +113,7 @@ class LeaseSnapshot:
     planned_nodes: tuple[int, ...] = ()
     pinned: bool = False           # RESERVED only: the round may not move it (start and nodes stay as planned)
     release: int | None = None     # not before this time (offline optimization: the lease's arrival)
-    latest_start: int | None = None   # best-effort: if placed, started by this time (a caller's wait guard)
+    latest_start: int | None = None   # best-effort: if placed, started by this time (a caller's guard)
     allowed_nodes: tuple[int, ...] = ()   # the nodes its VMs may (re)start on (empty: every node); a caller's
                                           # neighbourhood that keeps a round small (not exact: see models/)
     expected_run: int | None = None   # best-effort: the whole run its booking expects (None: the requested

@@ -213,7 +213,7 @@ def _migrate(migration: Migration, seconds: int) -> int:
     return 0 if migration is Migration.YES_NOTRANSFER else seconds
 
 
-SLOWDOWN_BOUND = 60   # seconds: runs shorter than this weigh as much as this long a run
+SLOWDOWN_BOUND = 10   # seconds, the bounded slowdown's bound: shorter runs weigh as much as this long a run
 
 
 def wait_weight(now: int, req: LeaseRequest, weights: Weights, run: int | None = None) -> int:
