@@ -36,7 +36,8 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
             jobs.append(job)
             continue
         held += 1
-        kept = replace(job, fixed_start=p.start, earliest=p.start, latest=None, deferrable=False)
+        # its start's domain is the hint's one second (not an AR's fixed start: its stability is still counted)
+        kept = replace(job, earliest=p.start, latest=p.start, deferrable=False)
         if named:
             kept = replace(kept, candidates=tuple((n,) for n in p.nodes))
             used.update(p.nodes)
