@@ -9,6 +9,7 @@ import pytest
 from optlease.scheduling.cpsat.objective import plan_cost
 from optlease.scheduling.cpsat.prepare import prepare
 from optlease.scheduling.cpsat.solve import SolveOptions, solve_round
+from optlease.scheduling.cpsat import window
 from optlease.scheduling.cpsat.window import hold_outside
 from optlease.scheduling.snapshot import Outcome
 from test_cpsat_round import check_plan, random_round
@@ -21,9 +22,12 @@ SNAPS = [("random", seed, lambda s: random_round(s, nodes=1 + s % 3, leases=4 + 
 
 
 @pytest.mark.parametrize("kind,seed,make", SNAPS, ids=[f"{k}-{s}" for k, s, _ in SNAPS])
-def test_held_tails_stay_where_the_hint_puts_them_and_the_plan_is_costed_whole(kind, seed, make) -> None:
-    """The hint is the round's optimum found without a window; held at it from `now + 1` on, the search keeps every
-    later start, finds a safe plan, reports the whole round's cost of it, and cannot do better than the optimum."""
+def test_held_tails_stay_where_the_hint_puts_them_and_the_plan_is_costed_whole(kind, seed, make, monkeypatch) \
+        -> None:
+    """The hint is the round's optimum found without a window; held at it from `now + 1` on (no line head: these
+    rounds are shorter than it), the search keeps every later start, finds a safe plan, reports the whole round's
+    cost of it, and cannot do better than the optimum."""
+    monkeypatch.setattr(window, "LINE_HEAD", 0)
     snap = make(seed)
     data = prepare(snap, FULL.weights, LOOKAHEAD)
     best = solve_round(snap, FULL, None, data)
@@ -47,8 +51,17 @@ def test_a_window_that_holds_nothing_is_the_whole_round() -> None:
     assert held == 0 and same is data
 
 
-def test_the_window_holds_some_tails_on_a_round_with_a_long_line() -> None:
-    """On a pooled round whose optimum starts tails at several times, a window of one second holds some of them."""
+def test_the_window_holds_some_tails_but_never_the_head_of_the_line(monkeypatch) -> None:
+    """On pooled rounds whose optimum starts tails at several times, a window of one second holds some of them
+    without a line head, and none of the first LINE_HEAD (these rounds hold fewer tails than that): a short lease
+    the hint starts late stays free, so that a suspension or a hole can start it sooner
+    (tests/test_round_suspensions.py shows one)."""
+    for seed in range(2000, 2008):
+        snap = pooled_round(seed)
+        data = prepare(snap, FULL.weights, LOOKAHEAD)
+        best = solve_round(snap, FULL, None, data)
+        assert hold_outside(data, best, 1)[1] == 0
+    monkeypatch.setattr(window, "LINE_HEAD", 0)
     held = 0
     for seed in range(2000, 2008):
         snap = pooled_round(seed)

@@ -2,8 +2,8 @@
 
 A round of the simulator or the daemon enacts only what starts before the next solved round; every start planned
 later is planned again by that round. So the search is spent where it decides something: the tails the hint starts
-within `window` seconds of now (and every tail the hint does not place, every suspension, every AR or immediate
-lease to admit) are free; every other tail is *held* where the hint puts it: its start fixed, its presence
+within `window` seconds of now, the head of the line (`LINE_HEAD`), every tail the hint does not place, every
+suspension and every AR or immediate lease to admit are free; every other tail is *held* where the hint puts it: its start fixed, its presence
 fixed, and, where the round cannot pool its nodes (cpsat.pools: the tails ask more than one VM demand), its
 nodes fixed too. A held tail still holds its capacity in the model, so a free one can only go where the hint's
 later starts leave room; the plan found is a plan of the whole round, costed by the whole round's objective.
@@ -21,15 +21,24 @@ from optlease.scheduling.cpsat.prepare import Role, RoundData
 from optlease.scheduling.snapshot import Outcome, Plan
 
 
+# the first tails of Smith's line (run over weight, the order the hint books in) are free wherever the hint starts
+# them: they are the ones a suspension, or a hole the hint's line left, would start first
+LINE_HEAD = 16
+
+
 def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, int]:
-    """The round with every tail the hint starts after `now + window` held at the hint; and how many were held."""
+    """The round with every tail the hint starts after `now + window` held at the hint, except the head of the
+    line; and how many were held."""
     got = hint.by_id
     tails = [j for j in data.jobs if j.has_tail]
     named = len({tuple(sorted(vm.items())) for j in tails for vm in j.demand}) > 1   # no pool can form
+    head = {j.id for j in sorted((j for j in tails if j.best_effort),
+                                 key=lambda j: (j.remaining / max(1, j.weight), j.id))[:LINE_HEAD]}
     jobs, held, used = [], 0, set()
     for job in data.jobs:
         p = got.get(job.id)
         if not (job.has_tail and job.role is Role.START and not job.optional and job.fixed_start is None
+                and job.id not in head
                 and p is not None and p.outcome is Outcome.ACCEPTED and p.start is not None
                 and data.now + window < p.start <= data.horizon and len(p.nodes) == job.numvms
                 and all(n in c for n, c in zip(p.nodes, job.candidates))):
