@@ -100,13 +100,14 @@ def imagetransfer_site(tmp_path, images: bytes, **values: str):
     (b"a.img 600\na.img 700\n#\na.img\n", {}, "images:2: image 'a.img' was given 600 MB on an earlier line"),
     (b"a.img 600\n#\n\xff\xfe\n", {}, "images:3: not UTF-8 text"),
     (b"a.img 600\n" + b"x" * 100_000, {}, "images:2: a line longer than"),
+    (b"".join(b"i%d 1\n" % k for k in range(100_001)) + b"#\ni0\n", {}, "images:100001: more than 100,000 distinct"),
     (b"a.img 600\n#\na.img\n", {"diskimage_cache_size": "0"}, "diskimage-cache-size: '0' must be positive"),
     (b"a.img 600\n#\na.img\n", {"diskimage_cache_size": "-4096"}, "diskimage-cache-size: '-4096' must be positive"),
     (b"a.img 600\n#\na.img\n", {"imagetransfer_bandwidth": "0"}, "imagetransfer-bandwidth: '0' must be positive"),
     (b"a.img 600\n#\na.img\n", {"imagetransfer_bandwidth": "1e3"}, "imagetransfer-bandwidth: '1e3' is not a whole"),
     (b"a.img 600\n#\na.img\n", {"transfer_mechanism": "broadcast"}, "transfer-mechanism"),
 ], ids=["unknown-image", "no-size", "three-fields", "negative", "zero", "over-32-bits", "superscript",
-        "arabic-indic", "two-sizes", "not-utf8", "huge-line", "cache-0", "cache-negative", "bandwidth-0",
+        "arabic-indic", "two-sizes", "not-utf8", "huge-line", "too-many-images", "cache-0", "cache-negative", "bandwidth-0",
         "bandwidth-exponent", "mechanism"])
 def test_bad_image_files_and_transfer_options_are_one_line_from_the_cli(cli, tmp_path, images, values, message):
     proc = cli("simulate", "-c", imagetransfer_site(tmp_path, images, **values), "-q")

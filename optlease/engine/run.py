@@ -43,6 +43,7 @@ def load_workload(cfg: Config, tracefile: str | None = None,
 
 
 MAX_IMAGEFILE_LINE = 4096      # bytes: a line holds an image name and maybe a size; a longer one is not an image file
+MAX_IMAGE_NAMES = 100_000      # distinct images in the first part: a repository's catalogue, not a memory sink
 
 
 def read_imagefile(path: Path, wanted: int | None = None) -> list[DiskImage]:
@@ -75,6 +76,8 @@ def read_imagefile(path: Path, wanted: int | None = None) -> list[DiskImage]:
                     name, size = _image_line(text, where)
                     if sizes.get(name, size) != size:
                         raise InputError(f"image {name!r} was given {sizes[name]} MB on an earlier line", where)
+                    if name not in sizes and len(sizes) >= MAX_IMAGE_NAMES:
+                        raise InputError(f"more than {MAX_IMAGE_NAMES:,} distinct images", where)
                     sizes[name] = size
                 elif text not in sizes:
                     raise InputError(f"image {text!r} has no size in the first part of the file", where)
