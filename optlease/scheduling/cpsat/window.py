@@ -2,8 +2,8 @@
 
 A round of the simulator or the daemon enacts only what starts before the next solved round; every start planned
 later is planned again by that round. So the search is spent where it decides something: the tails the hint starts
-within `window` seconds of now, the head of the line (`LINE_HEAD`), every tail the hint does not place, every
-suspension and every AR or immediate lease to admit are free; every other tail is *held* where the hint puts it: its start fixed, its presence
+within `window` seconds of now, where the round may suspend running leases the head of the line (`LINE_HEAD`),
+every tail the hint does not place, every suspension and every AR or immediate lease to admit are free; every other tail is *held* where the hint puts it: its start fixed, its presence
 fixed, and, where the round cannot pool its nodes (cpsat.pools: the tails ask more than one VM demand), its
 nodes fixed too. A held tail still holds its capacity in the model, so a free one can only go where the hint's
 later starts leave room; the plan found is a plan of the whole round, costed by the whole round's objective.
@@ -21,19 +21,22 @@ from optlease.scheduling.cpsat.prepare import Role, RoundData
 from optlease.scheduling.snapshot import Outcome, Plan
 
 
-# the first tails of Smith's line (run over weight, the order the hint books in) are free wherever the hint starts
-# them: they are the ones a suspension, or a hole the hint's line left, would start first
+# where the round may suspend running leases, the first tails of Smith's line (run over weight, the order the hint
+# books in) are free wherever the hint starts them: a suspension frees room sooner than the hint assumed, and they
+# are the ones it would start first
 LINE_HEAD = 16
 
 
 def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, int]:
-    """The round with every tail the hint starts after `now + window` held at the hint, except the head of the
-    line; and how many were held."""
+    """The round with every tail the hint starts after `now + window` held at the hint, except, where the round
+    may suspend, the head of the line; and how many were held."""
     got = hint.by_id
     tails = [j for j in data.jobs if j.has_tail]
     named = len({tuple(sorted(vm.items())) for j in tails for vm in j.demand}) > 1   # no pool can form
+    suspends = any(j.role is Role.SUSPENDABLE for j in tails)
     head = {j.id for j in sorted((j for j in tails if j.best_effort),
-                                 key=lambda j: (j.remaining / max(1, j.weight), j.id))[:LINE_HEAD]}
+                                 key=lambda j: (j.remaining / max(1, j.weight), j.id))[:LINE_HEAD]} \
+        if suspends else set()
     jobs, held, used = [], 0, set()
     for job in data.jobs:
         p = got.get(job.id)
