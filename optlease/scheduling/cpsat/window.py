@@ -43,7 +43,8 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
         if not (job.has_tail and job.role is Role.START and not job.optional and job.fixed_start is None
                 and job.id not in head
                 and p is not None and p.outcome is Outcome.ACCEPTED and p.start is not None
-                and data.now + window < p.start <= data.horizon and len(p.nodes) == job.numvms
+                and max(data.now + window + 1, job.earliest) <= p.start <= data.horizon
+                and len(p.nodes) == job.numvms
                 and all(n in c for n, c in zip(p.nodes, job.candidates))):
             jobs.append(job)
             continue
