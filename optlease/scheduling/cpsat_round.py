@@ -35,6 +35,8 @@ S = LeaseState
 NEIGHBOURHOOD = 16
 # the least simulated time between two solved rounds: the greedy pass keeps the plan up to date in between
 INTERVAL = 1800
+# the search moves the tails the hint starts within this many seconds and holds the later ones (cpsat.window)
+WINDOW = INTERVAL
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         # (cpsat.window); an admission may move any booking to make room
         self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=1, seed=0, presolve=False,
                                     linearization_level=0, disjunctive_in_cumulative=False,
-                                    work_limit=opts.solver_work_limit, weights=opts.weights, window=INTERVAL)
+                                    work_limit=opts.solver_work_limit, weights=opts.weights, window=WINDOW)
         sched.on_refusal = self.admit
         # The greedy pass already took every decision about suspensions for ARs, and admitted the ARs and immediate
         # leases it could (`admit` offers the model those it refused): the round places best-effort starts and
