@@ -6,7 +6,9 @@ Default workload: the Blue Horizon 30days.swf with the work_10-dur_2h-size_1smal
 (instances/blue/blue.conf: 144 nodes, AR preemption, suspension all). `--limit-days N` keeps the requests that arrive
 in the first N days (a quick run); `--modes` picks which schedulers to run. The greedy modes book what leases ask
 for, as Haizea does; cpsat books run-time estimates (`runtime-estimate: user-history`); `--runtime-estimate` sets
-one for every mode.
+one for every mode. `--images vm+reuse` (or `vm+noreuse`) runs the workload in that HPDC'08 VM profile with image
+transfers (scripts/bench_simulate.py's, every request given one of 37 images of 4,096 MB by scripts/make_imagefile.py
+with seed 1) and adds each mode's transfer volume and cache hit rate; the checker then checks the link and caches.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import io
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -72,9 +75,9 @@ def simulate(cfg, opts, site, requests):
     return sim, result, time.perf_counter() - wall
 
 
-def figures(cfg, site, leases, end_time: int, requests: list, wall: float) -> dict:
+def figures(cfg, site, leases, end_time: int, requests: list, wall: float, images=None) -> dict:
     summary = run_summary(site, leases, end_time)
-    violations = check_schedule(schedule_document(site, leases, cfg.get("simulation", "starttime")))
+    violations = check_schedule(schedule_document(site, leases, cfg.get("simulation", "starttime"), images))
     be, ar = summary["best_effort"], summary["ar"]
     return {
         "requests": len(requests),
@@ -115,7 +118,9 @@ def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | Non
     sched = {**overrides, **({k: str(v) for k, v in solver.items()} if overrides.get("mapper") == "cpsat" else {})}
     cfg, opts, site, requests = setup(conf, trace, injection, limit_days, sched)
     sim, result, wall = simulate(cfg, opts, site, requests)
-    out = figures(cfg, result.site, result.leases, result.end_time, requests, wall)
+    out = figures(cfg, result.site, result.leases, result.end_time, requests, wall, result.images)
+    if result.images is not None:
+        out["images"] = result.images.figures()
     out["rounds"] = result.rounds
     hook = sim.stepper.planner
     if hook.name == "greedy":
@@ -184,7 +189,32 @@ def main(argv: list[str] | None = None) -> int:
                     "hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md); default: "
                     "greedy modes book what leases ask for, as Haizea, and cpsat its estimates")
     ap.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here (default: stderr)")
+    ap.add_argument("--images", default=None, choices=["vm+reuse", "vm+noreuse"],
+                    help="run in this HPDC'08 VM profile with image transfers (replaces --conf)")
     args = ap.parse_args(argv)
+    if args.images is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            args.conf = image_profile(Path(tmp), args.images, args.trace, args.injection)
+            return _main(args)
+    return _main(args)
+
+
+def image_profile(folder: Path, profile: str, trace: Path, injection: Path) -> Path:
+    """The HPDC'08 VM profile's configuration with image transfers (scripts/bench_simulate.py), in `folder`."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_simulate import IMAGE_RUNS, VM_PROFILE
+    from make_imagefile import imagefile
+
+    images = folder / "37_uniform.images"
+    images.write_text(imagefile(37, 4096, 10000, seed=1))
+    preparation, reuse = IMAGE_RUNS[f"30days-work10-{profile}"]
+    conf = folder / "images.conf"
+    conf.write_text(VM_PROFILE.format(preparation=preparation, reuse=reuse, trace=trace.resolve(),
+                                      injection=injection.resolve(), imagefile=images))
+    return conf
+
+
+def _main(args) -> int:
     # paths on the command line are the caller's (the configuration resolves its own against its folder)
     injection = None if str(args.injection) == "none" else args.injection.resolve()
     args.trace, args.conf = args.trace.resolve(), args.conf.resolve()

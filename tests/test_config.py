@@ -75,8 +75,6 @@ def test_defaults_are_the_manuals():
                                                                           "positive"], id="negative-rate"),
     pytest.param(conf().replace("suspend-rate: 32", "suspend-rate: fast"), ["[scheduling] suspend-rate",
                                                                            "not a number"], id="nan-rate"),
-    pytest.param(conf("general lease-preparation: imagetransfer\nscheduling mapper: cpsat"),
-                 ["lease-preparation: imagetransfer", "mapper: greedy only"], id="imagetransfer-cpsat"),
     pytest.param(conf() + "[deploy-imagetransfer]\ntransfer-mechanism: broadcast\n",
                  ["[deploy-imagetransfer] transfer-mechanism", "unicast, multicast"], id="bad-transfer-mechanism"),
     pytest.param(conf() + "[deploy-imagetransfer]\ndiskimage-cache-size: -5\n",

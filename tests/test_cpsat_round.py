@@ -351,17 +351,22 @@ def test_random_rounds_are_safe_and_never_worse_than_the_hint(seed: int, nodes: 
 # ---------------------------------------------------------------- the wait guard
 
 def test_wait_guard_keeps_a_long_waiting_lease_ahead_of_a_shorter_one():
-    """On one node, the shortest lease first minimizes the weighted completion time (10 + 40 against 40 + 50), so
-    without a guard the old 40-second lease goes second; its `latest_start` keeps it first."""
+    """On one node, with equal weights (no slowdown weighting), the shortest lease first minimizes the completion
+    time (10 + 40 against 40 + 50), so without a guard the old 40-second lease goes second; its `latest_start` keeps
+    it first. (With slowdown weights over this 60 s look-ahead, leaving the guarded lease past the look-ahead would
+    cost less than starting it first: the guard bounds a start, not a deferral.)"""
+    from optlease.scheduling.snapshot import Weights
+
+    options = replace(OPTIONS, weights=Weights(slowdown=0))
     old = lease(1, BE, Phase.QUEUED, 40, arrival=0)
     young = lease(2, BE, Phase.QUEUED, 10, arrival=0)
-    free = solve_round(RoundSnapshot(0, site(1), (old, young), POLICY), OPTIONS)
+    free = solve_round(RoundSnapshot(0, site(1), (old, young), POLICY), options)
     assert free.of(2).start == 0 and free.of(1).start == 10
     guarded = RoundSnapshot(0, site(1), (replace(old, latest_start=0), young), POLICY)
-    plan = solve_round(guarded, OPTIONS)
+    plan = solve_round(guarded, options)
     check_plan(guarded, plan)
     assert plan.of(1).start == 0 and plan.of(2).start == 40
-    assert plan.stats.status == "OPTIMAL" and plan.stats.objective == plan_cost(prepare(guarded, OPTIONS.weights, 60),
+    assert plan.stats.status == "OPTIMAL" and plan.stats.objective == plan_cost(prepare(guarded, options.weights, 60),
                                                                                 plan)
 
 

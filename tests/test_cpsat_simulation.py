@@ -28,7 +28,7 @@ SCENARIOS = sorted((INSTANCES / "haizea" / "expected").glob("*.conf"))
 
 
 def transfers_images(path) -> bool:
-    """Whether a configuration asks for image transfers, which the cpsat round does not plan yet (refused)."""
+    """Whether a configuration asks for image transfers (the cpsat round plans them: models/cpsat-round.md)."""
     return "lease-preparation: imagetransfer" in path.read_text()
 
 
@@ -46,7 +46,7 @@ def run_conf(path, mapper: str):
                     Policies(opts.policy_admission, opts.policy_preemption, opts.policy_host_selection),
                     EventLog(cfg.get("simulation", "starttime"), "INFO", io.StringIO()))
     result = sim.run()
-    doc = schedule_document(result.site, result.leases, cfg.get("simulation", "starttime"))
+    doc = schedule_document(result.site, result.leases, cfg.get("simulation", "starttime"), result.images)
     return sim, result, doc
 
 
@@ -95,11 +95,20 @@ def test_a_removed_solver_option_is_refused_with_what_replaced_it(cli, tmp_path)
 
 
 @pytest.mark.parametrize("conf", IMAGE_CONFS, ids=lambda p: p.stem)
-def test_a_scenario_with_image_transfers_is_refused_under_cpsat_in_one_line(conf):
-    from optlease.errors import InputError
+def test_every_cpsat_schedule_with_image_transfers_passes_the_checker(conf):
+    """Haizea's scenarios with image transfers under cpsat: the link, the images' arrival before each VM and the
+    caches pass the checker, and every lease ends or is refused."""
+    _, result, doc = run_conf(conf, "cpsat")
+    assert result.images is not None and doc.get("images") is not None
+    assert [str(v) for v in check_schedule(doc)] == []
+    assert all(lease.state in (LeaseState.DONE, LeaseState.REJECTED) for lease in result.leases)
 
-    with pytest.raises(InputError, match="imagetransfer works with \\[scheduling\\] mapper: greedy only"):
-        load_config(conf, overrides={"scheduling": {"mapper": "cpsat"}})
+
+# The Haizea scenarios cpsat decides differently from greedy, each with the test that says what it did and why that
+# is better; on every other scenario the two schedules are the same lease for lease (checked below)
+EXPLAINED = {
+    "preemption_prematureend2": "test_where_cpsat_differs_it_resumes_as_soon_as_the_reservation_frees_its_node",
+}
 
 
 @pytest.mark.parametrize("conf", CONFS, ids=lambda p: p.stem)
@@ -109,12 +118,15 @@ def test_every_cpsat_schedule_passes_the_checker(conf):
     assert all(lease.state in (LeaseState.DONE, LeaseState.REJECTED) for lease in result.leases)
     hook = sim.stepper.planner
     assert isinstance(hook, CpsatRound) and sim.sched.on_refusal == hook.admit
-    assert len(hook.records) == result.rounds, "every round records its statistics"
+    assert len([r for r in hook.records if not r.early]) == result.rounds, "every round records its statistics"
     for record in hook.records:
         assert record.stats.source in ("greedy", "cpsat")
         assert record.changed == 0 or record.stats.source == "cpsat"
     # same ARs accepted as greedy, and never a later completion of all best-effort work on these scenarios
-    _, greedy, _ = run_conf(conf, "greedy")
+    _, greedy, gdoc = run_conf(conf, "greedy")
+    if doc["leases"] != gdoc["leases"]:
+        assert conf.stem in EXPLAINED, "cpsat decides this scenario differently: a test must say what and why"
+        assert EXPLAINED[conf.stem] in globals()
     ours, theirs = (run_summary(r.site, r.leases, r.end_time) for r in (result, greedy))
     assert ours["ar"] == theirs["ar"]
     if theirs["best_effort"]["all_completed_at"] is not None:
@@ -167,7 +179,7 @@ def test_random_cpsat_schedules_are_safe_and_nothing_is_lost(site, reqs, opts):
         assert lease.state in (LeaseState.DONE, LeaseState.REJECTED), (lease.id, lease.state)
         if lease.kind is LeaseKind.BEST_EFFORT and lease.state is LeaseState.REJECTED:
             assert "never fit" in lease.reason
-    assert len(sim.stepper.planner.records) == result.rounds
+    assert len([r for r in sim.stepper.planner.records if not r.early]) == result.rounds
 
 
 def test_a_neighbourhood_limits_the_nodes_a_lease_may_take():
@@ -329,13 +341,14 @@ def assert_safe(sim: Simulator, result, cfg) -> None:
 
 def test_solved_rounds_are_spaced_and_stay_safe():
     """Rounds are solved at most once per INTERVAL of simulated time; the rounds in between keep the greedy plan
-    (SPACED)."""
+    (SPACED), unless a booking the last round made was lost since (an AR displaced it): then the round books it
+    again at once, before the greedy pass starts younger leases in its room."""
     from optlease.scheduling.cpsat_round import INTERVAL
 
     sim, cfg = blue_simulator(1.3)
     result = sim.run()
     records = sim.stepper.planner.records
-    solved = [r.now for r in records if r.stats.num_variables > 0]
+    solved = [r.now for r in records if r.stats.num_variables > 0 and not r.rebooked]
     assert len(solved) >= 2 and any(r.stats.status == "SPACED" for r in records)
     assert all(b - a >= INTERVAL for a, b in zip(solved, solved[1:]))
     assert_safe(sim, result, cfg)
@@ -355,7 +368,8 @@ def test_a_work_limit_gives_a_round_the_same_plan_whatever_its_wall_clock_budget
         opts = SchedulingOptions(backfilling="aggressive", mapper="cpsat", solver_time_limit=budget,
                                  solver_work_limit=0.05)
         r = bench.one_round(500, 250, 0, opts)
-        assert r["source"] == "cpsat" and r["objective"] < r["greedy_objective"]
+        # the solver's plan beats greedy's; what it commits is only what starts now and the head's booking
+        assert r["objective"] < r["greedy_objective"]
         got.append((r["status"], r["objective"], r["replanned"]))
     assert got[0][0] == "FEASIBLE"   # cut by the work limit, not proven optimal
     assert got[0] == got[1]
@@ -429,11 +443,12 @@ def test_the_round_model_admits_an_ar_greedy_refuses_by_moving_a_booking(mapper)
     assert all(x.state is LeaseState.DONE for x in (l1, l2, l3, ar))
 
 
-def test_the_completion_books_long_waiting_leases_in_arrival_order_then_the_shortest_weighted_run_first():
-    """The hint's line: leases that have waited past the wait guard (6 h) keep their place in arrival order; the
-    others go by run time over their weight in the objective (aging: 1 + hours waited; times an hour over the run,
-    the slowdown weight), so a short young lease does not wait behind a long one (Smith's rule for the weighted
-    completion time the round minimizes); ties in arrival order."""
+def test_the_completion_books_the_oldest_lease_first_then_the_shortest_weighted_run_first():
+    """The hint's line: the oldest lease keeps its place at the head (as aggressive backfilling's reservation keeps
+    it); the others go by run time over their weight in the objective (aging: 1 + hours waited; times an hour over
+    the run, the slowdown weight), so a short young lease does not wait behind a long one (Smith's rule for the
+    weighted completion time the round minimizes); ties in arrival order. A long lease that waited long but is not
+    the oldest (1: 7 h, a 10-hour run) goes last: only the head's start is guarded."""
     from types import SimpleNamespace
 
     from optlease.domain.lease import LeaseRequest
@@ -456,11 +471,12 @@ def test_the_completion_books_long_waiting_leases_in_arrival_order_then_the_shor
         hook.sched = SimpleNamespace(opts=options, vm=SimpleNamespace(estimates=RunEstimates(options)))
         return [lease.id for lease in hook._line(now, leases)]
 
-    # 2 and 1 waited past 6 h; then by run / (aging weight x 3,600 / run): 4 (1,800 / 2), 5 (10,800 / 6 x 1/3 -> 2),
-    # 3 (7,200 / 2 x 1/2 -> 1)
-    assert line() == [2, 1, 4, 5, 3]
-    # the plain weighted completion time: 5 (10,800 / 6) and 4 (1,800 / 1) tie, 5 arrived first; then 3 (7,200 / 2)
-    assert line(weights=Weights(slowdown=0)) == [2, 1, 5, 4, 3]
+    # 2 is the oldest; then by run / (aging weight x 3,600 / run): 4 (1,800 / 2), 5 (10,800 / 6 x 1/3 -> 2),
+    # 3 (7,200 / 2 x 1/2 -> 1), 1 (36,000 / 8 x 1/10 -> at least 1)
+    assert line() == [2, 4, 5, 3, 1]
+    # the plain weighted completion time: 5 (10,800 / 6) and 4 (1,800 / 1) tie, 5 arrived first; then 3 (7,200 / 2),
+    # 1 (36,000 / 8)
+    assert line(weights=Weights(slowdown=0)) == [2, 5, 4, 3, 1]
 
 
 VM1 = {"CPU": 100, "Memory": 1024}   # one VM fills a node of the sites below
@@ -524,7 +540,9 @@ def test_an_ar_behind_the_round_booking_of_a_lease_older_than_a_week_is_admitted
     guard, taken from a hint that refused the AR, let lease 3 only keep its start or be deferred past the
     look-ahead, which its weight after a week of waiting made dearer than the AR. The admission's hint is now the
     greedy pass's search for the AR with the round's bookings lifted, then the bookings again in the line's order
-    (lease 3 after the AR, as greedy has it), so the AR is admitted and lease 3 starts when it ends."""
+    (lease 3 after the AR, as greedy has it), so the AR is admitted and lease 3 starts when it ends. Since the round
+    commits only what starts now and the head's booking, lease 3 (not the head: lease 2 is older) stays queued as
+    under greedy, and the greedy pass admits the AR itself: the same schedule, and no offer to the model."""
     from optlease.domain.lease import LeaseRequest
 
     hour, day = 3600, 86400
@@ -537,8 +555,7 @@ def test_an_ar_behind_the_round_booking_of_a_lease_older_than_a_week_is_admitted
     assert leases[4].state is LeaseState.DONE and leases[4].first_start == 8 * day + 2 * hour + 600
     assert [leases[i].first_start for i in (2, 3)] == [8 * day, 8 * day + 2 * hour + 1600]
     if mapper == "cpsat":
-        assert [(a.now, a.lease_id, a.admitted, a.moved) for a in sim.stepper.planner.admissions] == \
-            [(7 * day + hour, 4, True, 1)]
+        assert sim.stepper.planner.admissions == []
 
 
 # Lease 1 (preemptible) runs on a node from 0 s; AR 5 (asked at 100 s) takes that node from 300 s to 900 s and suspends
@@ -547,13 +564,16 @@ SUSPENDED_BY_AN_AR = [(1, LeaseKind.BEST_EFFORT, 0, 1000, {"preemptible": True})
                       (5, LeaseKind.AR, 100, 600, {"start": 300})]
 
 
-def test_where_cpsat_differs_it_resumes_where_the_image_is_and_lets_a_waiting_lease_run():
+def test_the_head_of_the_line_is_never_started_later_than_greedy_starts_it():
     """Two nodes, `migration: yes` at 16 Mbit/s (a 1,024 MB image takes 512 s to copy). Lease 2 holds the other node,
     booked to 1,000 s but done at 300 s, so the AR had to suspend lease 1; lease 4 (600 s) arrives at 300 s.
     Greedy, in arrival order, books lease 1's resume on the freed node — copying its image from 300 s to 812 s —
-    and lease 4 waits for the AR's node until 900 s. The round model lets lease 4 run on the freed node at once and
-    resumes lease 1 where its image is when the AR ends: no copy, lease 4 waits 0 s instead of 600 s, and the
-    bounded slowdown falls; lease 1 finishes 88 s later (the last best-effort completion with it)."""
+    and lease 4 waits for the AR's node until 900 s. Letting lease 4 run at once and resuming lease 1 where its
+    image is when the AR ends (900 s) would cut the mean wait, and the round did so until this version; but lease 1
+    is the head of the line (the oldest lease waiting), and the round never starts the head later than the greedy
+    pass books it, as aggressive backfilling never lets a younger lease delay its head's reservation: on generated
+    workloads the round's delays of the oldest lease were what made its longest waits and bounded slowdowns worse
+    than greedy's (models/cpsat-round.md, *On workloads it was not tuned on*). So cpsat keeps greedy's plan."""
     from optlease.domain.lease import LeaseRequest
 
     reqs = [LeaseRequest(i, kind, arrival, duration, (VM1,), **kw) for i, kind, arrival, duration, kw in
@@ -562,19 +582,11 @@ def test_where_cpsat_differs_it_resumes_where_the_image_is_and_lets_a_waiting_le
     opts = dict(migration="yes", bandwidth=16, policy_preemption="ar-preempts-everything")
     _, greedy, gdoc, theirs = run_requests("2 CPU:100 Memory:1024", reqs, mapper="greedy", **opts)
     sim, ours, doc, mine = run_requests("2 CPU:100 Memory:1024", reqs, mapper="cpsat", **opts)
-    image = reservations(gdoc, 1)[1][3]   # where lease 1 was suspended
     assert [r[:3] for r in reservations(gdoc, 1)[2:4]] == [("migrate", 300, 812), ("resume", 812, 844)]
     assert reservations(gdoc, 4)[0][:2] == ("vm", 900)
-    assert [r[:3] for r in reservations(doc, 1)[2:3]] == [("resume", 900, 932)]
-    assert reservations(doc, 1)[2][3] == image
-    assert reservations(doc, 4)[0][:2] == ("vm", 300) and reservations(doc, 4)[0][3] != image
-    assert (greedy[1].migrations, ours[1].migrations) == (1, 0)
-    g, o = theirs["best_effort"], mine["best_effort"]
-    assert (g["wait_avg"], o["wait_avg"], g["wait_max"], o["wait_max"]) == (200, 0, 600, 0)
-    assert o["bounded_slowdown_avg"] < g["bounded_slowdown_avg"]
-    assert o["all_completed_at"] - g["all_completed_at"] == 88
-    changed = [(r.now, r.changed, r.stats.source) for r in sim.stepper.planner.records if r.changed]
-    assert changed == [(300, 2, "cpsat")]
+    assert reservations(doc, 1) == reservations(gdoc, 1) and reservations(doc, 4) == reservations(gdoc, 4)
+    assert mine["best_effort"] == theirs["best_effort"]
+    assert not any(r.changed for r in sim.stepper.planner.records)
 
 
 def test_where_cpsat_differs_it_copies_an_image_while_the_target_node_is_still_busy():

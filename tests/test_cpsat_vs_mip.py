@@ -9,12 +9,14 @@ from optlease.scheduling.cpsat.objective import plan_cost
 from optlease.scheduling.cpsat.prepare import prepare
 from optlease.scheduling.cpsat.solve import SolveOptions, solve_round
 from optlease.scheduling.mip import solve_rounds_mip
-from optlease.scheduling.snapshot import Preemption, Suspension
+from optlease.scheduling.snapshot import Preemption, Suspension, Weights
 from test_cpsat_round import check_plan, random_round
 
 LOOKAHEAD = 12
 SEEDS = list(range(1000, 1036))   # 36 rounds: 1-3 nodes, 3-7 leases, every policy option drawn at random
-OPTIONS = SolveOptions(workers=2, time_limit=30, lookahead=LOOKAHEAD)
+# a slowdown of 600 s: these leases of a few seconds, all under the 10 s floor, weigh 60 per second of waiting (as
+# a one-minute lease does under the default), so that waiting, preemptions and refusals still trade off here
+OPTIONS = SolveOptions(workers=2, time_limit=30, lookahead=LOOKAHEAD, weights=Weights(slowdown=600))
 
 
 def round_of(seed: int):
@@ -34,8 +36,8 @@ def solved():
     """Every round solved three ways; the MIP and its LP relaxation in one batch (one HiGHS worker)."""
     snaps = [round_of(seed) for seed in SEEDS]
     cpsat = [solve_round(snap, OPTIONS) for snap in snaps]
-    mip = solve_rounds_mip(snaps, lookahead=LOOKAHEAD)
-    lp = solve_rounds_mip(snaps, lookahead=LOOKAHEAD, relax=True)
+    mip = solve_rounds_mip(snaps, OPTIONS.weights, lookahead=LOOKAHEAD)
+    lp = solve_rounds_mip(snaps, OPTIONS.weights, lookahead=LOOKAHEAD, relax=True)
     return dict(zip(SEEDS, zip(snaps, cpsat, mip, lp)))
 
 
@@ -108,7 +110,7 @@ def test_pooled_rounds_agree_with_the_mip() -> None:
     for snap in snaps:
         rm = build_variables(prepare(snap, OPTIONS.weights, LOOKAHEAD))
         assert rm.pools and not rm.vm_to_node and not rm.vms_on_node   # every tail goes to a pool
-    mips = solve_rounds_mip(snaps, lookahead=LOOKAHEAD)
+    mips = solve_rounds_mip(snaps, OPTIONS.weights, lookahead=LOOKAHEAD)
     for snap, mip in zip(snaps, mips):
         plan = solve_round(snap, OPTIONS)
         check_plan(snap, plan)

@@ -189,6 +189,20 @@ def test_missed_suspension_and_resume_are_stepped_late(daemon):
     assert any(line.startswith("lease 1 suspended-scheduled -> resuming") for line in late_lines(d.log()))
 
 
+def test_an_immediate_lease_whose_end_was_missed_ends_late(daemon):
+    d = daemon(nodes=1).start()
+    t0 = d.sim_now()
+    assert d.request("now", "00:00:10", 1) == 1
+    wait_until(lambda: d.states()[1] == "Active", 10, "the immediate lease")
+    d.kill9()
+    sleep_until_sim(d, t0 + 20)                                         # past its end
+    d.start()
+    assert d.states() == {1: "Done"}
+    assert any(line.startswith("lease 1 active -> done") for line in late_lines(d.log())), d.log()[-2000:]
+    assert d.request("now", "00:00:10", 1) == 2                       # its node is free again
+    wait_until(lambda: d.states()[2] == "Active", 10, "the next immediate lease")
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 1 MB tmpfs of the test's own, to fill for real (root only: skipped elsewhere)."""

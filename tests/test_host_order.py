@@ -77,6 +77,46 @@ def test_a_policy_that_does_not_say_idle_nodes_are_alike_is_asked_about_each():
     table = SlotTable(Site.homogeneous(4, SIZES[0]))
     policies = Policies(host_selection="test_host_order.HighestFirst")
     assert not policies.empty_nodes_alike
-    lease = SimpleNamespace(demands={1: (50, 64), 2: (50, 64), 3: (80, 64)}, req=SimpleNamespace(duration=10))
+    lease = SimpleNamespace(demands={1: (50, 64), 2: (50, 64), 3: (80, 64)}, total_demand=(180, 192),
+                            req=SimpleNamespace(duration=10))
     mapping, _, _ = GreedyMapper(table, policies).map(lease, 0, 10, strictend=True)
     assert mapping == {1: 4, 2: 4, 3: 3}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 14), ops, st.integers(0, 80), st.integers(1, 60), st.integers(1, 12),
+       st.sampled_from([(25, 64), (50, 256), (100, 1024), (30, 0)]), st.booleans(), st.booleans())
+def test_runs_of_idle_nodes_place_vms_as_one_node_at_a_time_does(size, steps, start, duration, vms, shape,
+                                                                 strictend, preemptable):
+    """Where all nodes are alike the mapper hands runs of idle nodes a lease's VMs at once: the mapping (and the
+    end it holds until) is the one that trying the nodes one at a time in the same order gives."""
+    table = SlotTable(Site.homogeneous(size, SIZES[0]))
+    policies = Policies(host_selection="greedy")
+    mapper = GreedyMapper(table, policies)
+    booked: list[RR] = []
+    pruned = 0
+    for step in steps:
+        kind, *args = step
+        if kind == "book" and args[0] in table.profiles and args[0] not in table.down:
+            node, begin, length, amount = args
+            rr = RR(SimpleNamespace(id=len(booked)), "vm", begin, begin + length, {1: node},
+                    {node: (min(amount, 100), 64)}, table.next_seq())
+            table.add(rr)
+            booked.append(rr)
+        elif kind == "end" and booked:
+            rr = booked.pop(args[0] % len(booked))
+            pruned = max(pruned, rr.end)
+            table.forget(rr, pruned)
+        elif kind == "prune":
+            pruned = max(pruned, args[0])
+            table.prune(pruned)
+    start = max(start, pruned)
+    demands = dict.fromkeys(range(1, vms + 1), shape)
+    lease = SimpleNamespace(demands=demands, total_demand=tuple(vms * x for x in shape),
+                            req=SimpleNamespace(duration=duration))
+    vnodes = sorted(demands)
+    smallest = None if preemptable else shape
+    one_by_one = list(mapper._hosts(lease, start, smallest))
+    expected = mapper._try(lease, vnodes, demands, one_by_one, start, start + duration, strictend, [])
+    runs = list(mapper._host_runs(lease, start, smallest))
+    assert mapper._try(lease, vnodes, demands, runs, start, start + duration, strictend, []) == expected

@@ -278,6 +278,27 @@ def test_a_schema_2_journal_is_upgraded(tmp_path):
     assert Store(str(path)).load().epoch == 1000
 
 
+def test_a_schema_5_journal_is_upgraded_and_takes_defer_events(tmp_path):
+    """Schema 6 lets the events table hold catch-up's `defer`: a schema-5 file keeps its rows, nodes included."""
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript("""CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema', '5'), ('epoch', '1000');
+        CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, t INTEGER NOT NULL,
+                             kind TEXT NOT NULL CHECK (kind IN ('request', 'cancel', 'step', 'fail', 'requeue',
+                                                                'down', 'up')),
+                             lease_id INTEGER, node INTEGER);
+        INSERT INTO events (t, kind, lease_id, node) VALUES (0, 'step', NULL, NULL), (5, 'down', NULL, 3);""")
+    db.commit()
+    db.close()
+    store = Store(str(path))
+    store.add_event(9, "defer", Lease(LeaseRequest(id=4, kind=LeaseKind.BEST_EFFORT, arrival=0, duration=60,
+                                                    vms=({"CPU": 100},)), {}))
+    assert store.load().events == [(0, "step", None), (5, "down", 3), (9, "defer", 4)]
+    store.close()
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("6",)
+
+
 def test_a_host_never_heard_is_not_taken_down(tmp_path):
     m, hosts = make(tmp_path)
     try:

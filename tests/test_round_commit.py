@@ -72,7 +72,7 @@ def test_the_admission_fallback_sends_the_bookings_in_an_ars_way_back_to_the_que
     ar = request(sched, 4, LeaseKind.AR, 1000, 2, now, start=6000)
     movable = planner._movable(now)
     assert [lease.id for lease in movable] == [3]
-    in_way = planner._make_room(ar, LeasePlan(4, Outcome.ACCEPTED, start=6000, nodes=(1, 2), end=7000), movable)
+    in_way = planner._make_room(ar, LeasePlan(4, Outcome.ACCEPTED, start=6000, nodes=(1, 2), end=7000), movable, now)
     assert [lease.id for lease in in_way] == [3]
     assert three.state is LeaseState.QUEUED and three in sched.queue
     assert ar.state is LeaseState.SCHEDULED and (ar.last_vmrr().start, ar.last_vmrr().end) == (6000, 7000)
@@ -80,6 +80,6 @@ def test_the_admission_fallback_sends_the_bookings_in_an_ars_way_back_to_the_que
     late = request(sched, 5, LeaseKind.AR, 1000, 2, now, start=4000)
     before = [(rr.lease.id, rr.start, rr.end) for rr in sched.table.reservations]
     assert planner._make_room(late, LeasePlan(5, Outcome.ACCEPTED, start=4000, nodes=(1, 2), end=5000),
-                              planner._movable(now)) is None
+                              planner._movable(now), now) is None
     assert late.state is not LeaseState.SCHEDULED
     assert [(rr.lease.id, rr.start, rr.end) for rr in sched.table.reservations] == before

@@ -84,3 +84,9 @@ def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
             assert prof.t or prof is table.empty       # a profile left empty is the shared empty one
         assert not table.empty.t
         assert {n for n in table.nodes if table.profiles[n].t} == table.busy
+        # the nodes holding each profile, which busy nodes are asked about by
+        held: dict[Profile, set] = {}
+        for n, prof in table.profiles.items():
+            if prof is not table.empty:
+                held.setdefault(prof, set()).add(n)
+        assert table.holders == held

@@ -124,7 +124,9 @@ def cpu_in_use(lease_scheduler: Any, now: int, cpu: int, total: int) -> float:
         if lease.state is S.ACTIVE:   # the cheap test first: most leases in the system wait
             vmrr = lease.last_vmrr()
             if vmrr is not None and vmrr.state == "active" and vmrr.start <= now < vmrr.end:
-                used += sum(vector[cpu] for vector in vmrr.demand.values())
+                held = vmrr.total()   # the lease's VMs summed once, not one node at a time
+                if held is not None:
+                    used += held[cpu]
     return used / total if total else 0.0
 
 

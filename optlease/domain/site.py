@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from optlease.errors import InputError
 from optlease.numbers import parse_whole
@@ -45,6 +46,12 @@ class Site:
 
     def capacity(self, node: int) -> dict[str, int]:
         return self.nodes[node - 1]
+
+    @cached_property
+    def largest(self) -> dict[str, int]:
+        """The most of each resource type that one node has: a request for more fits nowhere (computed once, not
+        for every request to a site of 10,000 nodes)."""
+        return {rtype: max(node.get(rtype, 0) for node in self.nodes) for rtype in self.resource_types}
 
     @classmethod
     def homogeneous(cls, numnodes: int, capacity: dict[str, int]) -> "Site":

@@ -24,7 +24,8 @@ import paho.mqtt.client as mqtt
 
 from optlease.enact import fast
 from optlease.enact.agent.broker import Broker, make_client
-from optlease.enact.base import MIGRATE, RESUME, START, STOP, SUSPEND, HostInfo, TaskOutcome, VmTask, parse_vm_name
+from optlease.enact.base import (MIGRATE, RESUME, START, STOP, SUSPEND, HostInfo, Reported, TaskOutcome, VmTask,
+                                 parse_vm_name)
 from optlease.enact.mqtt_events import INBOX, BrokerEvents
 from optlease.enact.mqtt_timers import TICK, Timers
 from optlease.errors import InputError
@@ -119,7 +120,7 @@ class MqttEnactor(BrokerEvents, Timers):
         self.on_outcome: Callable[[], None] | None = None     # called (lock held) when a task has its outcome
         self._outcomes: list[TaskOutcome] = []
         self._hosts: dict[str, HostInfo] = {}
-        self._running: dict[str, tuple[str, str]] = {}
+        self._running = Reported()
         self._inventory: dict[str, str] = {}        # id of a `list vms` under way -> host
         self._failures: dict[tuple, tuple[int, float]] = {}   # a task that failed -> (times in a row, held until)
         self._probes: dict[str, list] = {}          # id of a probe under way -> [host, deadline]
@@ -197,6 +198,11 @@ class MqttEnactor(BrokerEvents, Timers):
         successful tasks since."""
         with self._lock:
             return dict(self._running)
+
+    def running_changes(self) -> set[str]:
+        """The VMs whose report changed since the last call."""
+        with self._lock:
+            return self._running.take_changes()
 
     def request_inventory(self, hosts=None) -> None:
         """Ask hosts (default: every known host) what they run (`task: list vms`, an optlease extension)."""

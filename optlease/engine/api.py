@@ -14,15 +14,15 @@ from xmlrpc.client import Fault
 
 from lxml import etree
 
-from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
+from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.domain.site import Site
 from optlease.engine.api_http import ApiServer
 from optlease.engine.daemon import Manager
 from optlease.engine.grid_state import ce_state, host_states
+from optlease.engine.lease_views import view_of, view_xml
 from optlease.formats.glue_ce import write_ldif, write_xml
 from optlease.errors import InputError
 from optlease.formats import lwf
-from optlease.formats.lease_states import HAIZEA_CODE
 from optlease.formats.sss_write import write_sss
 from optlease.formats.timefmt import format_duration, format_time
 from optlease.numbers import parse_whole
@@ -65,7 +65,7 @@ def parse_lease_xml(xml: str, lease_id: int, arrival: int, origin: datetime, sit
             if rtype not in site.resource_types:
                 raise InputError(f"resource type {rtype!r} is not one the site has "
                                  f"({' '.join(site.resource_types)})")
-            most = max(site.capacity(n).get(rtype, 0) for n in site.node_ids)
+            most = site.largest[rtype]
             if amount > most:
                 raise InputError(f"{rtype} {amount} per node is more than any node has ({most})")
     extra = {k: v for k, v in req.extra.items() if k != "source"}
@@ -97,39 +97,8 @@ def _check_numbers(root, site: Site) -> None:
 
 
 def lease_to_xml(lease, origin: datetime) -> str:
-    """A lease as Haizea's get_leases returns it (its request's <lease> XML with `id` and `state`, Haizea's numeric
-    code), plus optlease's own attributes: `type`, `start-time` (planned or actual start), `end-time`, else
-    `planned-end`."""
-    req = lease.req
-    elem = etree.Element("lease", id=str(req.id), state=str(HAIZEA_CODE[lease.state]),
-                         preemptible="true" if req.preemptible else "false", type=req.kind.label)
-    vmrr = lease.last_vmrr()
-    start = lease.first_start if lease.first_start is not None else (vmrr.start if vmrr is not None else None)
-    if start is not None:
-        elem.set("start-time", format_time(origin, start))
-    if lease.end is not None:
-        elem.set("end-time", format_time(origin, lease.end))
-    elif vmrr is not None and vmrr.state in ("scheduled", "active"):   # where the plan ends it
-        elem.set("planned-end", format_time(origin, vmrr.end))
-    if lease.reason:
-        elem.set("reason", lease.reason)
-    nodes = etree.SubElement(elem, "nodes")
-    for vm in req.vms:
-        ns = etree.SubElement(nodes, "node-set", numnodes="1")
-        for rtype, amount in vm.items():
-            etree.SubElement(ns, "res", type=rtype, amount=str(amount))
-    start_el = etree.SubElement(elem, "start")
-    if req.kind is LeaseKind.AR:
-        etree.SubElement(start_el, "exact", time=format_time(origin, req.start))
-    elif req.kind is LeaseKind.IMMEDIATE:
-        etree.SubElement(start_el, "now")
-    etree.SubElement(elem, "duration", time=format_duration(req.duration))
-    software = etree.SubElement(elem, "software")
-    if req.software is None:
-        etree.SubElement(software, "none")
-    else:
-        etree.SubElement(software, "disk-image", id=req.software.id, size=str(req.software.size))
-    return etree.tostring(elem, encoding="unicode")
+    """A lease as Haizea's get_leases returns it (`optlease.engine.lease_views.view_xml`; manager's lock held)."""
+    return view_xml(view_of(lease), origin)
 
 
 class Api:
@@ -138,18 +107,6 @@ class Api:
     def __init__(self, manager: Manager, address: tuple[str, int] = ("localhost", 0)) -> None:
         self.m = manager
         self.address = address     # where clients reach this API: the GLUE CE's host and gatekeeper port
-        self._xml: dict[int, tuple[tuple, str]] = {}   # lease id -> (what its XML shows, the XML)
-
-    def _lease_xml(self, lease) -> str:
-        """A lease's XML, written again only when what it shows changed (a listing of 100,000 leases rewrites the
-        few that did)."""
-        vmrr = lease.last_vmrr()
-        key = (lease.state, lease.first_start, lease.end, lease.reason,
-               None if vmrr is None else (vmrr.start, vmrr.end, vmrr.state))
-        cached = self._xml.get(lease.id)
-        if cached is None or cached[0] != key:
-            cached = self._xml[lease.id] = (key, lease_to_xml(lease, self.m.origin))
-        return cached[1]
 
     def _dispatch(self, method: str, params: tuple):
         func = getattr(self, method, None) if method in API_METHODS else None
@@ -177,22 +134,24 @@ class Api:
         return 0
 
     def get_leases(self, include_finished: bool = False) -> list[str]:
-        """Leases in the system (Haizea's meaning); `True` adds finished, cancelled and rejected ones."""
-        m = self.m
-        with m.lock:
-            # a copy taken at once: requests being committed meanwhile add to `all` without the manager's lock
-            leases = [lease for lease in list(m.all.values())
-                      if include_finished or lease.state not in (LeaseState.DONE, LeaseState.CANCELLED,
-                                                                 LeaseState.REJECTED, LeaseState.FAILED)]
-            return [self._lease_xml(lease) for lease in sorted(leases, key=lambda lease: lease.id)]
+        """Leases in the system (Haizea's meaning); `True` adds finished, cancelled and rejected ones. Read from
+        the views published after the last commit: the manager's lock is not taken."""
+        views = self.m.views
+        return [views.rendered(view)[0] for view in views.listing(bool(include_finished))]
+
+    def list_leases(self, include_finished: bool = False) -> str:
+        """optlease's `list-leases` table, one lease a line, its columns separated by tabs: what get_leases says,
+        in a fraction of the bytes and of the client's work (a listing of 100,000 leases in well under a
+        second)."""
+        views = self.m.views
+        return "\n".join("\t".join(views.rendered(view)[1]) for view in views.listing(bool(include_finished)))
 
     def get_lease(self, lease_id: int) -> str:
-        m = self.m
-        with m.lock:
-            lease = m.all.get(_lease_id(lease_id))
-            if lease is None:
-                raise InputError(f"no lease {lease_id}")
-            return self._lease_xml(lease)
+        views = self.m.views
+        view = views.get(_lease_id(lease_id))
+        if view is None:
+            raise InputError(f"no lease {lease_id}")
+        return views.rendered(view)[0]
 
     def get_queue(self) -> list[str]:
         m = self.m
@@ -233,7 +192,8 @@ class Api:
 
 # each method and the arguments it takes, as a refusal states them
 API_METHODS = {"create_lease": "one lease XML string", "cancel_lease": "one lease id",
-               "get_leases": "none, or True to include finished leases", "get_lease": "one lease id",
+               "get_leases": "none, or True to include finished leases",
+               "list_leases": "none, or True to include finished leases", "get_lease": "one lease id",
                "get_queue": "none", "get_hosts": "none", "get_hosts_sss": "none",
                "get_glue": "none, or ldif or xml",
                "test_func": "none"}

@@ -38,19 +38,26 @@ class GuardedLock:
 
 
 class Atomic:
-    """The stop-on-error half of the Manager (a mixin: it needs `lock`, `log`, `stopping`, `wake`, `enact_wake`)."""
+    """The stop-on-error half of the Manager (a mixin: it needs `lock`, `log`, `stopping`, `wake`, `enact_wake`,
+    `views`)."""
 
     @contextmanager
     def _atomic(self, what: str):
-        """A change to the scheduler and its journal entry (lock held): both, or the manager stops."""
+        """A change to the scheduler and its journal entry (lock held): both, or the manager stops. Once the
+        outermost change is committed, what it touched is published to the API's readers."""
+        self._depth = getattr(self, "_depth", 0) + 1
         try:
             yield
+            if self._depth == 1:
+                self.views.publish()
         except Stopped:
             raise
         except StoreError as exc:
             self._die(f"{what}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a bug: memory may be ahead of the journal, so stop, never retry
             self._die(f"{what} failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._depth -= 1
 
     def _die(self, why: str) -> None:
         """Stop on an error: refuse every caller from now on, and let `serve` exit with this one line."""

@@ -6,7 +6,7 @@ import time
 
 from optlease.domain.site import Site
 from optlease.enact import base as task
-from optlease.enact.base import HostInfo, TaskOutcome, VmTask
+from optlease.enact.base import HostInfo, Reported, TaskOutcome, VmTask
 from optlease.errors import InputError
 from optlease.formats.config import Config
 
@@ -22,7 +22,7 @@ class SimulatedEnactor:
         names = [site.details[i - 1]["name"] if named else f"simul-{i}" for i in site.node_ids]
         self._hosts = {name: HostInfo(name, dict(site.capacity(i)), True, time.time())
                        for i, name in zip(site.node_ids, names)}
-        self._running: dict[str, tuple[str, str]] = {}
+        self._running = Reported()
         self._outcomes: list[TaskOutcome] = []
         self.started_at: dict[str, float] = {}
         self.submitted = 0
@@ -51,6 +51,9 @@ class SimulatedEnactor:
 
     def running(self) -> dict[str, tuple[str, str]]:
         return dict(self._running)
+
+    def running_changes(self) -> set[str]:
+        return self._running.take_changes()
 
     def close(self) -> None:
         pass

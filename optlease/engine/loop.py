@@ -160,6 +160,29 @@ def requeue(sched: LeaseScheduler, lease: Lease, now: int) -> None:
     sched.enqueue(lease)
 
 
+def defer(sched: LeaseScheduler, lease: Lease, now: int) -> None:
+    """A best-effort lease that a step started, resumed or migrated at an instant the hosts never saw (the daemon
+    was down, in mode fast): nothing of it ran, so it goes back to the queue as it was before that step, and the
+    next round books it again. A fresh lease is queued from scratch; a suspended one stays suspended, its memory
+    images where they are and its progress kept. Not a requeue: it lost nothing, so it is not counted as one."""
+    vmrr = lease.last_vmrr()
+    if vmrr is not None:
+        sched.cancel_vmrr(vmrr, now)
+        lease.vmrrs.pop()
+    # what cancel_vmrr kept of the reservations begun at this instant lasted no time and never happened
+    lease.held = [held for held in lease.held if not held.start == held.end == now]
+    if lease.first_start == now:
+        lease.first_start = None
+    if lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING, S.RESUMING):
+        if lease.state is S.MIGRATING:
+            lease.state = S.SUSPENDED_SCHEDULED
+        lease.set_state(S.SUSPENDED_QUEUED)
+    else:
+        lease.set_state(S.QUEUED)
+    sched.log.info("LSCHED", "Lease #%i did not start: back in the queue." % lease.id)
+    sched.enqueue(lease)
+
+
 def on_node(lease: Lease, node: int) -> bool:
     """Whether a lease holds or will hold the node: a reservation not yet over maps a VM there, or its suspended
     memory image is there."""

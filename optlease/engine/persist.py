@@ -28,8 +28,8 @@ from optlease.errors import InputError
 from optlease.scheduling.records import Lease
 
 # 2: enactment's `fail` and `requeue` events; 3: a node going `down` and coming `up`; 4: the rounds' decisions;
-# 5: checkpoints
-SCHEMA_VERSION = "5"
+# 5: checkpoints; 6: catch-up's `defer` events
+SCHEMA_VERSION = "6"
 TABLES = {"meta", "requests", "events", "leases", "reservations", "decisions", "checkpoints"}
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, arrival INTEGER NOT
                                      xml TEXT);
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, t INTEGER NOT NULL,
                                    kind TEXT NOT NULL CHECK (kind IN ('request', 'cancel', 'step', 'fail',
-                                                                  'requeue', 'down', 'up')),
+                                                                  'requeue', 'defer', 'down', 'up')),
                                    lease_id INTEGER, node INTEGER);
 CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, state TEXT NOT NULL,
                                    accumulated INTEGER NOT NULL, first_start INTEGER, end_time INTEGER,
@@ -150,7 +150,7 @@ class Store:
         row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() if tables else None
         if tables and row is None:
             raise StoreError("not an optlease persistence file (no schema version)", self.path)
-        if row is not None and row[0] not in ("2", "3", "4", SCHEMA_VERSION):
+        if row is not None and row[0] not in ("2", "3", "4", "5", SCHEMA_VERSION):
             raise StoreError(f"persistence file has schema {row[0]}, this optlease writes {SCHEMA_VERSION}",
                              self.path)
         if self.path:
@@ -159,19 +159,19 @@ class Store:
         db.executescript(DDL)
         if row is None:
             db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-        elif row[0] == "2":
-            self._upgrade_from_2()
-        elif row[0] in ("3", "4"):   # 3 -> 4 -> 5: the decisions and checkpoints tables, created above
-            with self._tx():
-                db.execute("UPDATE meta SET value=? WHERE key='schema'", (SCHEMA_VERSION,))
+        elif row[0] != SCHEMA_VERSION:
+            # 4 -> 5 -> 6: the decisions and checkpoints tables (created above) and the `defer` kind; 2 -> 3: the
+            # `down` and `up` kinds and the node column
+            self._upgrade_events("seq, t, kind, lease_id" + (", node" if row[0] != "2" else ""))
 
-    def _upgrade_from_2(self) -> None:
-        """Schema 2 -> 3: the events table learns the `down` and `up` kinds and a node column (same rows)."""
+    def _upgrade_events(self, columns: str) -> None:
+        """The events table rebuilt with the kinds this schema allows (SQLite cannot change a CHECK in place): the
+        same rows."""
         with self._tx():
-            self.db.execute("ALTER TABLE events RENAME TO events_v2")
+            self.db.execute("ALTER TABLE events RENAME TO events_old")
             self.db.execute(DDL[DDL.index("CREATE TABLE IF NOT EXISTS events"):].split(";")[0])
-            self.db.execute("INSERT INTO events (seq, t, kind, lease_id) SELECT seq, t, kind, lease_id FROM events_v2")
-            self.db.execute("DROP TABLE events_v2")
+            self.db.execute(f"INSERT INTO events ({columns}) SELECT {columns} FROM events_old")
+            self.db.execute("DROP TABLE events_old")
             self.db.execute("UPDATE meta SET value=? WHERE key='schema'", (SCHEMA_VERSION,))
 
     # -- reading ----------------------------------------------------------------------------------------------

@@ -62,3 +62,32 @@ class PlanView:
             if later:
                 heapq.heappush(self._due, (min(later), lease_id))
         return changed
+
+
+class ReportIndex:
+    """The VMs the hosts report, host by host, kept up to date from the VMs whose report changed: the reconcile step
+    sees the VMs of the hosts concerned without a walk over every VM of the site."""
+
+    def __init__(self) -> None:
+        self._host: dict[str, str] = {}            # vm -> the host that reports it
+        self._on: dict[str, set[str]] = {}         # host -> the VMs it reports
+
+    def update(self, changed: Iterable[str], running: Mapping[str, tuple[str, str]]) -> None:
+        for vm in changed:
+            old, new = self._host.get(vm), running.get(vm, (None, ""))[0]
+            if old == new:
+                continue
+            if old is not None:
+                self._on[old].discard(vm)
+                del self._host[vm]
+            if new is not None:
+                self._on.setdefault(new, set()).add(vm)
+                self._host[vm] = new
+
+    def on(self, hosts: Iterable[str], running: Mapping[str, tuple[str, str]]):
+        """(vm, (host, state)) for every VM reported on `hosts`."""
+        for host in hosts:
+            for vm in self._on.get(host, ()):
+                where = running.get(vm)
+                if where is not None:
+                    yield vm, where

@@ -8,7 +8,8 @@ Catch-up then steps every instant between the last journaled step and now, in or
 what should have started starts, what should have ended ends, suspensions and resumes happen, each change logged
 with how late it is. An advance reservation or immediate lease whose whole window passed while the daemon was down
 cannot run any more: it fails, with that reason, before the first step. Best-effort leases follow their plan late
-(a lease booked inside the gap runs, as planned, from its planned instant).
+in mode simulated (the daemon is the hosts); in mode fast the hosts did nothing meanwhile, so a missed step that
+starts, resumes or migrates one is taken back (`defer`): the lease is queued as it was and booked again.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from optlease.engine.persist import Journal, StoreError
 from optlease.formats.timefmt import format_duration
 
 S = LeaseState
+UNRUN = (S.ACTIVE, S.RESUMING, S.MIGRATING)     # what a missed step may have begun that hosts had to carry out
 LATE_REAL = 1.0     # a step in the live loop more than this many real seconds late is logged as late
 
 
@@ -102,6 +104,8 @@ class Recovery:
             self._fail(self.all[lease_id], t, journal.reasons.get(lease_id) or "enactment failed")
         elif kind == "requeue":
             self._requeue(self.all[lease_id], t)
+        elif kind == "defer":
+            self._defer(self.all[lease_id], t)
         elif kind == "down":        # lease_id holds the node here
             self.log.now = t
             node_down(self.sched, lease_id, t)
@@ -158,6 +162,22 @@ class Recovery:
             failed += 1
         return failed
 
+    def _defer_unrun(self, t: int, before: dict[int, LeaseState], changed) -> None:
+        """In mode fast, the hosts did nothing while the daemon was down: a best-effort lease that a missed step at t
+        started, resumed or migrated never did. It goes back to the queue as it was (journaled, so that a replay
+        agrees), and the next round books it again: at the latest, the step at now runs it for all its time."""
+        for lease in changed:
+            old = before.get(lease.id)
+            if lease.kind is not LeaseKind.BEST_EFFORT or lease.state not in UNRUN or old in (S.ACTIVE, S.RESUMING) \
+                    or lease.id not in self.sched.leases:
+                continue
+            with self._atomic(f"deferring lease {lease.id}"):
+                self._defer(lease, t)
+                self.store.add_event(t, "defer", lease)
+            self.log.status("RM", f"lease {lease.id} was to be {lease_verb(old)} at {self.log.t(t)} while the lease "
+                                  f"manager was down and the hosts did nothing: {lease.state.value} again, "
+                                  f"{format_duration(self.clock.now() - t)} late")
+
     def _late(self, t: int) -> int | None:
         """How late (simulated seconds) a step at t is, when it is worth saying: more than LATE_REAL late."""
         if time.time() - self.clock.real_time(t) <= LATE_REAL:
@@ -170,3 +190,12 @@ class Recovery:
             if old is not None and old is not lease.state:
                 self.log.status("RM", f"lease {lease.id} {old.value} -> {lease.state.value} at {self.log.t(t)}, "
                                       f"{format_duration(late)} late")
+
+
+def lease_verb(state: LeaseState | None) -> str:
+    """What a step was to do to a lease in that state for it to begin running something."""
+    if state in (S.SUSPENDED_SCHEDULED, S.SUSPENDED_QUEUED):
+        return "resumed or migrated"
+    if state is S.MIGRATING:
+        return "resumed"
+    return "started"

@@ -64,7 +64,7 @@ class Simulator:
                 vectors[key] = self.sched.table.vector(amounts)
             return vectors[key]
 
-        self.leases = [Lease(r, {v: vector(d) for v, d in enumerate(r.vms, start=1)}) for r in self.requests]
+        self.leases = [Lease(r, self._demands(r.vms, vector)) for r in self.requests]
         self.stepper = Stepper(self.sched)
         self.clock = SimulatedClock()
         self.accounting = accounting
@@ -74,6 +74,15 @@ class Simulator:
         # one past the last best-effort request in arrival order: best-effort requests are still to come before it
         self._last_be = max((i + 1 for i, lease in enumerate(self.leases) if lease.kind is LeaseKind.BEST_EFFORT),
                             default=0)
+
+    @staticmethod
+    def _demands(vms, vector) -> dict[int, tuple]:
+        """vnode -> usage vector. The readers give VMs alike one dict: a wide lease's VMs then take one vector
+        in one step, not one lookup per VM."""
+        first = vms[0] if vms else None
+        if all(vm is first for vm in vms):
+            return dict.fromkeys(range(1, len(vms) + 1), vector(first)) if vms else {}
+        return {v: vector(d) for v, d in enumerate(vms, start=1)}
 
     def _done(self, next_arrival: int) -> bool:
         sched = self.sched

@@ -305,9 +305,6 @@ def _check_required(cfg: Config, values: dict[str, dict[str, Any]], path: str) -
         need("scheduling", "backfilling-reservations", " when [scheduling] backfilling is intermediate")
         if cfg.get("scheduling", "backfilling-reservations") <= 0:
             raise InputError("[scheduling] backfilling-reservations must be positive", path)
-    if cfg.get("general", "lease-preparation") == "imagetransfer" and cfg.get("scheduling", "mapper") == "cpsat":
-        raise InputError("[general] lease-preparation: imagetransfer works with [scheduling] mapper: greedy only "
-                         "(the cpsat round does not plan image transfers yet)", path)
     from optlease.accounting.probes import BUILTIN
 
     for probe in cfg.get("accounting", "probes").split():

@@ -6,8 +6,10 @@ The greedy pass runs unchanged and commits its reservations. The round then take
 every reservation that has started, belongs to an AR or immediate lease, or cannot be moved (a migration already
 booked) is a fixed occupancy on its nodes; every best-effort lease that is queued, suspended and waiting for a
 resume, or booked for a start that has not begun is *movable*. The greedy plan of the movable leases is the hint.
-Where CP-SAT's plan costs strictly less by the round objective, the leases whose start or nodes changed lose their
-greedy reservations and get new ones built by the VM scheduler at the solver's start and nodes; each is checked
+Where CP-SAT's plan costs strictly less by the round objective, its decisions for now are committed (the leases it
+starts now, its suspensions, and the oldest lease's booking; the others it plans later stay queued, a rolling
+horizon): the leases whose start or nodes changed lose their greedy reservations and get new ones built by the VM
+scheduler at the solver's start and nodes; each is checked
 against the slot table before anything is committed, and the whole change is undone if one does not fit (the
 greedy plan then stands). Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the
 round may also suspend running preemptible leases at once for waiting ones. Every round records its RoundStats.
@@ -25,6 +27,7 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.records import BOOKED, MIGRATE, RR, SHUTDOWN, SUSPEND, Lease, NotSchedulable
 from optlease.scheduling.round_commit import PlanCommit
 from optlease.scheduling.round_hint import HintCompletion
+from optlease.scheduling.round_images import RoundImages
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
                                           Phase, Plan, Policy, Preemption, RoundSnapshot, RoundStats, Suspension)
 
@@ -49,6 +52,8 @@ class RoundRecord:
     changed: int
     stats: RoundStats
     greedy_objective: int | None = None   # the greedy pass's plan in the same model
+    rebooked: bool = False   # a booking the last round made was lost since: solved however soon (INTERVAL)
+    early: bool = False      # the round before the instant's greedy pass (CpsatRound.plan)
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ class CpsatRound(HintCompletion, PlanCommit):
                                     linearization_level=0, disjunctive_in_cumulative=False,
                                     work_limit=opts.solver_work_limit, weights=opts.weights, window=WINDOW)
         sched.on_refusal = self.admit
+        # disk images (`lease-preparation: imagetransfer`): the link and caches in the model, the commit's transfers
+        self.images = RoundImages(sched) if sched.prep is not None else None
         # The greedy pass already took every decision about suspensions for ARs, and admitted the ARs and immediate
         # leases it could (`admit` offers the model those it refused): the round places best-effort starts and
         # resumes (elsewhere than the images where `migration` allows), from now on, and with `solver-suspend:
@@ -101,37 +108,63 @@ class CpsatRound(HintCompletion, PlanCommit):
 
     # -- the round --------------------------------------------------------------------------------------------
     def plan(self, now: int) -> None:
-        """The greedy pass, then the CP-SAT round over its plan."""
+        """The greedy pass, then the CP-SAT round over its plan. Where a booking the last round made was lost since
+        (`_unbooked`), the round first books again before the greedy pass starts younger leases in its room."""
+        if self._unbooked(self._movable(now)):
+            self.round(now, rebooking=True)
         self.sched.schedule(now)
         self.round(now)
 
-    def round(self, now: int) -> None:
+    def round(self, now: int, rebooking: bool = False) -> None:
         wall = time.perf_counter()   # measured for the record only: no decision reads the clock
         movable = self._movable(now)
-        changed, greedy_cost = 0, None
+        self._images_for(now, movable)
+        changed, greedy_cost, lost = 0, None, self._unbooked(movable)
         if not movable:
             stats = RoundStats("EMPTY", 0, 0.0, 0.0, 0.0, 0, 0, source="greedy")
         elif all(self._greedy_start(lease) == now for lease in movable):
             # every movable lease starts now, its earliest: no plan finishes any of them sooner
             stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
-        elif len(movable) == 1 and self._at_earliest(movable[0], now) and not self._suspendable(now):
+        elif len(movable) == 1 and self._at_earliest(movable[0], now) and not self._suspendable(now) \
+                and (self.images is None or self.images.transfer_start(movable[0]) is None):
             # one lease to place, booked at the earliest time it fits whole, and no running lease the round may
-            # suspend for it: nothing can finish it sooner
+            # suspend for it: nothing can finish it sooner (nor, images managed, save it a transfer of its own)
             stats = RoundStats("GREEDY-OPTIMAL", None, None, 0.0, time.perf_counter() - wall, 0, 0, source="greedy")
         elif self._nothing_new(now, movable):
             # the plan the last round ended with still stands: nothing arrived, moved or ended early since
             stats = RoundStats("UNCHANGED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
-        elif now < self._next_solve:
-            # too soon after the last solved round (INTERVAL): the greedy pass keeps the plan up to date
+        elif now < self._next_solve and not lost and not self._transfer_due(now, movable):
+            # too soon after the last solved round (INTERVAL): the greedy pass keeps the plan up to date (but not
+            # once a booking it made was lost, and a transfer of a movable lease's image about to begin is the
+            # round's last chance to spare it)
             stats = RoundStats("SPACED", None, None, None, time.perf_counter() - wall, 0, 0, source="greedy")
         else:
             stats, changed, greedy_cost = self._solve(now, movable)
             self._next_solve = now + INTERVAL
-        self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost))
+        self.records.append(RoundRecord(now, len(movable), changed, stats, greedy_cost, lost or rebooking, rebooking))
         self._announced = {lease.id: lease.last_vmrr().seq for lease in self.sched.leases.values()
                            if lease.state in BOOKED and lease.last_vmrr() is not None}
         after = self._movable(now)
         self._seen = ({lease.id: self._booking(lease) for lease in after}, self._fixed(now, after))
+
+    def _unbooked(self, movable: list[Lease]) -> bool:
+        """Whether a lease the last round booked has lost its booking since (the greedy pass re-booked the future
+        after a premature end, or an AR displaced it, and it did not fit again): the round's plan no longer holds
+        and the greedy pass, which books no more than its backfilling limit ahead, does not keep it up to date."""
+        if self._seen is None:
+            return False
+        seen = self._seen[0]
+        return any(seen.get(lease.id) is not None and self._booking(lease) is None for lease in movable)
+
+    def _transfer_due(self, now: int, movable: list[Lease]) -> bool:
+        """Whether a movable lease's own image transfer begins now: once begun, it is a commitment."""
+        return self.images is not None and any(self.images.transfer_start(lease) == now for lease in movable)
+
+    def _images_for(self, now: int, movable: list[Lease]) -> None:
+        """The round's movable leases own their transfers (the model places them again)."""
+        if self.images is not None:
+            self.images.exclude = {lease.id for lease in movable}
+            self.images.start_hint(now)
 
     def _at_earliest(self, lease: Lease, now: int) -> bool:
         """Whether a booked lease starts where the VM scheduler finds its earliest whole fit without its booking."""
@@ -204,6 +237,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         if stats.objective is None or not stats.objective < greedy_cost:   # strictly better, or greedy stands
             return replace(stats, source="greedy"), 0, greedy_cost
         got, before = plan.by_id, greedy.by_id
+        got = self._now_only(now, movable, got)
         moves = [lease for lease in movable if _differs(got[lease.id], before[lease.id])]
         stops = [lease for lease in running if got[lease.id].suspend_at is not None]
         if not moves and not stops:
@@ -213,10 +247,22 @@ class CpsatRound(HintCompletion, PlanCommit):
                 greedy_cost
         return stats, len(moves) + len(stops), greedy_cost
 
+    @staticmethod
+    def _now_only(now: int, movable: list[Lease], got: dict[int, LeasePlan]) -> dict[int, LeasePlan]:
+        """The part of a round's plan that is committed: the starts it makes now, and the booking of the oldest
+        lease (its place in line); every other lease it plans later stays queued."""
+        head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
+        out = dict(got)
+        for lease in movable:
+            p = got[lease.id]
+            if lease is not head and p.outcome is Outcome.ACCEPTED and p.start is not None and p.start > now:
+                out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="planned for later: stays queued")
+        return out
+
     # -- admission ------------------------------------------------------------------------------------------
     def admit(self, lease: Lease, now: int) -> bool:
         """Let the round model decide an AR or immediate lease the greedy pass refused (`LeaseScheduler.on_refusal`):
-        the round as it stands, every best-effort booking not begun movable (within its wait guard), for an AR the
+        the round as it stands, every best-effort booking not begun movable (the oldest within its guard), for an AR the
         running leases greedy could preempt for it as leases the model may suspend before its start, the lease as
         new. Booked, with the bookings the model moves and the suspensions it makes, where the model accepts it;
         all or nothing (models/cpsat-round.md, step 6)."""
@@ -224,6 +270,7 @@ class CpsatRound(HintCompletion, PlanCommit):
 
         sched = self.sched
         movable, running = self._movable(now), self._preemptible_for(lease)
+        self._images_for(now, movable)
         if not movable and not running:
             return False   # nothing the model may move or suspend: the greedy pass's refusal stands
         # the hint: the greedy pass's search for the lease with the round's bookings lifted, the movable leases
@@ -235,7 +282,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         policy = self.policy if not running else replace(
             self.policy, suspension=Suspension(sched.opts.suspension), preemption=Preemption.AR_PREEMPTS_EVERYTHING,
             suspend_for_waiting=False)
-        snap = RoundSnapshot(now, snap.site, tuple(leases), policy)
+        snap = RoundSnapshot(now, snap.site, tuple(leases), policy, snap.link)
         refused = LeasePlan(lease.id, Outcome.REJECTED, reason="refused by the greedy pass")
         greedy, hint = Plan((*greedy.leases, refused)), Plan((*hint.leases, tried or refused))
         data = prepare(snap, self.options.weights, self.options.lookahead)
@@ -249,7 +296,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         if accepted and not admitted and tried is not None:
             # the model admits it but its plan did not fit the slot table (the snapshot over-approximates): the
             # lease goes where the greedy pass's search put it, and the bookings in its way back to the queue
-            in_way = self._make_room(lease, tried, movable)
+            in_way = self._make_room(lease, tried, movable, now)
             admitted, moves, stops = in_way is not None, in_way or [], []
         self.admissions.append(Admission(now, lease.id, admitted, len(moves) if admitted else 0, plan.stats,
                                          len(stops) if admitted else 0))
@@ -281,7 +328,8 @@ class CpsatRound(HintCompletion, PlanCommit):
                 # so is one that resumes elsewhere where the round may not (migration: no)
                 if all(rr.state == "scheduled" and rr.kind != SUSPEND and (moves or rr.kind != MIGRATE)
                        and rr.start >= now for rr in rrs) \
-                        and (moves or lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping):
+                        and (moves or lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping) \
+                        and (self.images is None or self.images.movable(lease)):
                     out.append(lease)
         out.sort(key=lambda lease: (lease.req.arrival, lease.id))
         return out
@@ -342,24 +390,32 @@ class CpsatRound(HintCompletion, PlanCommit):
             greedy.append(as_is)
             hint.append(as_is)
         if completed is None:
+            if self.images is not None:
+                self.images.start_hint(now)
             completed = self._complete(now, movable)
         plain = self._plain_nodes(now, movable, runs, leases)
+        head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
             filled = completed.get(lease.id, plan)
-            guard = self._latest_start(lease, filled, now)
+            guard = self._latest_start(lease, filled, lease is head, now)
             if guard is not None:
                 snap = replace(snap, latest_start=guard)
             if extra > 0 and lease.numnodes + extra < len(ranked):
                 # a neighbourhood: the nodes that free up first, and the nodes the plans and the image use
                 near = {*ranked[:lease.numnodes + extra], *plan.nodes, *filled.nodes, *snap.nodes}
+                if self.images is not None:   # and nodes whose cache holds its image
+                    near.update(self.images.near(lease, now))
                 if not snap.nodes:   # a fresh start may take any plain node too: the model pools them
                     near.update(plain)
                 snap = replace(snap, allowed_nodes=tuple(sorted(near)))
             leases.append(snap)
             greedy.append(plan)
             hint.append(filled)
-        return RoundSnapshot(now, sched.site, tuple(leases), self.policy), Plan(tuple(greedy)), Plan(tuple(hint))
+        link = self.images.link(now, movable, {snap.id: snap.allowed_nodes for snap in leases}) \
+            if self.images is not None else None
+        return RoundSnapshot(now, sched.site, tuple(leases), self.policy, link), Plan(tuple(greedy)), \
+            Plan(tuple(hint))
 
     def _plain_nodes(self, now: int, movable: list[Lease], runs: list[LeaseSnapshot],
                      fixed: list[LeaseSnapshot]) -> set[int]:
@@ -371,6 +427,12 @@ class CpsatRound(HintCompletion, PlanCommit):
             return set()
         named = {n for snap in fixed if snap.phase is not Phase.RUNNING for n in snap.planned_nodes}
         named.update(n for snap in runs for n in snap.nodes)
+        if self.images is not None:   # nodes a movable lease's image reaches without a transfer of its own
+            for lease in movable:
+                if self.sched.prep.needs(lease) and not lease.is_suspended():
+                    named.update(self.images.near(lease, now))
+                    if self.sched.prep.opts.mechanism == "unicast":
+                        named.update(self.images.ready(lease, now)[0])
         for lease in movable:
             if lease.image_nodes:
                 named.update(lease.image_nodes.values())
@@ -445,7 +507,8 @@ class CpsatRound(HintCompletion, PlanCommit):
         if lease.state in BOOKED:
             vmrr = lease.last_vmrr()
             start, nodes = self._greedy_start(lease), tuple(vmrr.mapping[v] for v in vnodes)
-            plan = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes, end=start + ov.resume + run)
+            plan = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes, end=start + ov.resume + run,
+                             transfer_start=self.images.transfer_start(lease) if self.images is not None else None)
             if self._announced.get(lease.id) == vmrr.seq:   # booked by an earlier round: keep it stable
                 kw.update(planned_start=start, planned_nodes=nodes)
         phase = Phase.SUSPENDED if resuming else Phase.RESERVED if "planned_start" in kw else Phase.QUEUED
@@ -463,4 +526,4 @@ def _differs(a: LeasePlan, b: LeasePlan) -> bool:
     placed_b = b.outcome is Outcome.ACCEPTED and b.start is not None
     if placed_a != placed_b:
         return True
-    return placed_a and (a.start != b.start or tuple(a.nodes) != tuple(b.nodes))
+    return placed_a and (a.start != b.start or tuple(a.nodes) != tuple(b.nodes) or a.transfer_start != b.transfer_start)

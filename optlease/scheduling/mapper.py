@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from bisect import bisect_left
 
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import Lease
@@ -27,7 +28,7 @@ class GreedyMapper:
         vnodes = sorted(demands)
         smallest = None if allow_preemption else min(demands.values())
         if onlynodes is None and self.policies.empty_nodes_alike:
-            pnodes = Cached(self._hosts(lease, start, smallest))
+            pnodes = Cached(self._host_runs(lease, start, smallest))
         else:
             candidates = table.nodes if onlynodes is None else [n for n in table.nodes if n in onlynodes]
             if smallest is not None:
@@ -38,25 +39,56 @@ class GreedyMapper:
             preemptable = self.policies.sort_preemptees(lease, table.leases_between(start, end), start)
         preempting: list[Lease] = []
         while True:
-            mapping, maxend = self._try(lease, vnodes, demands, pnodes, start, end, strictend, preempting)
-            if mapping is not None:
-                return mapping, maxend, preempting
+            # With a strict end, the VMs need the whole of their usage free on the site as a whole over the window
+            # (beside what the leases assumed gone leave): where it is not, no walk over the nodes can place them.
+            if not strictend or self._room_without(preempting, start, end, lease.total_demand):
+                mapping, maxend = self._try(lease, vnodes, demands, pnodes, start, end, strictend, preempting)
+                if mapping is not None:
+                    return mapping, maxend, preempting
             if not preemptable:
                 return None, None, None
             preempting.append(preemptable.pop(0))
+
+    def _room_without(self, leases: list[Lease], start: int, end: int, need) -> bool:
+        """Whether the site as a whole has `need` free over [start, end) once the given leases' reservations are
+        gone (a necessary condition for a placement; always true with nodes out of planning, whose usage the
+        site-wide profile still counts)."""
+        table = self.table
+        if table.down or need is None:
+            return True
+        total = table.total
+        if leases:
+            ids = {lease.id for lease in leases}
+            total = total.copy()
+            for rr in table.reservations:
+                if rr.lease.id in ids and rr.demand and rr.end > start:
+                    total.add(rr.start, rr.end, rr.total(), -1)
+        return total.fits_between(start, end, need, table.total_cap)
 
     def _hosts(self, lease: Lease, start: int, smallest):
         """The nodes in the host policy's order (where `smallest` fits at start; None: all), as `sort_hosts` gives
         them, but lazily and with no work per idle node: idle nodes all score alike, so they come in node order
         wherever their score falls among the busy nodes' (equal scores keep node order)."""
+        for item in self._host_runs(lease, start, smallest):
+            if type(item) is list:
+                yield from item
+            else:
+                yield item
+
+    def _host_runs(self, lease: Lease, start: int, smallest):
+        """`_hosts`, with idle nodes that come one after another given as lists (runs) where the site's nodes are
+        all alike: every node of a run has the empty profile and the same capacity, so it takes as many VMs as
+        the first (GreedyMapper._try places them at once)."""
         table, policies = self.table, self.policies
-        # the busy nodes in any order: sorting by (score, node order) below fixes theirs
-        busy = table.busy
-        if smallest is not None:
-            busy = table.nodes_with_room(smallest, start, busy)
-        rank = table.rank
+        groups = table.busy_groups(smallest, start)
+        if groups is not None:
+            yield from self._runs(policies.keyed_groups(groups, start, lease, table), lease, start, smallest)
+            return
+        # the busy nodes in any order: sorting by (score, node order) fixes theirs
+        busy = table.busy if smallest is None else table.nodes_with_room(smallest, start, table.busy)
         ranked = policies.ranked_hosts(busy, start, lease, table)
         ranked.sort()
+        rank = table.rank
         idle = table.idle_nodes(smallest)
         first = next(idle, None)
         if first is None:
@@ -71,6 +103,53 @@ class GreedyMapper:
         for *_, n in heapq.merge(ranked, idle_ranked):
             yield n
 
+    def _runs(self, keyed: dict, lease: Lease, start: int, smallest):
+        """`_host_runs` on a site whose nodes are all alike and in planning: the busy nodes (`keyed`: -score ->
+        collections of nodes, Policies.keyed_groups) by score, in node order within a score, each score's nodes
+        put in order only when the walk comes to them, with the idle ones merged in as runs where their one score
+        falls."""
+        table = self.table
+        cap = table.one_cap
+        ranks = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
+        node_ids, rank = table.site.node_ids, table.rank
+        keys = sorted(keyed)
+
+        def in_order(key: float) -> list[int]:
+            return sorted(itertools.chain.from_iterable(map(rank.__getitem__, c) for c in keyed[key]))
+
+        if not ranks:
+            for key in keys:
+                yield from map(node_ids.__getitem__, in_order(key))
+            return
+
+        def runs(lo: int, hi: int):
+            # idle ranks[lo:hi] as node lists, in chunks that double: a lease takes a few idle nodes or many
+            size = 16
+            while lo < hi:
+                top = min(hi, lo + size)
+                yield list(map(node_ids.__getitem__, ranks[lo:top]))
+                lo, size = top, 2 * size
+
+        if not keys:
+            yield from runs(0, len(ranks))
+            return
+        idle_key = -self.policies.score_hosts([node_ids[ranks[0]]], start, lease, table)[0][0]
+        i, lo = 0, 0
+        while i < len(keys) and keys[i] < idle_key:     # busy nodes that score higher than idle ones
+            yield from map(node_ids.__getitem__, in_order(keys[i]))
+            i += 1
+        if i < len(keys) and keys[i] == idle_key:       # busy nodes that score as idle ones: by node order
+            for r in in_order(keys[i]):
+                hi = bisect_left(ranks, r, lo)
+                yield from runs(lo, hi)
+                yield node_ids[r]
+                lo = hi
+            i += 1
+        yield from runs(lo, len(ranks))
+        while i < len(keys):                             # busy nodes that score lower
+            yield from map(node_ids.__getitem__, in_order(keys[i]))
+            i += 1
+
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):
         table = self.table
         mapping: dict[int, int] = {}
@@ -79,29 +158,59 @@ class GreedyMapper:
         cur = vnodes[0]
         # fit tests already answered, by profile: nodes alike share one (SlotTable._change)
         answers: dict[tuple, bool] = {}
-        for pnode in pnodes:
-            prof = table.usage_of(preempting, pnode, start) if preempting else table.profiles[pnode]
-            cap = table.caps[pnode]
-            need = demands[cur]
-            while True:
-                key = (prof, need, maxend, cap)
-                fit = answers.get(key)
-                if fit is None:
-                    fit = answers[key] = prof.fits_between(start, maxend, need, cap)
-                if fit:
-                    mapping[cur] = pnode
-                    pos += 1
-                    if pos == len(vnodes):
-                        return mapping, maxend
-                    cur = vnodes[pos]
-                    need = vadd(need, demands[cur])
+        # the nodes where the leases assumed gone hold anything: elsewhere a node's usage from `start` on is its
+        # profile's
+        gone = table.nodes_of(preempting) if preempting else ()
+        profiles = table.profiles
+        # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
+        shape = demands[cur] if not preempting and all(d == demands[cur] for d in demands.values()) else None
+        for item in pnodes:
+            if type(item) is not list:
+                run = (item,)
+            elif shape is None:
+                run = item
+            else:
+                # Each idle node of the run takes as many VMs as fit on an empty node (`per`): one by one, the
+                # next VM fails there (usage never changes on an empty node, so no earlier end would help).
+                cap = table.caps[item[0]]
+                per = min((c // d for c, d in zip(cap, shape) if d > 0), default=len(vnodes))
+                if per == 0:
                     continue
-                if strictend:
-                    break
-                latest = prof.first_exceeding(start, need, cap)
-                if latest <= start or latest == INF:
-                    break
-                maxend = latest
+                left = len(vnodes) - pos
+                took = item[:-(-left // per)]
+                if per == 1:
+                    mapping.update(zip(vnodes[pos:pos + len(took)], took))
+                else:
+                    mapping.update(zip(vnodes[pos:], itertools.chain.from_iterable(
+                        itertools.repeat(n, per) for n in took)))
+                pos += min(left, per * len(took))
+                if pos == len(vnodes):
+                    return mapping, maxend
+                cur = vnodes[pos]
+                continue
+            for pnode in run:
+                prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
+                cap = table.caps[pnode]
+                need = demands[cur]
+                while True:
+                    key = (prof, need, maxend, cap)
+                    fit = answers.get(key)
+                    if fit is None:
+                        fit = answers[key] = prof.fits_between(start, maxend, need, cap)
+                    if fit:
+                        mapping[cur] = pnode
+                        pos += 1
+                        if pos == len(vnodes):
+                            return mapping, maxend
+                        cur = vnodes[pos]
+                        need = vadd(need, demands[cur])
+                        continue
+                    if strictend:
+                        break
+                    latest = prof.first_exceeding(start, need, cap)
+                    if latest <= start or latest == INF:
+                        break
+                    maxend = latest
         return None, None
 
     def map_fixed(self, lease: Lease, mapping: dict[int, int], start: int, end: int, strictend: bool):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from optlease.errors import InputError
 from optlease.scheduling.leasesched import LeaseScheduler
 
 
@@ -46,8 +45,4 @@ PLANNERS: dict[str, Callable[[LeaseScheduler], Planner]] = {"greedy": GreedyPlan
 
 def make_planner(name: str, sched: LeaseScheduler) -> Planner:
     """The planner registered under `name` for this scheduler (the configuration has checked the name)."""
-    if name == "cpsat" and sched.prep is not None:
-        # the configuration refuses it too; this guards runs whose options are built in code
-        raise InputError("[scheduling] mapper: cpsat does not plan image transfers yet: use mapper: greedy with "
-                         "[general] lease-preparation: imagetransfer")
     return PLANNERS[name](sched)

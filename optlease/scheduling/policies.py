@@ -85,6 +85,43 @@ class GreedyHosts:
             stable = (change - time) / lease.req.duration
         return 0.5 * few_leases + 0.25 * 1.0 + 0.25 * stable
 
+    def _leases_at(self, rrs, time: int) -> int:
+        """How many leases (at most HORIZON) have a reservation among `rrs` at `time`: most often one lease (its VM
+        and its shutdown)."""
+        first, in_node = None, 0
+        for rr in rrs:
+            if rr.start <= time < rr.end:
+                if first is None:
+                    first, in_node = rr.lease, 1
+                elif rr.lease is not first:
+                    return min(len({rr.lease.id for rr in rrs if rr.start <= time < rr.end}), self.HORIZON)
+        return in_node
+
+    def score_groups(self, groups, time: int, lease: Lease, table: SlotTable) -> dict[float, list]:
+        """-score -> the collections of nodes that score so, for the nodes of (profile, nodes) groups, as `score`
+        gives them: the profile's next change is looked up once, and the leases there counted once for the nodes
+        whose reservations are the same (nodes that share a profile most often hold the same ones)."""
+        horizon, duration = self.HORIZON, lease.req.duration
+        by_node = table.by_node
+        out: dict[float, list] = {}
+        for prof, nodes in groups:
+            pt = prof.t
+            i = bisect_right(pt, time)
+            if i == len(pt) or pt[i] - time >= duration:
+                stable = 1.0
+            else:
+                stable = (pt[i] - time) / duration
+            ref = by_node[next(iter(nodes))]
+            if len(nodes) > 1 and not all(map(ref.__eq__, map(by_node.__getitem__, nodes))):
+                for score, node in self.score_many(nodes, time, lease, table):
+                    out.setdefault(-score, []).append((node,))
+                continue
+            in_node = self._leases_at(ref, time) if ref else 0
+            few_leases = 1 - in_node / horizon
+            score = 0.5 * few_leases + 0.25 * 1.0 + 0.25 * stable
+            out.setdefault(-score, []).append(nodes)
+        return out
+
     def score_many(self, nodes, time: int, lease: Lease, table: SlotTable, ranked: bool = False) -> list[tuple]:
         """(score, node) for each node, as `score` gives it, with its lookups inlined: the mapper scores every busy
         node with room at each placement. `ranked`: (-score, the node's rank in the site, node) instead."""
@@ -98,15 +135,8 @@ class GreedyHosts:
             elif len(rrs) == 1:
                 rr = next(iter(rrs))
                 in_node = 1 if rr.start <= time < rr.end else 0
-            else:   # leases with a reservation there at `time`: most often one lease (its VM and its shutdown)
-                first, in_node = None, 0
-                for rr in rrs:
-                    if rr.start <= time < rr.end:
-                        if first is None:
-                            first, in_node = rr.lease, 1
-                        elif rr.lease is not first:
-                            in_node = min(len({rr.lease.id for rr in rrs if rr.start <= time < rr.end}), horizon)
-                            break
+            else:
+                in_node = self._leases_at(rrs, time)
             few_leases = 1 - in_node / horizon
             pt = profiles[node].t
             i = bisect_right(pt, time)
@@ -149,6 +179,16 @@ class Policies:
             return self.hosts.score_many(nodes, time, lease, table)
         score = self.hosts.score
         return [(score(n, time, lease, table), n) for n in nodes]
+
+    def keyed_groups(self, groups, time: int, lease: Lease, table: SlotTable) -> dict[float, list]:
+        """The nodes of (profile, nodes) groups (SlotTable.busy_groups) by -score: -score -> collections of
+        nodes."""
+        if type(self.hosts) is GreedyHosts:
+            return self.hosts.score_groups(groups, time, lease, table)
+        out: dict[float, list] = {}
+        for score, node in self.score_hosts([n for _, nodes in groups for n in nodes], time, lease, table):
+            out.setdefault(-score, []).append((node,))
+        return out
 
     def ranked_hosts(self, nodes, time: int, lease: Lease, table: SlotTable) -> list[tuple[float, int, int]]:
         """(-score, rank in the site, node) for each node: sorted, the host policy's order (equal scores in node

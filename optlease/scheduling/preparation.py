@@ -307,6 +307,17 @@ class ImageTransfers:
         self.sources.pop(lease.id, None)
         self._unpin(lease)
 
+    def reinstate(self, t: Transfer, state: str) -> None:
+        """Put back a transfer `release` took off the link (a CP-SAT round's commit undone), in `state`."""
+        t.state = state
+        insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
+        self._gaps.clear()
+        self._firsts.clear()
+        if state == "scheduled":
+            self.open.setdefault(t.image, []).append(t)
+        self.table.add(t)
+        self._changed(t.image)
+
     def started(self, lease: Lease) -> None:
         """The lease's VMs started: they run from their own copies, so the cached images they came from are free
         to be evicted again. The booking counts toward the caches' hit rate (one that is given up does not)."""

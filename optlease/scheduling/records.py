@@ -1,6 +1,7 @@
 """Runtime records of one run: resource reservations (RRs) and the scheduler's bookkeeping of each lease."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -107,8 +108,10 @@ class Lease:
     @cached_property
     def total_demand(self) -> tuple:
         """The usage of all its VMs together (its demands never change: computed once)."""
+        # counted by shape: a wide lease's VMs most often ask alike, and integer sums do not depend on the order
         total = None
-        for d in self.demands.values():
+        for d, n in Counter(self.demands.values()).items():
+            d = tuple(x * n for x in d)
             total = d if total is None else tuple(x + y for x, y in zip(total, d))
         return total
 

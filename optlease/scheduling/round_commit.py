@@ -20,6 +20,8 @@ class PlanCommit:
         (an AR or immediate lease the model admitted, with its plan) and re-plan `moves` as the solver says; all or
         nothing (False: the greedy plan is left as it was). A suspended lease goes back to the queue when its
         suspension is over, and its resume is booked then."""
+        if self.images is not None:
+            self.images.begin_commit(plan, moves)
         stopped = []
         for lease in stops:
             undo = self._suspend(lease, plan[lease.id].suspend_at, now)
@@ -30,14 +32,15 @@ class PlanCommit:
             stopped.append((lease.last_vmrr(), undo))
         withdrawn = [(lease, self._withdraw(lease)) for lease in moves]
         placed: list[Lease] = []
-        ok = new is None or self._book_new(*new)
-        order = sorted(moves, key=lambda l: (plan[l.id].start if plan[l.id].start is not None else 0, l.id))
+        ok = new is None or self._book_new(*new, now)
+        # a lease that rides on another's image transfer is booked after it: by when each needs the link, else starts
+        order = sorted(moves, key=lambda l: (_first_need(plan[l.id]), l.id))
         for lease in order if ok else []:
             p = plan[lease.id]
             if p.outcome is not Outcome.ACCEPTED or p.start is None:
                 continue   # deferred: it stays in the queue
             vmrr = self._build(lease, p, now)
-            if vmrr is None:
+            if vmrr is None or (self.images is not None and not self.images.book(lease, vmrr, p.transfer_start, now)):
                 ok = False
                 break
             self._commit(lease, vmrr, now)
@@ -63,11 +66,13 @@ class PlanCommit:
             self.sched.unsuspend(vmrr, saved)
         return False
 
-    def _make_room(self, lease: Lease, p: LeasePlan, movable: list[Lease]) -> list[Lease] | None:
+    def _make_room(self, lease: Lease, p: LeasePlan, movable: list[Lease], now: int) -> list[Lease] | None:
         """Book a new lease at `p` (found with the round's bookings lifted, `_rebook`), sending the movable
         bookings on its nodes during its run back to the queue, as Haizea's queued leases wait behind an AR; the
         leases sent back, or None (nothing changed) where it does not fit so."""
         nodes, end = set(p.nodes), p.end + oh.shutdown_time(lease, self.sched.opts)
+        if self.images is not None:
+            self.images.begin_commit()
         in_way = []
         for other in movable:
             if other.state in BOOKED:
@@ -76,16 +81,18 @@ class PlanCommit:
                        for rr in (*vmrr.pre, vmrr, *vmrr.post)):
                     in_way.append(other)
         withdrawn = [(other, self._withdraw(other)) for other in in_way]
-        if self._book_new(lease, p):
+        if self._book_new(lease, p, now):
             return in_way
         for other, saved in reversed(withdrawn):
             self._restore(other, saved)
         return None
 
-    def _book_new(self, lease: Lease, p: LeasePlan) -> bool:
+    def _book_new(self, lease: Lease, p: LeasePlan, now: int) -> bool:
         """Book an admitted AR or immediate lease where the plan says, if it fits the slot table as it stands."""
         vmrr = self.sched.vm.whole_run(lease, p.start, {v: n for v, n in zip(sorted(lease.demands), p.nodes)})
         if not self._fits((vmrr, *vmrr.post)):
+            return False
+        if self.images is not None and not self.images.book_new(lease, vmrr, now):
             return False
         for rr in (vmrr, *vmrr.post):
             self.sched.table.add(rr)
@@ -147,7 +154,8 @@ class PlanCommit:
         sched = self.sched
         if lease in sched.queue:
             sched.queue.remove(lease)
-        # as the greedy pass counts them: a best-effort reservation for later than now
+        # as the greedy pass counts them: a best-effort reservation for later than now (only the oldest lease's, as
+        # a round commits: aggressive backfilling's one reservation), which a premature end books again sooner
         vmrr.backfill = vmrr.begin() > now
         if vmrr.backfill:
             sched.vm.future_count += 1
@@ -163,6 +171,8 @@ class PlanCommit:
         """Take a lease's booked (not started) reservation out and put it back in the queue."""
         sched = self.sched
         saved = sched.take_out(lease)
+        if self.images is not None:   # its transfers and cache pins are given back too
+            self.images.withdraw(lease)
         if saved.vmrr is not None:
             lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_SCHEDULED else S.QUEUED)
             sched.enqueue(lease)
@@ -173,6 +183,8 @@ class PlanCommit:
         if saved.vmrr is not None and lease in self.sched.queue:
             self.sched.queue.remove(lease)
         self.sched.put_back(lease, saved)
+        if self.images is not None:
+            self.images.restore(lease)
 
     def _fits(self, rrs) -> bool:
         """Whether reservations not on the slot table fit on their nodes as it stands. A reservation of no length
@@ -183,3 +195,9 @@ class PlanCommit:
         return all(table.profiles[pnode].fits_between(rr.start, rr.end, d, table.caps[pnode])
                    for rr in rrs if rr.end > rr.start for pnode, d in rr.demand.items())
 
+
+def _first_need(p: LeasePlan) -> int:
+    """When a plan first needs anything: its own image transfer, else its start."""
+    if p.transfer_start is not None:
+        return p.transfer_start
+    return p.start if p.start is not None else 0

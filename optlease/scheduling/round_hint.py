@@ -1,5 +1,5 @@
 """The hint of a CP-SAT round: the greedy plan completed by booking every movable lease in the line's order at its
-earliest fit (conservative backfilling, tried on the slot table and taken out again), and the wait guard."""
+earliest fit (conservative backfilling, tried on the slot table and taken out again), and the head's guard."""
 from __future__ import annotations
 
 from optlease.scheduling import overheads as oh
@@ -7,21 +7,21 @@ from optlease.scheduling.cpsat.prepare import wait_weight
 from optlease.scheduling.records import BOOKED, RR, WAITING, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
-# The wait guard (models/cpsat-round.md, step 3): a lease that has waited this long keeps its place in the hint's
-# line, and the solver never starts it later than the hint does; a quarter of a day, so that reordering for shorter
-# leases, which the objective's slowdown weights favour, never turns into starving a long one
-WAIT_GUARD = 6 * 3600
 
 
 class HintCompletion:
     """The hint half of CpsatRound (a mixin: it needs `self.sched`, `self.policy` and `_expected`)."""
 
-    def _latest_start(self, lease: Lease, hint: LeasePlan, now: int) -> int | None:
-        """The wait guard: the solver may push a lease back past its hinted start only while its start stays within
-        `WAIT_GUARD` of its arrival, so that reordering for shorter leases never makes a long wait longer."""
-        if hint.outcome is not Outcome.ACCEPTED or hint.start is None:
-            return None
-        return max(hint.start, lease.req.arrival + WAIT_GUARD)
+    def _latest_start(self, lease: Lease, hint: LeasePlan, head: bool, now: int) -> int | None:
+        """The head's guard (models/cpsat-round.md, step 3): the oldest movable lease never starts later than the hint
+        books it, as aggressive backfilling never lets a younger lease delay the reservation of the head of its
+        queue; the others have no bound, so that the round may reorder them for the objective. A wait bound of a
+        fixed length (6 h until this version) held a lease in arrival order whatever its size, and the round's
+        plans became conservative backfilling of every lease that had waited that long (models/cpsat-round.md,
+        *On workloads it was not tuned on*)."""
+        if not head or hint.outcome is not Outcome.ACCEPTED or hint.start is None or now <= lease.req.arrival:
+            return None   # a lease in its arrival round has waited for nothing yet: the round may place it freely
+        return hint.start
 
     def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
         """The hint's bookings: from the oldest lease the greedy pass left queued on, every movable lease booked in
@@ -50,6 +50,8 @@ class HintCompletion:
                      for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
         log, quiet = sched.log, sched.log.info_on
         log.info_on = False
+        if self.images is not None:   # the link as the completion books it: the transfers of the leases kept
+            self.images.start_hint(now, {lease.id for lease in rebook})
         for rr in withdrawn:
             sched.table.remove(rr)
         try:
@@ -73,6 +75,8 @@ class HintCompletion:
                 for rr in (*vmrr.pre, vmrr, *vmrr.post):
                     sched.table.add(rr)
                     added.append(rr)
+                if self.images is not None:
+                    self.images.hint_booked(lease, vmrr, now)
                 start = vmrr.begin()
                 nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
                 out[lease.id] = LeasePlan(lease.id, Outcome.ACCEPTED, start=start, nodes=nodes, end=vmrr.end)
@@ -85,15 +89,13 @@ class HintCompletion:
         return out, first
 
     def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
-        """The order the completion books leases in: those that have waited past `WAIT_GUARD` first, in arrival
-        order (the place in line the guard keeps); then the others by run time over their weight in the round's
-        objective, shortest first (Smith's rule for the weighted completion time the round minimizes); the run is
-        what a booking holds: what the lease has left, or its run-time estimate (scheduling.estimate)."""
+        """The order the completion books leases in: the oldest first (the head, whose place the guard keeps); then
+        the others by run time over their weight in the round's objective, shortest first (Smith's rule for the
+        weighted completion time the round minimizes; ties in arrival order); the run is what a booking holds: what
+        the lease has left, or its run-time estimate (scheduling.estimate)."""
         weights = self.sched.opts.weights
-        waited, rest = [], []
-        for lease in leases:
-            (waited if WAIT_GUARD <= now - lease.req.arrival else rest).append(lease)
-        waited.sort(key=lambda lease: (lease.req.arrival, lease.id))
+        ordered = sorted(leases, key=lambda lease: (lease.req.arrival, lease.id))
+        head, rest = ordered[:1], ordered[1:]
         booked_run = self.sched.vm.estimates.booked_run
 
         def smith(lease: Lease) -> float:
@@ -101,15 +103,16 @@ class HintCompletion:
             return run / wait_weight(now, lease.req, weights, self._expected(lease, run))
 
         rest.sort(key=lambda lease: (smith(lease), lease.req.arrival, lease.id))
-        return waited + rest
+        return head + rest
 
     def _asap(self, lease: Lease, now: int) -> RR:
         """The lease's earliest whole booking from now, not added to the slot table: a suspended lease resumes where
         its image is or, where `migration` allows, anywhere once its image is copied, whichever begins first (the
         booking holds no copy: `_build` adds it)."""
         vm = self.sched.vm
-        if not lease.is_suspended():
-            return vm.asap(lease, now, None, True, False, None, strict=True)
+        if not lease.is_suspended():   # from now, or (disk images managed) when its image can be on each node
+            earliest = self.images.earliest(lease, now) if self.images is not None else None
+            return vm.asap(lease, now, earliest, True, False, None, strict=True)
         tries = [(dict(lease.image_nodes), {n: now for n in set(lease.image_nodes.values())})]
         if self.policy.migration is not Migration.NO:
             copy = oh.migration_time(lease, self.sched.opts)

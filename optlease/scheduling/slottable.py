@@ -8,158 +8,16 @@ them cost nothing per node.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from itertools import count
-from operator import add as _add, le as _le, sub as _sub
-from typing import Iterable
+from operator import le as _le, sub as _sub
+from typing import Collection, Iterable
 
 from sortedcontainers import SortedList
 
 from optlease.domain.site import Site
-
-INF = float("inf")
-Vec = tuple[int, ...]
-
-
-def vadd(a: Vec, b: Vec) -> Vec:
-    return tuple(map(_add, a, b))
-
-
-def vsub(a: Vec, b: Vec) -> Vec:
-    return tuple(map(_sub, a, b))
-
-
-def fits(need: Vec, free: Vec) -> bool:
-    return all(map(_le, need, free))
-
-
-class Profile:
-    """Usage over time: `u[i]` holds on [t[i], t[i+1]); zero before t[0] and after the last breakpoint's usage."""
-
-    __slots__ = ("t", "u", "zero", "owners")
-
-    def __init__(self, zero: Vec) -> None:
-        self.t: list[int] = []
-        self.u: list[Vec] = []
-        self.zero = zero
-        self.owners = 0   # in a slot table: how many nodes have this profile (SlotTable._change)
-
-    def copy(self) -> "Profile":
-        other = Profile(self.zero)
-        other.t = self.t[:]
-        other.u = self.u[:]
-        return other
-
-    def add(self, a: int, b: int, d: Vec, sign: int = 1) -> None:
-        if a >= b:
-            return
-        t, u, zero = self.t, self.u, self.zero
-        # Usage booked past every breakpoint (an idle node taking a lease, a booking after the last one): two
-        # breakpoints appended, which is what the general case below gives there.
-        if sign > 0 and d != zero and (not t or (a > t[-1] and u[-1] == zero)):
-            t.append(a)
-            t.append(b)
-            u.append(d)
-            u.append(zero)
-            return
-        # Taking back the last booking of a profile (a future booking cancelled, a node's only lease ending): its
-        # two breakpoints go, and the one before when usage there is what it was before the booking.
-        n = len(t)
-        if sign < 0 and n >= 2 and t[-1] == b and t[-2] == a and u[-1] == zero and u[-2] == d:
-            del t[-1]
-            del u[-1]
-            if (u[-2] if n > 2 else zero) == zero:
-                del t[-1]
-                del u[-1]
-            else:
-                u[-1] = zero
-            return
-        # Breakpoints at a and b (inlined: this is the hottest path of a simulation).
-        i = bisect_left(t, a)
-        if i == len(t) or t[i] != a:
-            t.insert(i, a)
-            u.insert(i, u[i - 1] if i > 0 else zero)
-        j = bisect_left(t, b, i)
-        if j == len(t) or t[j] != b:
-            t.insert(j, b)
-            u.insert(j, u[j - 1])
-        op = _add if sign > 0 else _sub
-        for k in range(i, j):
-            u[k] = tuple(map(op, u[k], d))
-        if j < len(t) and u[j] == u[j - 1]:
-            del t[j]
-            del u[j]
-        if u[i] == (u[i - 1] if i > 0 else zero):
-            del t[i]
-            del u[i]
-
-    def at(self, x: int) -> Vec:
-        i = bisect_right(self.t, x) - 1
-        return self.u[i] if i >= 0 else self.zero
-
-    def next_change(self, x: int) -> int | None:
-        """The first breakpoint after x, or None when usage never changes again."""
-        i = bisect_right(self.t, x)
-        return self.t[i] if i < len(self.t) else None
-
-    def fits_between(self, a: int, b: int, need: Vec, cap: Vec) -> bool:
-        """Whether `need` fits beside the usage at every instant of [a, b)."""
-        t, u = self.t, self.u
-        i = bisect_right(t, a) - 1
-        cur = u[i] if i >= 0 else self.zero
-        if not all(map(_le, map(_add, need, cur), cap)):
-            return False
-        i += 1
-        n_t = len(t)
-        while i < n_t and t[i] < b:
-            if not all(map(_le, map(_add, need, u[i]), cap)):
-                return False
-            i += 1
-        return True
-
-    def earliest_room(self, a: int, length: int, need: Vec, cap: Vec) -> float:
-        """The earliest x >= a such that `need` fits beside the usage over all of [x, x + length) (INF: never).
-        One pass over the breakpoints from a: x is where the current run of segments with room began."""
-        t, u = self.t, self.u
-        n_t = len(t)
-        i = bisect_right(t, a) - 1
-        x = a
-        while True:
-            cur = u[i] if i >= 0 else self.zero
-            nxt = t[i + 1] if i + 1 < n_t else INF
-            if all(map(_le, map(_add, need, cur), cap)):
-                if nxt >= x + length:
-                    return x
-            elif nxt == INF:
-                return INF
-            else:
-                x = nxt
-            i += 1
-
-    def first_exceeding(self, a: int, need: Vec, cap: Vec) -> float:
-        """From a on, the first time at which `need` no longer fits beside the usage (INF if never)."""
-        t, u = self.t, self.u
-        i = bisect_right(t, a) - 1
-        cur = u[i] if i >= 0 else self.zero
-        if not all(map(_le, map(_add, need, cur), cap)):
-            return a
-        i += 1
-        while i < len(t):
-            if not all(map(_le, map(_add, need, u[i]), cap)):
-                return t[i]
-            i += 1
-        return INF
-
-    def prune(self, before: int) -> None:
-        """Forget breakpoints that no query at or after `before` can see."""
-        i = bisect_right(self.t, before) - 1
-        if i > 0:
-            del self.t[:i]
-            del self.u[:i]
-        # A first segment at zero says what holds before it anyway: dropping it leaves an idle node's profile empty.
-        if i >= 0 and self.u[0] == self.zero:
-            del self.t[0]
-            del self.u[0]
+# the profile's vector helpers are part of the slot table's interface: callers import them from here
+from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 
 
 class SlotTable:
@@ -177,6 +35,11 @@ class SlotTable:
         self.empty = Profile(self.zero)
         self.profiles: dict[int, Profile] = dict.fromkeys(self.nodes, self.empty)
         self.empty.owners = len(self.nodes)
+        # the nodes that hold each profile other than `empty`: questions about busy nodes are asked per profile
+        self.holders: dict[Profile, set[int]] = {}
+        caps = set(self.caps.values())
+        # the capacity of every node when all nodes are alike (None: they are not)
+        self.one_cap: Vec | None = next(iter(caps)) if len(caps) == 1 else None
         self.by_node: dict[int, set] = {n: set() for n in self.nodes}
         self.total = Profile(self.zero)
         self.total_cap: Vec = self.zero
@@ -202,21 +65,43 @@ class SlotTable:
         self.changed: set | None = None
         self._seq = count()
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
-        # The nodes in planning whose profile is empty, by capacity (ranks, sorted), and the others (`busy`).
-        self.idle: dict[Vec, SortedList] = {}
+        # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
+        # and gives back runs of them at once), and the others (`busy`).
+        self.idle: dict[Vec, list[int]] = {}
         self.busy: set[int] = set()
         for n in self.nodes:
-            self.idle.setdefault(self.caps[n], SortedList()).add(self.rank[n])
+            self.idle.setdefault(self.caps[n], []).append(self.rank[n])
 
-    def _change(self, node: int, memo: dict, key, change, *args) -> Profile:
-        """Apply `change(profile, *args)` to the node's usage. A profile the node shares is copied first, and the
-        other nodes that shared it and undergo the same change (same `key`, same `memo` for one operation) take
-        the same copy; a profile left empty is `empty`."""
-        prof = self.profiles[node]
-        seen = memo.get((id(prof), key))   # memo holds the old profile: its id is not reused meanwhile
-        if seen is not None:
-            new = seen[1]
-        elif prof.owners == 1 and prof is not self.empty:
+    def _groups(self, keys: dict) -> Iterable[list]:
+        """[profile, key, nodes] for the given nodes (node -> key), grouped by their profile and key: nodes in one
+        group undergo the same change (`key` names it), so it is made once for all of them."""
+        profiles = self.profiles
+        if len(keys) == 1:
+            ((node, key),) = keys.items()
+            return ([profiles[node], key, [node]],)
+        if len(keys) > 1:
+            # most often one group: a lease's VMs ask alike, on nodes that share a profile (idle ones, or the
+            # nodes of one earlier lease)
+            nodes = list(keys)
+            profs = set(map(profiles.__getitem__, nodes))
+            if len(profs) == 1 and len(set(keys.values())) == 1:
+                return ([profs.pop(), keys[nodes[0]], nodes],)
+        groups: dict[tuple, list] = {}
+        for node, key in keys.items():
+            prof = profiles[node]
+            group = groups.get((prof, key))
+            if group is None:
+                groups[(prof, key)] = [prof, key, [node]]
+            else:
+                group[2].append(node)
+        return groups.values()
+
+    def _change(self, prof: Profile, nodes: list[int], change, *args) -> Profile:
+        """Apply `change(profile, *args)` to the usage of nodes that share `prof`. A profile other nodes share too
+        is copied first, one copy for all of these; one only these hold is changed in place; a profile left empty
+        is `empty`."""
+        n = len(nodes)
+        if prof.owners == n and prof is not self.empty:
             change(prof, *args)
             if prof.t:
                 return prof
@@ -226,24 +111,93 @@ class SlotTable:
             change(new, *args)
             if not new.t:
                 new = self.empty
-            memo[(id(prof), key)] = (prof, new)
-        if new is not prof:
-            prof.owners -= 1
-            new.owners += 1
-            self.profiles[node] = new
+        prof.owners -= n
+        new.owners += n
+        holders = self.holders
+        if prof is not self.empty:
+            held = holders[prof]
+            held.difference_update(nodes)
+            if not held:
+                del holders[prof]
+        if new is not self.empty:
+            held = holders.get(new)
+            if held is None:
+                holders[new] = set(nodes)
+            else:
+                held.update(nodes)
+        if n == 1:
+            self.profiles[nodes[0]] = new
+        else:
+            self.profiles.update(dict.fromkeys(nodes, new))
         return new
 
-    def _touch(self, node: int) -> None:
-        """File a node whose profile may have changed among the idle or the busy ones."""
-        if node in self.down:
+    def _file(self, nodes: Collection[int]) -> None:
+        """File nodes whose profiles may have changed among the idle or the busy ones."""
+        busy, profiles = self.busy, self.profiles
+        if len(nodes) == 1:
+            (node,) = nodes
+            if node in self.down:
+                return
+            if profiles[node].t:
+                if node not in busy:
+                    busy.add(node)
+                    self._unidle(self.caps[node], [self.rank[node]])
+            elif node in busy:
+                busy.discard(node)
+                self._reidle(self.caps[node], [self.rank[node]])
             return
-        if self.profiles[node].t:
-            if node not in self.busy:
-                self.idle[self.caps[node]].discard(self.rank[node])
-                self.busy.add(node)
-        elif node in self.busy:
-            self.busy.discard(node)
-            self.idle.setdefault(self.caps[node], SortedList()).add(self.rank[node])
+        fresh = set(nodes).difference(busy)      # (set operations: a wide lease's nodes at once)
+        taken = [n for n in fresh if profiles[n].t] if fresh else fresh
+        freed = busy.intersection(nodes)
+        if freed:
+            freed = [n for n in freed if not profiles[n].t]
+        if self.down:
+            taken = [n for n in taken if n not in self.down]
+        if taken:
+            busy.update(taken)
+            for cap, ranks in self._by_cap(taken):
+                self._unidle(cap, ranks)
+        if freed:
+            busy.difference_update(freed)
+            for cap, ranks in self._by_cap(freed):
+                self._reidle(cap, ranks)
+
+    def _by_cap(self, nodes: list[int]) -> Iterable[tuple[Vec, list[int]]]:
+        """(capacity, ranks) of the given nodes, by capacity."""
+        rank = self.rank
+        if len(self.idle) == 1:   # one capacity on the whole site
+            return ((next(iter(self.idle)), list(map(rank.__getitem__, nodes))),)
+        caps, out = self.caps, {}
+        for n in nodes:
+            out.setdefault(caps[n], []).append(rank[n])
+        return out.items()
+
+    def _unidle(self, cap: Vec, ranks: list[int]) -> None:
+        """Take ranks out of the idle list of their capacity. A wide lease takes a run of idle nodes: one slice."""
+        idle = self.idle[cap]
+        if len(ranks) <= 8:
+            for r in ranks:
+                i = bisect_left(idle, r)
+                if i < len(idle) and idle[i] == r:
+                    del idle[i]
+            return
+        ranks.sort()
+        i = bisect_left(idle, ranks[0])
+        if idle[i:i + len(ranks)] == ranks:
+            del idle[i:i + len(ranks)]
+        else:
+            drop = set(ranks)
+            idle[:] = [r for r in idle if r not in drop]
+
+    def _reidle(self, cap: Vec, ranks: list[int]) -> None:
+        """Give ranks back to the idle list of their capacity."""
+        idle = self.idle.setdefault(cap, [])
+        if len(ranks) <= 8:
+            for r in ranks:
+                insort(idle, r)
+        else:
+            idle.extend(ranks)
+            idle.sort()
 
     def nodes_in_order(self, nodes: Iterable[int]) -> list[int]:
         """The given nodes in node order (the order of `nodes`)."""
@@ -252,8 +206,8 @@ class SlotTable:
     def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
         """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
         node_ids = self.site.node_ids
-        ranks = [iter(r) for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
-        return (node_ids[r] for r in (ranks[0] if len(ranks) == 1 else heapq.merge(*ranks)))
+        ranks = [r for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
+        return map(node_ids.__getitem__, iter(ranks[0]) if len(ranks) == 1 else heapq.merge(*ranks))
 
     def take_down(self, node: int) -> None:
         """Take a node out of planning (idempotent). What it still holds stays in its profile: the caller removes
@@ -263,7 +217,7 @@ class SlotTable:
         if node in self.busy:
             self.busy.discard(node)
         else:
-            self.idle[self.caps[node]].discard(self.rank[node])
+            self._unidle(self.caps[node], [self.rank[node]])
         self.down.add(node)
         self.total_cap = vsub(self.total_cap, self.caps[node])
         self.caps[node] = self.zero
@@ -278,7 +232,7 @@ class SlotTable:
         self.total_cap = vadd(self.total_cap, self.caps[node])
         self.nodes = [n for n in self.site.node_ids if n not in self.down]
         self.busy.add(node)     # filed again (busy or idle) by its profile
-        self._touch(node)
+        self._file((node,))
         self.released += 1      # capacity came back: leases that did not fit may fit now
 
     def vector(self, amounts: dict[str, int]) -> Vec:
@@ -291,18 +245,17 @@ class SlotTable:
         if self.changed is not None:
             self.changed.add(rr.lease)
         self.reservations.add(rr)
-        by_node, busy = self.by_node, self.busy
+        by_node = self.by_node
         start, end = rr.start, rr.end
-        change, add, memo = self._change, Profile.add, {}
-        for pnode, d in rr.demand.items():
-            if start < end:
-                # adding usage empties a profile only where a reservation was taken out after its past was pruned
-                # (what was left of it, below zero, is made up again)
-                if not change(pnode, memo, d, add, start, end, d).t:
-                    self._touch(pnode)
-            by_node[pnode].add(rr)
-            if pnode not in busy:
-                self._touch(pnode)
+        demand = rr.demand
+        if start < end:
+            # (adding usage empties a profile only where a reservation was taken out after its past was pruned:
+            # what was left of it, below zero, is made up again)
+            for prof, d, nodes in self._groups(demand):
+                self._change(prof, nodes, Profile.add, start, end, d)
+        for held in map(by_node.__getitem__, demand):
+            held.add(rr)
+        self._file(demand)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
         if rr.backfill:
@@ -315,13 +268,10 @@ class SlotTable:
 
     def _take_out(self, rr, start: int, end: int) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
-        busy = self.busy
-        change, add, memo = self._change, Profile.add, {}
-        for pnode, d in rr.demand.items():
-            prof = change(pnode, memo, d, add, start, end, d, -1)
-            # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
-            if not prof.t or pnode not in busy:
-                self._touch(pnode)
+        for prof, d, nodes in self._groups(rr.demand):
+            self._change(prof, nodes, Profile.add, start, end, d, -1)
+        # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
+        self._file(rr.demand)
         if rr.demand:
             self.total.add(start, end, rr.total(), -1)
 
@@ -333,13 +283,13 @@ class SlotTable:
             self.changed.add(rr.lease)
         self.reservations.discard(rr)
         self.backfills.discard(rr)
-        by_node, change, memo = self.by_node, self._change, {}
-        for pnode in rr.demand:
-            by_node[pnode].discard(rr)
-            if now is not None:
-                prof = change(pnode, memo, None, Profile.prune, now)
-                if not prof.t:
-                    self._touch(pnode)
+        by_node = self.by_node
+        for held in map(by_node.__getitem__, rr.demand):
+            held.discard(rr)
+        if now is not None:
+            for prof, _, nodes in self._groups(dict.fromkeys(rr.demand)):
+                self._change(prof, nodes, Profile.prune, now)
+            self._file(rr.demand)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
@@ -414,6 +364,24 @@ class SlotTable:
                 append(n)
         return out
 
+    def busy_groups(self, need: Vec | None, t: int) -> list[tuple[Profile, set[int]]] | None:
+        """The busy nodes where `need` fits at instant t (None: all busy nodes), as (profile, the nodes that hold
+        it), in no particular order: asked once per profile. None where the nodes are not all alike or some are
+        out of planning (nodes_with_room then asks node by node)."""
+        cap = self.one_cap
+        if cap is None or self.down:
+            return None
+        if need is None:
+            return list(self.holders.items())
+        limit = tuple(map(_sub, cap, need))
+        out = []
+        for prof, nodes in self.holders.items():
+            pt = prof.t
+            used = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
+            if all(map(_le, used, limit)):
+                out.append((prof, nodes))
+        return out
+
     def free_at(self, node: int, t: int) -> Vec:
         return vsub(self.caps[node], self.profiles[node].at(t))
 
@@ -464,6 +432,11 @@ class SlotTable:
                 seen.setdefault(rr.lease.id, rr.lease)
         return [seen[k] for k in sorted(seen)]
 
+    def nodes_of(self, leases: Iterable) -> set[int]:
+        """The nodes where the given leases' reservations hold anything."""
+        ids = {lease.id for lease in leases}
+        return {n for rr in self.reservations if rr.lease.id in ids for n in rr.demand}
+
     def usage_of(self, leases: Iterable, node: int, a: int) -> Profile:
         """The node's usage from a on, as if the given leases' reservations were not there (for preemption)."""
         ids = {lease.id for lease in leases}
@@ -474,8 +447,8 @@ class SlotTable:
         return prof
 
     def prune(self, before: int) -> None:
-        memo: dict = {}
-        for node in list(self.busy):
-            self._change(node, memo, None, Profile.prune, before)
-            self._touch(node)
+        busy = list(self.busy)
+        for prof, _, nodes in self._groups(dict.fromkeys(busy)):
+            self._change(prof, nodes, Profile.prune, before)
+        self._file(busy)
         self.total.prune(before)

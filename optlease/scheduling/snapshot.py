@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.domain.site import Site
@@ -83,6 +84,7 @@ class Weights:
     stability_nodes: int = 1   # per VM moved off its planned node: 0.1 s of waiting
     aging: int = 3600          # every `aging` seconds of waiting add 1 to a best-effort lease's weight
     slowdown: int = 3600       # a best-effort lease's weight counts per this many seconds of its run (0: off)
+    transfer: int = 10         # per second the link carries a lease's own image transfer: 1 s of waiting
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class LeaseSnapshot:
     planned_nodes: tuple[int, ...] = ()
     pinned: bool = False           # RESERVED only: the round may not move it (start and nodes stay as planned)
     release: int | None = None     # not before this time (offline optimization: the lease's arrival)
-    latest_start: int | None = None   # best-effort: if placed, started by this time (a caller's wait guard)
+    latest_start: int | None = None   # best-effort: if placed, started by this time (a caller's guard)
     allowed_nodes: tuple[int, ...] = ()   # the nodes its VMs may (re)start on (empty: every node); a caller's
                                           # neighbourhood that keeps a round small (not exact: see models/)
     expected_run: int | None = None   # best-effort: the whole run its booking expects (None: the requested
@@ -138,6 +140,7 @@ class RoundSnapshot:
     site: Site
     leases: tuple[LeaseSnapshot, ...]
     policy: Policy = Policy()
+    link: Any = None    # cpsat.transfers.Link under `lease-preparation: imagetransfer`; None: images not managed
 
     def __post_init__(self) -> None:
         ids = [lease.id for lease in self.leases]
@@ -180,6 +183,7 @@ class LeasePlan:
     end: int | None = None
     suspend_at: int | None = None
     migrations: tuple[tuple[int, int, int], ...] = ()   # (vnode, from node, to node)
+    transfer_start: int | None = None   # when its own disk-image transfer begins (lease-preparation: imagetransfer)
 
 
 @dataclass(frozen=True)

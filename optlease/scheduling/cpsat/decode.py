@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Callable
 
 from optlease.domain.lease import LeaseKind
 from optlease.scheduling.cpsat.prepare import Job, Role, RoundData, always
+from optlease.scheduling.cpsat.transfers import decode_transfers
 from optlease.scheduling.snapshot import LeasePlan, Outcome, Plan
 
 if TYPE_CHECKING:   # solver-free at run time: the MIP cross-check decodes with lease_plan in a process without OR-Tools
@@ -78,7 +79,7 @@ def decode(rm: RoundModel, value: Value) -> Plan:
                           for vm, cands in enumerate(job.candidates))
         start = int(value(rm.start[job.id])) if placed else None
         leases.append(lease_plan(job, data, placed, start, nodes, ends[0] if ends else None))
-    return Plan(tuple(leases))
+    return decode_transfers(rm, value, Plan(tuple(leases)))
 
 
 def _pool_nodes(rm: RoundModel, value: Value) -> dict[tuple[int, int], list[int]]:

@@ -50,6 +50,9 @@ class RoundModel:
     # that gives every variable a value is checked at once, where a partial one costs CP-SAT a search to complete
     derived: list[tuple[cp_model.IntVar, Callable]] = field(default_factory=list)
 
+    # lease -> (start of its own image transfer, whether it has one) (cpsat.transfers)
+    transfer_starts: dict[int, tuple] = field(default_factory=dict)
+
     _split: dict = field(default_factory=dict)
 
     def split(self, nodes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:

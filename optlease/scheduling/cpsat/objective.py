@@ -5,6 +5,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from optlease.scheduling.cpsat.prepare import Role, RoundData, always
+from optlease.scheduling.cpsat.transfers import plan_seconds
 from optlease.scheduling.snapshot import LeasePlan, Outcome, Plan, Weights
 
 if TYPE_CHECKING:   # solver-free at run time: plan_cost serves the MIP cross-check too
@@ -13,7 +14,8 @@ if TYPE_CHECKING:   # solver-free at run time: plan_cost serves the MIP cross-ch
     from optlease.scheduling.cpsat.model import RoundModel
 
 Terms = dict
-TERM_NAMES = ("rejected", "wait", "preemptions", "migrations", "overhead", "stability_time", "stability_nodes")
+TERM_NAMES = ("rejected", "wait", "preemptions", "migrations", "overhead", "stability_time", "stability_nodes",
+              "transfer")
 
 
 def add_acceptance(rm: RoundModel) -> Terms:
@@ -135,6 +137,7 @@ def plan_terms(data: RoundData, plan: Plan) -> dict[str, int]:
             continue
         for vm, node in enumerate(planned):
             out["stability_nodes"] += 0 if placed and p.nodes[vm] == node else 1
+    out["transfer"] = plan_seconds(data, plan)
     return out
 
 

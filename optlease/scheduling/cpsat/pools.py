@@ -66,6 +66,8 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
         named.update(j.planned_nodes)
         if j.role is Role.START and _pinned(j):
             named.update(n for c in j.candidates for n in c)
+    if data.link is not None:   # where an image is cached or a booked transfer goes (cpsat.transfers)
+        named.update(data.link.nodes())
     # who may go where, by candidate set (the leases of a round share a few): a resume with its own per-node
     # exclusion cannot share a pooled node's name-free slots
     by_set: dict[tuple[int, ...], list[tuple[int, int]]] = {}

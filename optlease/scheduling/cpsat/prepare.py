@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 from enum import Enum
+from typing import Any
 
 from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.scheduling.snapshot import Admission, Exclusion, LeaseSnapshot, Migration, Phase, RoundSnapshot, \
@@ -92,6 +93,7 @@ class RoundData:
     exclusion_global: bool
     interchangeable: tuple[tuple[int, ...], ...]   # classes of identical untouched nodes, each cut to what can be used
     weights: Weights
+    link: Any = None   # cpsat.transfers.Link: the repository's link and the leases' images (None: not managed)
 
     @property
     def tails(self) -> tuple[Job, ...]:
@@ -119,7 +121,8 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
             else _waiting_job(snap, lease, capacity, weights) for lease in snap.leases]
     # leases released later (offline optimization) push the automatic look-ahead back by the last release
     released = max((l.release - now for l in snap.leases if l.release is not None and l.release > now), default=0)
-    horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs) + released)
+    horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs) + released
+                     + (snap.link.seconds(now) if snap.link is not None else 0))
     classes, dropped = _interchangeable(snap, jobs)
     cache: dict = {}
     jobs = [_with_candidates(j, capacity, dropped, policy.migration, cache) for j in jobs]
@@ -129,7 +132,7 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
             replace(j, role=Role.FIXED) for j in jobs]
     return RoundData(now=now, horizon=horizon, jobs=tuple(jobs), nodes=tuple(site.node_ids), capacity=capacity,
                      resource_types=site.resource_types, exclusion_global=policy.exclusion is Exclusion.GLOBAL,
-                     interchangeable=classes, weights=weights)
+                     interchangeable=classes, weights=weights, link=snap.link)
 
 
 def _common(lease: LeaseSnapshot) -> dict:
@@ -210,7 +213,7 @@ def _migrate(migration: Migration, seconds: int) -> int:
     return 0 if migration is Migration.YES_NOTRANSFER else seconds
 
 
-SLOWDOWN_BOUND = 60   # seconds: runs shorter than this weigh as much as this long a run
+SLOWDOWN_BOUND = 10   # seconds, the bounded slowdown's bound: shorter runs weigh as much as this long a run
 
 
 def wait_weight(now: int, req: LeaseRequest, weights: Weights, run: int | None = None) -> int:
@@ -236,6 +239,8 @@ def _interchangeable(snap: RoundSnapshot, jobs: list[Job]) -> tuple[tuple[tuple[
     """Identical nodes nothing refers to, each class cut to the number of VMs that could land there; and the cut-off
     nodes (any solution using them has a twin using the kept ones instead)."""
     touched = {n for lease in snap.leases for n in (*lease.nodes, *lease.planned_nodes, *lease.allowed_nodes)}
+    if snap.link is not None:   # a node whose cache holds an image, or that a booked transfer reaches, is not alike
+        touched |= snap.link.nodes()
     movable_vms = max(1, sum(j.numvms for j in jobs if j.has_tail))
     classes, dropped = [], set()
     for group in snap.node_classes:

@@ -13,13 +13,14 @@ from optlease.scheduling.cpsat.decode import add_hint, decode, holding_plan
 from optlease.scheduling.cpsat.model import RoundModel, build_variables
 from optlease.scheduling.cpsat.objective import add_acceptance, add_stability, add_waiting, combine, plan_cost
 from optlease.scheduling.cpsat.prepare import RoundData, prepare
+from optlease.scheduling.cpsat.transfers import add_transfers
 from optlease.scheduling.cpsat.window import hold_outside
 from optlease.scheduling.snapshot import Plan, RoundSnapshot, RoundStats, Weights
 
 log = logging.getLogger(__name__)
 
 GROUPS = (add_placement, add_suspensions, add_capacity, add_exclusion, add_symmetry,
-          add_acceptance, add_waiting, add_stability)
+          add_acceptance, add_waiting, add_stability, add_transfers)
 
 
 @dataclass(frozen=True)
