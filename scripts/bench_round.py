@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Round latency of `mapper: cpsat` (JSON on stdout): a site of N identical nodes, every node busy with a running
 best-effort lease of random length, Q best-effort leases queued behind them; one scheduling round (the greedy pass,
-then the CP-SAT round over its plan) timed, several seeds per size. Reports p50/p95 of the CP-SAT round's wall time
-(snapshot, model, solve, commit) and of the solver alone, the gap, and the round objective against greedy's.
+then the CP-SAT round over its plan) timed, several seeds per size. Reports p50/p95 of the round's wall time and CPU
+time (the greedy pass, snapshot, hint, model, solve, commit; CPU time is what a loaded machine does not inflate) and
+of the solver alone, every round's status and gap (of the searched neighbourhood: the tails the hint starts after
+the next solved round are held, cpsat.window), and the round objective against greedy's and the completed hint's.
 
 Sizes (default): 144 nodes / 50 queued, 1,000 / 500, 5,000 / 2,000; `--sizes 144x50,1000x500` picks others;
 `--quick`: the first size only.
@@ -55,15 +57,16 @@ def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> di
                            rng.randint(10, 240) * 60, tuple(dict(VM) for _ in range(vms)))
         sched.request(Lease(req, {v: sched.table.vector(VM) for v in range(1, vms + 1)}), now)
         next_id += 1
-    wall = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     planner.plan(now)
-    wall = time.perf_counter() - wall
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     record = planner.records[-1]
     s = record.stats
-    return {"round_s": wall, "solver_s": s.wall_time, "status": s.status, "source": s.source, "gap": s.gap,
+    return {"round_s": wall, "round_cpu_s": cpu, "solver_s": s.wall_time, "status": s.status, "source": s.source,
+            "gap": s.gap,
             "objective": s.objective, "greedy_objective": record.greedy_objective,
             "completion_objective": s.hint_objective, "replanned": record.changed,
-            "capped": s.capped, "variables": s.num_variables, "constraints": s.num_constraints}
+            "capped": s.capped, "held": s.held, "variables": s.num_variables, "constraints": s.num_constraints}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -91,10 +94,15 @@ def main(argv: list[str] | None = None) -> int:
         out[f"{nodes}-nodes-{queued}-queued"] = {
             "round_p50_s": pct([r["round_s"] for r in runs], 0.5),
             "round_p95_s": pct([r["round_s"] for r in runs], 0.95),
+            "round_cpu_p50_s": pct([r["round_cpu_s"] for r in runs], 0.5),
+            "round_cpu_p95_s": pct([r["round_cpu_s"] for r in runs], 0.95),
             "solver_p50_s": pct([r["solver_s"] for r in runs], 0.5),
             "solver_p95_s": pct([r["solver_s"] for r in runs], 0.95),
             "gap_mean": statistics.mean(gaps) if gaps else None,
-            "statuses": sorted({r["status"] for r in runs}),
+            "statuses": {st: sum(r["status"] == st for r in runs) for st in sorted({r["status"] for r in runs})},
+            "gaps": [r["gap"] for r in runs],
+            "plans_of_the_model": sum(r["source"] == "cpsat" and r["objective"] < r["completion_objective"]
+                                      for r in runs),
             "capped": sum(r["capped"] for r in runs),
             "objective_vs_greedy_mean": statistics.mean(r["objective"] / r["greedy_objective"] for r in runs
                                                         if r["objective"] and r["greedy_objective"]),

@@ -198,6 +198,7 @@ class RoundStats:
     source: str = "cpsat"          # which plan was returned: cpsat, hint, mip
     hint_objective: int | None = None   # the hint's cost in the same model (the greedy plan's, in the simulator)
     capped: bool = False           # the wall-clock safety net stopped the search before its deterministic work limit
+    held: int = 0                  # tails held where the hint puts them (cpsat.window): the search moved the others
 
 
 @dataclass(frozen=True)

@@ -97,15 +97,19 @@ def add_capacity(rm: RoundModel) -> Terms:
         holds = rm.pool_holds[pool.index]
         if not holds:
             continue
-        intervals, demands = [], []
+        # the fixed holds all begin now: what ends at one time is one interval, whichever nodes hold it (the
+        # cumulative counts slots, not nodes), so a pool of 1,000 busy nodes is a staircase of a few hundred steps
+        freed: dict[int, int] = defaultdict(int)
         for node in pool.nodes:
             steps = pool.blocks[node]
             for i, (end, used) in enumerate(steps):
                 after = steps[i + 1][1] if i + 1 < len(steps) else 0
                 if used > after and end > rm.data.now:
-                    intervals.append(rm.model.new_fixed_size_interval_var(rm.data.now, end - rm.data.now,
-                                                                          f"held[node={node},until={end}]"))
-                    demands.append(used - after)
+                    freed[end] += used - after
+        intervals = [rm.model.new_fixed_size_interval_var(rm.data.now, end - rm.data.now,
+                                                          f"held[pool={pool.index},until={end}]")
+                     for end in sorted(freed)]
+        demands = [freed[end] for end in sorted(freed)]
         for interval, count, _, _ in holds:
             intervals.append(interval)
             demands.append(count)

@@ -14,6 +14,7 @@ from optlease.scheduling.cpsat.model import RoundModel, build_variables
 from optlease.scheduling.cpsat.objective import add_acceptance, add_stability, add_waiting, combine, plan_cost
 from optlease.scheduling.cpsat.prepare import RoundData, prepare
 from optlease.scheduling.cpsat.transfers import add_transfers
+from optlease.scheduling.cpsat.window import hold_outside
 from optlease.scheduling.snapshot import Plan, RoundSnapshot, RoundStats, Weights
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class SolveOptions:
     presolve: bool = True           # CP-SAT presolve: it took most of a short round's time on the simulator's rounds
     work_limit: float = 0.0         # > 0: CP-SAT deterministic seconds per search with one worker, so that the same
                                     # round always gets the same plan, on any machine and under any load
+    window: int | None = None       # seconds: tails the hint starts later are held there (cpsat.window); None: all free
 
 
 # the share of its wall-clock cap a search must have used, without reaching its work limit, for the cap to have
@@ -66,11 +68,12 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
         data = prepare(snap, options.weights, options.lookahead)
     if hint is None:   # a round never fails to produce a plan: without a greedy plan, change nothing
         hint = holding_plan(data)
-    rm, objective = build_round(data)
+    search, held = (data, 0) if options.window is None else hold_outside(data, hint, options.window)
+    rm, objective = build_round(search)
     rm.model.minimize(objective)
     add_hint(rm, hint)
     proto = rm.model.proto
-    size = dict(num_variables=len(proto.variables), num_constraints=len(proto.constraints))
+    size = dict(num_variables=len(proto.variables), num_constraints=len(proto.constraints), held=held)
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.max_time_in_seconds = options.time_limit
