@@ -325,10 +325,11 @@ class CpsatRound(HintCompletion, PlanCommit):
                 vmrr = lease.last_vmrr()
                 rrs = (*vmrr.pre, vmrr, *vmrr.post)
                 # a booking that ends in a suspension (before an AR) is not what the round model can state: kept;
-                # so is one that resumes elsewhere where the round may not (migration: no)
+                # so is one that resumes elsewhere where the round may not (migration: no, or a disk image it does not copy)
                 if all(rr.state == "scheduled" and rr.kind != SUSPEND and (moves or rr.kind != MIGRATE)
                        and rr.start >= now for rr in rrs) \
-                        and (moves or lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping) \
+                        and (lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping
+                             or (moves and not self.sched.resumes_in_place(lease))) \
                         and (self.images is None or self.images.movable(lease)):
                     out.append(lease)
         out.sort(key=lambda lease: (lease.req.arrival, lease.id))
@@ -488,7 +489,8 @@ class CpsatRound(HintCompletion, PlanCommit):
                        resume=self._op_time(lease, vmrr.mapping, False),
                        migrate=oh.migration_time(lease, opts, vmrr.mapping), shutdown=oh.shutdown_time(lease, opts))
         nodes = tuple(vmrr.mapping[v] for v in sorted(lease.demands))
-        return LeaseSnapshot(lease.req, Phase.RUNNING, ov, nodes=nodes, left=vmrr.end - now,
+        return LeaseSnapshot(lease.req, Phase.RUNNING, ov, nodes=nodes, stays=self.sched.resumes_in_place(lease),
+                             left=vmrr.end - now,
                              ran=lease.accumulated + now - vmrr.start, since=vmrr.start,
                              expected_run=self._expected(lease, vmrr.end - vmrr.start))
 
@@ -503,6 +505,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         kw: dict = {}
         if resuming:
             kw["nodes"] = tuple(lease.image_nodes[v] for v in vnodes)
+            kw["stays"] = self.sched.resumes_in_place(lease)
         plan = LeasePlan(lease.id, Outcome.DEFERRED, reason="queued by the greedy pass")
         if lease.state in BOOKED:
             vmrr = lease.last_vmrr()

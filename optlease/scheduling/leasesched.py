@@ -198,7 +198,8 @@ class LeaseScheduler(Preemption, Replanning):
                 found = self._ready[ready_key] = (
                     key + (self.prep.version(lease), ways, self.table.ends.bisect_right(first)), (max(now, first), ways))
             return found
-        elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future:
+        elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
+                and not self.resumes_in_place(lease):
             earliest = self._resume_earliest(lease, now)[0]
             first, ways = min(earliest.values()), None
             if first < max(earliest.values()):
@@ -266,7 +267,7 @@ class LeaseScheduler(Preemption, Replanning):
         """A necessary condition for starting now, answered from what is free at this instant (cached in
         `_room` for one pass over the queue, until something is placed)."""
         room = self._room
-        if lease.state in SUSPENDED and self.opts.migration == "no":
+        if lease.state in SUSPENDED and self.resumes_in_place(lease):
             for vnode, pnode in lease.image_nodes.items():
                 if pnode not in room:
                     room[pnode] = self.table.free_at(pnode, now)
@@ -300,7 +301,7 @@ class LeaseScheduler(Preemption, Replanning):
                 # a best-effort or immediate lease starts where and when its image can be there
                 ready = prep.earliest(lease, now)
                 earliest = ready.times
-        elif self.opts.migration == "no":
+        elif self.resumes_in_place(lease):
             fixed = lease.image_nodes
             earliest = {n: now for n in set(fixed.values())}
         else:
@@ -330,6 +331,14 @@ class LeaseScheduler(Preemption, Replanning):
             self.table.add(rr)
         lease.vmrrs.append(vmrr)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
+
+    def resumes_in_place(self, lease: Lease) -> bool:
+        """Whether a suspended lease may resume only on the nodes its images are on, each VM where it was:
+        `migration: no`, or under the CP-SAT mapper a lease whose disk image is managed (`migration: yes`), since
+        only greedy copies disk images (over the repository's link) and a VM resumed elsewhere would find none."""
+        return self.opts.migration == "no" or (
+            self.opts.migration == "yes" and self.opts.mapper != "greedy" and self.prep is not None
+            and self.prep.needs(lease))
 
     def _copies_wait(self, lease: Lease) -> int:
         """Haizea's estimate of the copies a resume elsewhere needs: its memory images, and with images managed

@@ -122,7 +122,7 @@ class PlanCommit:
         remaining, shutdown = sched.vm.estimates.booked_run(lease), oh.shutdown_time(lease, opts)
         mapping = {v: n for v, n in zip(sorted(lease.demands), p.nodes)}
         moved = resuming and mapping != lease.image_nodes
-        if moved and opts.migration == "no":
+        if moved and sched.resumes_in_place(lease):
             return None
         resume = self._op_time(lease, mapping, False) if resuming else 0
         try:

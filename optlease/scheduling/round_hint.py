@@ -114,7 +114,7 @@ class HintCompletion:
             earliest = self.images.earliest(lease, now) if self.images is not None else None
             return vm.asap(lease, now, earliest, True, False, None, strict=True)
         tries = [(dict(lease.image_nodes), {n: now for n in set(lease.image_nodes.values())})]
-        if self.policy.migration is not Migration.NO:
+        if self.policy.migration is not Migration.NO and not self.sched.resumes_in_place(lease):
             copy = oh.migration_time(lease, self.sched.opts)
             tries.append((None, {n: now + copy for n in self.sched.table.nodes}))
         best = None

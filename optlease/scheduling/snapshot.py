@@ -106,6 +106,8 @@ class LeaseSnapshot:
     phase: Phase
     overheads: Overheads = Overheads()
     nodes: tuple[int, ...] = ()
+    stays: bool = False            # RUNNING, SUSPENDED: resumes only on `nodes`, each VM where its images are, whatever
+                                   # the policy's `migration` (a disk image the round does not copy)
     left: int | None = None        # seconds of run still to do (None: the requested duration)
     ran: int = 0                   # seconds run so far
     since: int | None = None       # RUNNING: when it last started or resumed

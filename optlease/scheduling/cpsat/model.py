@@ -150,7 +150,7 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
     elif job.optional:
         rm.present[job.id] = m.new_bool_var(f"accepted[{name}]")
         rm.run_left[job.id] = job.remaining
-    elif job.deferrable:
+    elif job.deferrable or job.earliest > data.horizon:
         rm.present[job.id] = m.new_bool_var(f"placed[{name}]")
         rm.run_left[job.id] = job.remaining
     else:

@@ -39,6 +39,7 @@ class Job:
     suspend: int = 0
     shutdown: int = 0
     origin: tuple[int, ...] = ()      # node of each VM's image (SUSPENDABLE, suspended); () for a first start
+    stays: bool = False               # each VM resumes on its origin only, whatever the policy's `migration`
     candidates: tuple[tuple[int, ...], ...] = ()   # per VM, the nodes it may (re)start on
     suspend_ends: tuple[int, ...] = ()             # SUSPENDABLE: the times a suspension may end at
     free_end: int | None = None       # SUSPENDABLE: the one of them that needs no AR (a suspension begun at once)
@@ -139,7 +140,7 @@ def _common(lease: LeaseSnapshot) -> dict:
     # the request's own VM demands (nothing changes them; copying them cost a 140-VM lease 140 dicts per round)
     return dict(id=lease.id, kind=lease.kind, demand=tuple(lease.request.vms),
                 remaining=lease.remaining, shutdown=lease.overheads.shutdown, suspend=lease.overheads.suspend,
-                allowed=lease.allowed_nodes)
+                allowed=lease.allowed_nodes, stays=lease.stays)
 
 
 def _running_job(snap: RoundSnapshot, lease: LeaseSnapshot, ar_starts: list[int], weights: Weights) -> Job:
@@ -199,7 +200,10 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
         if lease.planned_start is not None:   # announced earlier: it may keep a start inside the interval
             earliest = max(now, min(soonest, lease.planned_start))
         latest = max(lease.latest_start, earliest) if lease.latest_start is not None else None
-        timing = dict(earliest=earliest, deferrable=True, latest=latest,
+        # the head's guard bounds its start: left queued, it would start after the look-ahead, later than the bound,
+        # so a guarded lease is placed (the hint places it within the bound); a round that could defer it to place
+        # younger leases sooner, and then commits only what starts now, could leave nothing booked
+        timing = dict(earliest=earliest, deferrable=latest is None, latest=latest,
                       weight=wait_weight(now, req, weights, lease.expected_run))
     suspended = lease.phase is Phase.SUSPENDED
     return Job(role=Role.START, origin=lease.nodes if suspended else (),
@@ -261,7 +265,7 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
     allowed = frozenset(job.allowed) if job.allowed else None
     per_vm = []
     for vm, demand in enumerate(job.demand):
-        if job.origin and migration is Migration.NO:
+        if job.origin and (migration is Migration.NO or job.stays):
             nodes = (job.origin[vm],)
             per_vm.append(nodes if _fits(demand, capacity[nodes[0]]) else ())
             continue

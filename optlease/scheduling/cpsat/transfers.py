@@ -9,7 +9,8 @@ an optional interval on the link that ends by the lease's start: one image's tim
 feeds all its nodes, as greedy sends it), one per such VM under unicast. The link carries one transfer at a time
 (Haizea's: a transfer takes the whole bandwidth), so the link's cumulative of capacity `bandwidth`, every transfer
 asking all of it, is a no-overlap over the fixed transfers (ARs', those under way, those shared by several leases)
-and the optional ones. Each second of a lease's own transfer costs `Weights.transfer`.
+and the optional ones. Each second of a lease's own transfer costs `Weights.transfer`; a lease left queued pays the
+transfer it will still need (`LeaseImage.deferred_copies`).
 
 The caller (scheduling.round_images) states what the round may not change as `Link`; an AR keeps the transfer the
 greedy pass booked for it. Solver-free at import, like objective.plan_terms which calls `plan_seconds`.
@@ -39,6 +40,15 @@ class LeaseImage:
     everywhere: int | None = None
     booked: int | None = None
     vms: int = 1
+
+    def deferred_copies(self, unicast: bool) -> int:
+        """The copies a lease left queued still needs once it starts, at the least: its image reaches no node
+        without a transfer of its own, so every VM's (one under multicast), unless a cache or a booked transfer may
+        feed it later (0: not counted). Deferring a lease does not spare its transfer; counting it keeps the
+        objective from deferring a lease only to drop its transfer, a deferral that must start over every round."""
+        if self.ready or self.everywhere is not None:
+            return 0
+        return self.vms if unicast else 1
 
     def at(self, node: int | None) -> int | None:
         """When the image is on `node` (None: a pooled node) without the lease's own transfer (None: never)."""
@@ -131,6 +141,8 @@ def add_transfers(rm: RoundModel) -> dict:
         rm.derive(begin, lambda v, job=job: hints.start(v, job))
         rm.transfer_starts[job.id] = (begin, need)
         seconds.append(img.copy * copies)
+        if not always(present):   # left queued, it still needs its transfer later
+            seconds.append(img.copy * img.deferred_copies(data.link.unicast) * (1 - present))
         jobs.append((job, img, need, end, copies))
     share = _add_sharing(rm, jobs, hints) if data.link.share else {}
     for job, img, need, _, copies in jobs:
@@ -202,8 +214,12 @@ def plan_seconds(data: RoundData, plan: Plan) -> int:
     got, total, placed = plan.by_id, 0, []
     for job in data.tails:
         img, p = fed(job, data), got.get(job.id)
-        if img is not None and p is not None and p.outcome is Outcome.ACCEPTED and p.start is not None:
+        if img is None:
+            continue
+        if p is not None and p.outcome is Outcome.ACCEPTED and p.start is not None:
             placed.append((p.start, job.id, job, img, p))
+        else:   # left queued: the transfer it still needs (as add_transfers counts it)
+            total += img.copy * img.deferred_copies(data.link.unicast)
     sent: set[str] = set()
     for start, _, job, img, p in sorted(placed, key=lambda x: (x[0], x[1])):
         k = own_copies(job, img, start, p.nodes, data.link.unicast)
