@@ -35,6 +35,9 @@ COUNTS = {
     "suite/synthetic/s05-32n-load95.lwf": (245, 29), "suite/synthetic/s06-64n-load70.lwf": (266, 50),
     "suite/synthetic/s07-24n-hetero.lwf": (268, 41), "suite/synthetic/s08-32n-gpu.lwf": (289, 67),
     "suite/synthetic/s09-48n-hetero.lwf": (273, 26), "suite/synthetic/s10-64n-hetero.lwf": (75, 8),
+    "suite/tuning/t01-10n-load75.lwf": (120, 18), "suite/tuning/t02-20n-load90.lwf": (241, 27),
+    "suite/tuning/t03-40n-load80.lwf": (336, 64), "suite/tuning/t04-64n-load85.lwf": (272, 41),
+    "suite/tuning/t05-28n-hetero.lwf": (152, 21), "suite/tuning/t06-40n-hetero.lwf": (208, 36),
 }
 SIZES = {"1small": (1, 24), "2medium": (25, 48), "3large": (49, 72)}
 
