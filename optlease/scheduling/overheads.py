@@ -7,7 +7,6 @@ block, and each block is charged `enactment-overhead` per VM in it. With global 
 from __future__ import annotations
 
 import math
-from typing import Iterable
 
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.records import Lease
@@ -149,11 +148,15 @@ def migration_estimate(lease: Lease, opts: SchedulingOptions) -> int:
     return sum(transfer_time(per_node[pnode], opts) for pnode in lease.image_nodes.values())
 
 
-def copy_rounds(copies: Iterable[tuple[int, int, int]]) -> list[dict[int, int]]:
-    """(vnode, origin, dest) copies packed into rounds in which no node sends or receives twice, each copy into the
-    first round that has neither of its nodes: [{vnode: origin}]."""
+def migration_rounds(lease: Lease, mapping: dict[int, int], opts: SchedulingOptions) -> list[tuple[int, dict]]:
+    """The copies of the memory images that must move to resume on `mapping`, in rounds in which no node sends or
+    receives twice (VMs taken in vnode order, each into the first round that has neither of its nodes), each
+    round as long as its largest image: [(duration, {vnode: origin})]."""
     rounds: list[tuple[set[int], dict[int, int]]] = []
-    for vnode, origin, dest in copies:
+    for vnode in sorted(mapping):
+        origin, dest = lease.image_nodes[vnode], mapping[vnode]
+        if origin == dest:
+            continue
         for busy, moves in rounds:
             if origin not in busy and dest not in busy:
                 break
@@ -162,15 +165,7 @@ def copy_rounds(copies: Iterable[tuple[int, int, int]]) -> list[dict[int, int]]:
             rounds.append((busy, moves))
         busy.update((origin, dest))
         moves[vnode] = origin
-    return [moves for _, moves in rounds]
-
-
-def migration_rounds(lease: Lease, mapping: dict[int, int], opts: SchedulingOptions) -> list[tuple[int, dict]]:
-    """The copies of the memory images that must move to resume on `mapping`, in rounds (`copy_rounds`, VMs taken
-    in vnode order), each round as long as its largest image: [(duration, {vnode: origin})]."""
-    rounds = copy_rounds((v, lease.image_nodes[v], mapping[v]) for v in sorted(mapping)
-                         if lease.image_nodes[v] != mapping[v])
-    return [(transfer_time(max(lease.req.memory_of(v) for v in moves), opts), moves) for moves in rounds]
+    return [(transfer_time(max(lease.req.memory_of(v) for v in moves), opts), moves) for _, moves in rounds]
 
 
 def scheduling_threshold(lease: Lease, opts: SchedulingOptions, resuming: bool) -> int:

@@ -219,19 +219,24 @@ class ImageTransfers:
         there until the VMs start. [(duration, {vnode: origin})]"""
         lease = vmrr.lease
         image = lease.req.software
-        from optlease.scheduling.overheads import copy_rounds   # overheads imports the records, which import us
-
-        def copies():
-            for vnode in sorted(vmrr.mapping):
-                origin, dest = lease.image_nodes[vnode], vmrr.mapping[vnode]
-                if origin == dest:
-                    continue
-                if self.caches is not None and self.caches.nodes[dest].has(image.id):
-                    self.caches.nodes[dest].pin(image.id, (lease.id, vnode), vmrr.end)
-                    self.pinned.setdefault(lease.id, []).append((dest, image.id, vnode))
-                    continue
-                yield vnode, origin, dest
-        return [(self._copy_time(image.size), moves) for moves in copy_rounds(copies())]
+        rounds: list[tuple[set[int], dict[int, int]]] = []
+        for vnode in sorted(vmrr.mapping):
+            origin, dest = lease.image_nodes[vnode], vmrr.mapping[vnode]
+            if origin == dest:
+                continue
+            if self.caches is not None and self.caches.nodes[dest].has(image.id):
+                self.caches.nodes[dest].pin(image.id, (lease.id, vnode), vmrr.end)
+                self.pinned.setdefault(lease.id, []).append((dest, image.id, vnode))
+                continue
+            for busy, moves in rounds:
+                if origin not in busy and dest not in busy:
+                    break
+            else:
+                busy, moves = set(), {}
+                rounds.append((busy, moves))
+            busy.update((origin, dest))
+            moves[vnode] = origin
+        return [(self._copy_time(image.size), moves) for _, moves in rounds]
 
     def _copy_time(self, size: int) -> int:
         """Copying `size` MB between nodes at the link's bandwidth (Haizea's, whatever `force-imagetransfer-time`
