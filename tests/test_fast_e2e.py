@@ -445,12 +445,15 @@ def test_an_agent_that_never_answers(tmp_path, mosquitto):  # noqa: F811
         t = f"{int(start) // 3600:02d}:{int(start) % 3600 // 60:02d}:{int(start) % 60:02d}"
         assert submit(c, AR.format(n=5, t=t, d="00:20:00")) == 1
         wait_until(lambda: c.leases()[1]["state"] == "Failed", 20, "the AR failed")
-        assert "timed out" in c.leases()[1]["reason"]
+        reason = c.leases()[1]["reason"]
+        # its tasks time out, or (on a slow machine) the host's silence outlasts the host timeout first
+        assert "timed out" in reason or "host5 went down" in reason, reason
         wait_until(lambda: not any(c.watcher.now[h] for h in HOSTS), 10, "the AR's other VMs stopped")
         assert submit(c, BE.format(n=1, d="00:05:00")) == 2
         wait_until(lambda: c.leases()[2]["state"] == "Done", 20, "lease 2 done")
         log = c.log()
-        assert "no result after 2 attempts" in log and "lease 1 is failed" in log, log[-2000:]
+        assert "lease 1 is failed" in log, log[-2000:]
+        assert "timed out" not in reason or "no result after 2 attempts" in log, log[-2000:]
     finally:
         silent.disconnect()
         silent.loop_stop()
