@@ -107,6 +107,11 @@ def _image_first(lease: dict, spans: list[tuple], seconds, when, flag) -> Iterat
     arrived: list[tuple[int, str, str]] = []      # (end, vnode, node) of the transfers that fed the lease
     disk: dict[str, list[tuple[int, str]]] = {}   # vnode -> (since, node) where its own copy of the image went
     fresh = True
+
+    def in_cache(node: str, start: int) -> bool:
+        return any(n == node and img == image.get("id") and s <= start and (e is None or e >= start)
+                   for n, img, _, s, e in spans)
+
     # copies (transfers, disk-image migrations) before what starts at their end
     for r in sorted(resvs, key=lambda r: (seconds(r.get("start")) or 0, r.get("kind") not in ("transfer", "migrate"))):
         start = seconds(r.get("start"))
@@ -125,8 +130,7 @@ def _image_first(lease: dict, spans: list[tuple], seconds, when, flag) -> Iterat
             for vnode, node in sorted((r.get("mapping") or {}).items()):
                 vnode, node = str(vnode), str(node)
                 there = any(n == node and since <= start for since, n in disk.get(vnode, ()))
-                cached = any(n == node and img == image.get("id") and s <= start and (e is None or e >= start)
-                             for n, img, _, s, e in spans)
+                cached = in_cache(node, start)
                 if not (there or cached):
                     yield flag(lease.get("id"), "image-ready",
                                f"vnode {vnode} resumes on node {node} at {when(start)} before image "
@@ -137,8 +141,7 @@ def _image_first(lease: dict, spans: list[tuple], seconds, when, flag) -> Iterat
                 for vnode, node in sorted((r.get("mapping") or {}).items()):
                     vnode, node = str(vnode), str(node)
                     by_transfer = any(e <= start and v == vnode and p == node for e, v, p in arrived)
-                    cached = any(n == node and img == image.get("id") and s <= start and (e is None or e >= start)
-                                 for n, img, _, s, e in spans)
+                    cached = in_cache(node, start)
                     if not (by_transfer or cached):
                         yield flag(lease.get("id"), "image-ready",
                                    f"vnode {vnode} starts on node {node} at {when(start)} before image "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from optlease.scheduling.copyrounds import copy_rounds
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.records import Lease
 
@@ -149,23 +150,11 @@ def migration_estimate(lease: Lease, opts: SchedulingOptions) -> int:
 
 
 def migration_rounds(lease: Lease, mapping: dict[int, int], opts: SchedulingOptions) -> list[tuple[int, dict]]:
-    """The copies of the memory images that must move to resume on `mapping`, in rounds in which no node sends or
-    receives twice (VMs taken in vnode order, each into the first round that has neither of its nodes), each
-    round as long as its largest image: [(duration, {vnode: origin})]."""
-    rounds: list[tuple[set[int], dict[int, int]]] = []
-    for vnode in sorted(mapping):
-        origin, dest = lease.image_nodes[vnode], mapping[vnode]
-        if origin == dest:
-            continue
-        for busy, moves in rounds:
-            if origin not in busy and dest not in busy:
-                break
-        else:
-            busy, moves = set(), {}
-            rounds.append((busy, moves))
-        busy.update((origin, dest))
-        moves[vnode] = origin
-    return [(transfer_time(max(lease.req.memory_of(v) for v in moves), opts), moves) for _, moves in rounds]
+    """The copies of the memory images that must move to resume on `mapping`, in rounds (`copy_rounds`, VMs taken
+    in vnode order), each round as long as its largest image: [(duration, {vnode: origin})]."""
+    rounds = copy_rounds((v, lease.image_nodes[v], mapping[v]) for v in sorted(mapping)
+                         if lease.image_nodes[v] != mapping[v])
+    return [(transfer_time(max(lease.req.memory_of(v) for v in moves), opts), moves) for moves in rounds]
 
 
 def scheduling_threshold(lease: Lease, opts: SchedulingOptions, resuming: bool) -> int:

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
+from optlease.scheduling.copyrounds import copy_rounds
 from optlease.scheduling.imagecache import ImageCaches
 from optlease.scheduling.records import MIGRATE, RR, TRANSFER, Held, Lease, NotSchedulable
 from optlease.scheduling.slottable import SlotTable
@@ -219,24 +220,17 @@ class ImageTransfers:
         there until the VMs start. [(duration, {vnode: origin})]"""
         lease = vmrr.lease
         image = lease.req.software
-        rounds: list[tuple[set[int], dict[int, int]]] = []
-        for vnode in sorted(vmrr.mapping):
-            origin, dest = lease.image_nodes[vnode], vmrr.mapping[vnode]
-            if origin == dest:
-                continue
-            if self.caches is not None and self.caches.nodes[dest].has(image.id):
-                self.caches.nodes[dest].pin(image.id, (lease.id, vnode), vmrr.end)
-                self.pinned.setdefault(lease.id, []).append((dest, image.id, vnode))
-                continue
-            for busy, moves in rounds:
-                if origin not in busy and dest not in busy:
-                    break
-            else:
-                busy, moves = set(), {}
-                rounds.append((busy, moves))
-            busy.update((origin, dest))
-            moves[vnode] = origin
-        return [(self._copy_time(image.size), moves) for _, moves in rounds]
+        def copies():
+            for vnode in sorted(vmrr.mapping):
+                origin, dest = lease.image_nodes[vnode], vmrr.mapping[vnode]
+                if origin == dest:
+                    continue
+                if self.caches is not None and self.caches.nodes[dest].has(image.id):
+                    self.caches.nodes[dest].pin(image.id, (lease.id, vnode), vmrr.end)
+                    self.pinned.setdefault(lease.id, []).append((dest, image.id, vnode))
+                    continue
+                yield vnode, origin, dest
+        return [(self._copy_time(image.size), moves) for moves in copy_rounds(copies())]
 
     def _copy_time(self, size: int) -> int:
         """Copying `size` MB between nodes at the link's bandwidth (Haizea's, whatever `force-imagetransfer-time`
