@@ -278,7 +278,12 @@ class CpsatRound(HintCompletion, PlanCommit):
         lifted, tried = self._rebook(now, self._line(now, movable), new=lease)
         snap, greedy, hint = self.snapshot(now, movable, running, lifted if tried is not None else None)
         leases = list(snap.leases)
-        leases.append(LeaseSnapshot(lease.req, Phase.NEW, Overheads(shutdown=oh.shutdown_time(lease, sched.opts))))
+        # where the hint admits the lease (the greedy pass's own search found room once the round's bookings are
+        # lifted), the model must admit it too: it then only decides how the others make way. The model's value of
+        # an admission (`weight-rejected`) would otherwise weigh it against the waiting it costs, and refuse what
+        # greedy, with those bookings not made, admits (models/cpsat-round.md, step 6)
+        leases.append(LeaseSnapshot(lease.req, Phase.NEW, Overheads(shutdown=oh.shutdown_time(lease, sched.opts)),
+                                    required=tried is not None))
         policy = self.policy if not running else replace(
             self.policy, suspension=Suspension(sched.opts.suspension), preemption=Preemption.AR_PREEMPTS_EVERYTHING,
             suspend_for_waiting=False)
@@ -293,9 +298,10 @@ class CpsatRound(HintCompletion, PlanCommit):
         moves = [other for other in movable if _differs(got[other.id], before[other.id])]
         stops = [other for other in running if got[other.id].suspend_at is not None]
         admitted = accepted and self._apply(now, moves, got, stops, new=(lease, new))
-        if accepted and not admitted and tried is not None:
-            # the model admits it but its plan did not fit the slot table (the snapshot over-approximates): the
-            # lease goes where the greedy pass's search put it, and the bookings in its way back to the queue
+        if not admitted and tried is not None:
+            # the model's plan did not fit the slot table (the snapshot over-approximates), or the model found no
+            # plan admitting it within its work limit: the lease goes where the greedy pass's search put it, and
+            # the bookings in its way back to the queue (the hint admits it, so the round never refuses it)
             in_way = self._make_room(lease, tried, movable, now)
             admitted, moves, stops = in_way is not None, in_way or [], []
         self.admissions.append(Admission(now, lease.id, admitted, len(moves) if admitted else 0, plan.stats,
