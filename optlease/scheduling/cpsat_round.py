@@ -6,11 +6,10 @@ The greedy pass runs unchanged and commits its reservations. The round then take
 every reservation that has started, belongs to an AR or immediate lease, or cannot be moved (a migration already
 booked) is a fixed occupancy on its nodes; every best-effort lease that is queued, suspended and waiting for a
 resume, or booked for a start that has not begun is *movable*. The greedy plan of the movable leases is the hint.
-Where CP-SAT's plan costs strictly less by the round objective, its decisions for now are committed (the leases it
-starts now, its suspensions, and the oldest lease's booking; the others it plans later stay queued, a rolling
-horizon): the leases whose start or nodes changed lose their greedy reservations and get new ones built by the VM
-scheduler at the solver's start and nodes; each is checked
-against the slot table before anything is committed, and the whole change is undone if one does not fit (the
+Where CP-SAT's plan costs strictly less by the round objective, its near decisions are committed (the starts it
+plans within the window its search moves, its suspensions, and the oldest lease's booking; the others it plans
+later stay queued, a rolling horizon): the leases whose start or nodes changed lose their greedy reservations and
+get new ones built by the VM scheduler at the solver's start and nodes; each is checked against the slot table before anything is committed, and the whole change is undone if one does not fit (the
 greedy plan then stands). Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the
 round may also suspend running preemptible leases at once for waiting ones. Every round records its RoundStats.
 Every decision is deterministic: searches stop on CP-SAT's deterministic work limit (`solver-work-limit`), and the
@@ -237,7 +236,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         if stats.objective is None or not stats.objective < greedy_cost:   # strictly better, or greedy stands
             return replace(stats, source="greedy"), 0, greedy_cost
         got, before = plan.by_id, greedy.by_id
-        got = self._now_only(now, movable, got)
+        got = self._committed(now, movable, got)
         moves = [lease for lease in movable if _differs(got[lease.id], before[lease.id])]
         stops = [lease for lease in running if got[lease.id].suspend_at is not None]
         if not moves and not stops:
@@ -248,14 +247,19 @@ class CpsatRound(HintCompletion, PlanCommit):
         return stats, len(moves) + len(stops), greedy_cost
 
     @staticmethod
-    def _now_only(now: int, movable: list[Lease], got: dict[int, LeasePlan]) -> dict[int, LeasePlan]:
-        """The part of a round's plan that is committed: the starts it makes now, and the booking of the oldest
-        lease (its place in line); every other lease it plans later stays queued."""
+    def _committed(now: int, movable: list[Lease], got: dict[int, LeasePlan]) -> dict[int, LeasePlan]:
+        """The part of a round's plan that is committed: what its search decided (cpsat.window), i.e. the starts it
+        plans within WINDOW of now, and the booking of the oldest lease (its place in line); every lease it plans
+        later stays queued, and a later round, whose window reaches it, plans it again (a rolling horizon: plans of
+        requested run times are stale at the next premature end). Committing only the starts of now left the
+        search's near plans to no one: between solved rounds the greedy pass started younger leases in their room
+        (chosen on the tuning set: models/cpsat-round.md, *On workloads it was not tuned on*)."""
         head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
+        horizon = now + WINDOW
         out = dict(got)
         for lease in movable:
             p = got[lease.id]
-            if lease is not head and p.outcome is Outcome.ACCEPTED and p.start is not None and p.start > now:
+            if lease is not head and p.outcome is Outcome.ACCEPTED and p.start is not None and p.start > horizon:
                 out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="planned for later: stays queued")
         return out
 
