@@ -10,8 +10,9 @@ Where CP-SAT's plan costs strictly less by the round objective, its near decisio
 plans within the window its search moves, its suspensions, and the oldest lease's booking; the others it plans
 later stay queued, a rolling horizon): the leases whose start or nodes changed lose their greedy reservations and
 get new ones built by the VM scheduler at the solver's start and nodes; each is checked against the slot table
-before anything is committed, and the whole change is undone if one does not fit (the greedy plan then stands). Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the
-round may also suspend running preemptible leases at once for waiting ones. Every round records its RoundStats.
+before anything is committed, and the whole change is undone if one does not fit (the greedy plan then stands).
+Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the round may also suspend running
+preemptible leases at once for waiting ones. Every round records its RoundStats.
 Every decision is deterministic: searches stop on CP-SAT's deterministic work limit (`solver-work-limit`), and the
 round's spacing counts simulated seconds. The hint's completion is in `round_hint`, committing a plan in
 `round_commit`.
