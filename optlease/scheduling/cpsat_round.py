@@ -6,11 +6,11 @@ The greedy pass runs unchanged and commits its reservations. The round then take
 every reservation that has started, belongs to an AR or immediate lease, or cannot be moved (a migration already
 booked) is a fixed occupancy on its nodes; every best-effort lease that is queued, suspended and waiting for a
 resume, or booked for a start that has not begun is *movable*. The greedy plan of the movable leases is the hint.
-Where CP-SAT's plan costs strictly less by the round objective, its near decisions are committed (the starts it
-plans within the window its search moves, its suspensions, and the oldest lease's booking; the others it plans
-later stay queued, a rolling horizon): the leases whose start or nodes changed lose their greedy reservations and
-get new ones built by the VM scheduler at the solver's start and nodes; each is checked against the slot table
-before anything is committed, and the whole change is undone if one does not fit (the greedy plan then stands).
+Where CP-SAT's plan costs strictly less by the round objective, its decisions for now are committed (the leases it
+starts now, its suspensions, and the oldest lease's booking; the others it plans later stay queued, a rolling
+horizon): the leases whose start or nodes changed lose their greedy reservations and get new ones built by the VM
+scheduler at the solver's start and nodes; each is checked against the slot table before anything is committed,
+and the whole change is undone if one does not fit (the greedy plan then stands).
 Leases the solver defers go back to the queue. With `solver-suspend: for-waiting` the round may also suspend running
 preemptible leases at once for waiting ones. Every round records its RoundStats.
 Every decision is deterministic: searches stop on CP-SAT's deterministic work limit (`solver-work-limit`), and the
@@ -249,18 +249,16 @@ class CpsatRound(HintCompletion, PlanCommit):
 
     @staticmethod
     def _committed(now: int, movable: list[Lease], got: dict[int, LeasePlan]) -> dict[int, LeasePlan]:
-        """The part of a round's plan that is committed: what its search decided (cpsat.window), i.e. the starts it
-        plans within WINDOW of now, and the booking of the oldest lease (its place in line); every lease it plans
-        later stays queued, and a later round, whose window reaches it, plans it again (a rolling horizon: plans of
-        requested run times are stale at the next premature end). Committing only the starts of now left the
-        search's near plans to no one: between solved rounds the greedy pass started younger leases in their room
-        (chosen on the tuning set: models/cpsat-round.md, *On workloads it was not tuned on*)."""
+        """The part of a round's plan that is committed: the starts it makes now, and the booking of the oldest
+        lease (its place in line); every other lease it plans later stays queued. (Committing the starts the search
+        plans within its window too won on the tuning set but not on the suite, and a younger lease booked so, whose
+        image transfer then began, started the head later than greedy would: models/cpsat-round.md, *On workloads
+        it was not tuned on*.)"""
         head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
-        horizon = now + WINDOW
         out = dict(got)
         for lease in movable:
             p = got[lease.id]
-            if lease is not head and p.outcome is Outcome.ACCEPTED and p.start is not None and p.start > horizon:
+            if lease is not head and p.outcome is Outcome.ACCEPTED and p.start is not None and p.start > now:
                 out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="planned for later: stays queued")
         return out
 

@@ -154,9 +154,8 @@ class PlanCommit:
         sched = self.sched
         if lease in sched.queue:
             sched.queue.remove(lease)
-        # as the greedy pass counts them: a best-effort reservation for later than now (the oldest lease's, and
-        # those the round's window starts), which a premature end books again sooner within the backfilling limit
-        # (over it, the booking is lost and the round books again at once: CpsatRound._unbooked)
+        # as the greedy pass counts them: a best-effort reservation for later than now (only the oldest lease's, as
+        # a round commits: aggressive backfilling's one reservation), which a premature end books again sooner
         vmrr.backfill = vmrr.begin() > now
         if vmrr.backfill:
             sched.vm.future_count += 1
