@@ -277,10 +277,11 @@ def test_no_broker_at_all_never_raises():
         e.close()
 
 
-def test_heartbeats_keep_a_host_alive_and_its_silence_is_noticed(enactor, mosquitto, tmp_path):  # noqa: F811
+def test_heartbeats_keep_a_host_alive_and_its_silence_is_noticed(enactor, mosquitto, tmp_path, caplog):  # noqa: F811
     """An agent beating every 0.2 s stays alive past a 1 s host timeout; stopped, it is silent within the timeout;
     back, it is alive again (and asked what it runs)."""
     quiet_libvirt()
+    caplog.set_level("WARNING", logger="optlease.enact.mqtt")
     e = enactor(host_timeout=1.0)
     node = tmp_path / "hb.xml"
     node.write_text(NODE_XML)
@@ -299,16 +300,18 @@ def test_heartbeats_keep_a_host_alive_and_its_silence_is_noticed(enactor, mosqui
         assert e.hosts()["hb1"].alive, "a beating host was marked silent"
         agent.stop()
         gone = time.monotonic()
-        while e.hosts()["hb1"].alive and time.monotonic() - gone < 5:
+        while e.hosts()["hb1"].alive and time.monotonic() - gone < 10:
             time.sleep(0.05)
         noticed = time.monotonic()
         # measured from the last message the enactor heard (its clock is time.monotonic), not from the stop, which
-        # a loaded machine may finish long after the last beat: never before the host timeout, and within it plus
-        # a bound for the enactor's 50 ms tick and this loop's 50 ms poll, each delayed by the load (1 s: a thread
-        # of a machine at load 20 on 2 cores waits well under that for its turn)
+        # a loaded machine may finish long after the last beat: never before the host timeout, and by the host
+        # timeout's own check ("silent for"), not by the unanswered probe's task timeout (5 s after the probe); the
+        # slack is the lateness of the enactor's 50 ms tick and of this loop's poll, which reached 1.2 s at load 22
+        # on 2 cores
         last = e.hosts()["hb1"].last_seen
         assert not e.hosts()["hb1"].alive
-        assert 1.0 <= noticed - last <= 1.0 + 1.0, (noticed - last, gone - last)
+        assert 1.0 <= noticed - last <= 1.0 + 3.0, (noticed - last, gone - last)
+        assert any("host hb1: silent for" in r.getMessage() for r in caplog.records), caplog.text
         asked = time.monotonic()
         agent = beating()
         assert e.wait_hosts(["hb1"], 5)
