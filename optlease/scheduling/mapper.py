@@ -172,7 +172,7 @@ class GreedyMapper:
         gone = table.nodes_of(preempting) if preempting else ()
         profiles = table.profiles
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
-        shape = demands[cur] if not preempting and all(d == demands[cur] for d in demands.values()) else None
+        shape = demands[cur] if not preempting and all(map(demands[cur].__eq__, demands.values())) else None
         caps = table.caps
         for item in pnodes:
             kind = type(item)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right, insort
-from itertools import count
+from itertools import chain, count, groupby
 from operator import le as _le, sub as _sub
 from typing import Collection, Iterable
 
@@ -84,8 +84,20 @@ class SlotTable:
             # nodes of one earlier lease)
             nodes = list(keys)
             profs = set(map(profiles.__getitem__, nodes))
-            if len(profs) == 1 and len(set(keys.values())) == 1:
-                return ([profs.pop(), keys[nodes[0]], nodes],)
+            if len(set(keys.values())) == 1:
+                key = keys[nodes[0]]
+                if len(profs) == 1:
+                    return ([profs.pop(), key, nodes],)
+                # one change on nodes of several profiles: grouped by profile alone, a stretch of nodes that share
+                # one at a time (nodes booked together lie together)
+                by_prof: dict[Profile, list] = {}
+                for prof, stretch in groupby(nodes, profiles.__getitem__):
+                    group = by_prof.get(prof)
+                    if group is None:
+                        by_prof[prof] = [prof, key, list(stretch)]
+                    else:
+                        group[2].extend(stretch)
+                return by_prof.values()
         groups: dict[tuple, list] = {}
         for node, key in keys.items():
             prof = profiles[node]
@@ -151,6 +163,24 @@ class SlotTable:
         freed = busy.intersection(nodes)
         if freed:
             freed = [n for n in freed if not profiles[n].t]
+        self._move(taken, freed)
+
+    def _refile(self, changed: list[tuple[Profile, list[int]]]) -> None:
+        """`_file` for nodes whose profiles `_change` has just set, given as (the new profile, nodes): filed by
+        group, with no look at each node's profile."""
+        if len(changed) == 1 and len(changed[0][1]) == 1:
+            self._file(changed[0][1])
+            return
+        empty, busy = self.empty, self.busy
+        now_busy = [nodes for new, nodes in changed if new is not empty]
+        now_idle = [nodes for new, nodes in changed if new is empty]
+        taken = set().union(*now_busy).difference(busy) if now_busy else ()
+        freed = busy.intersection(chain.from_iterable(now_idle)) if now_idle else ()
+        self._move(taken, freed)
+
+    def _move(self, taken: Collection[int], freed: Collection[int]) -> None:
+        """File nodes just taken (their profile no longer empty) as busy, and nodes just freed as idle."""
+        busy = self.busy
         if self.down:
             taken = [n for n in taken if n not in self.down]
         if taken:
@@ -248,14 +278,15 @@ class SlotTable:
         by_node = self.by_node
         start, end = rr.start, rr.end
         demand = rr.demand
+        for held in map(by_node.__getitem__, demand):
+            held.add(rr)
         if start < end:
             # (adding usage empties a profile only where a reservation was taken out after its past was pruned:
             # what was left of it, below zero, is made up again)
-            for prof, d, nodes in self._groups(demand):
-                self._change(prof, nodes, Profile.add, start, end, d)
-        for held in map(by_node.__getitem__, demand):
-            held.add(rr)
-        self._file(demand)
+            self._refile([(self._change(prof, nodes, Profile.add, start, end, d), nodes)
+                          for prof, d, nodes in self._groups(demand)])
+        else:
+            self._file(demand)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
         if rr.backfill:
@@ -268,10 +299,9 @@ class SlotTable:
 
     def _take_out(self, rr, start: int, end: int) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
-        for prof, d, nodes in self._groups(rr.demand):
-            self._change(prof, nodes, Profile.add, start, end, d, -1)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
-        self._file(rr.demand)
+        self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
+                      for prof, d, nodes in self._groups(rr.demand)])
         if rr.demand:
             self.total.add(start, end, rr.total(), -1)
 
@@ -287,9 +317,8 @@ class SlotTable:
         for held in map(by_node.__getitem__, rr.demand):
             held.discard(rr)
         if now is not None:
-            for prof, _, nodes in self._groups(dict.fromkeys(rr.demand)):
-                self._change(prof, nodes, Profile.prune, now)
-            self._file(rr.demand)
+            self._refile([(self._change(prof, nodes, Profile.prune, now), nodes)
+                          for prof, _, nodes in self._groups(dict.fromkeys(rr.demand))])
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
@@ -448,7 +477,6 @@ class SlotTable:
 
     def prune(self, before: int) -> None:
         busy = list(self.busy)
-        for prof, _, nodes in self._groups(dict.fromkeys(busy)):
-            self._change(prof, nodes, Profile.prune, before)
-        self._file(busy)
+        self._refile([(self._change(prof, nodes, Profile.prune, before), nodes)
+                      for prof, _, nodes in self._groups(dict.fromkeys(busy))])
         self.total.prune(before)
