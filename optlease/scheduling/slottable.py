@@ -37,6 +37,10 @@ class SlotTable:
         self.empty.owners = len(self.nodes)
         # the nodes that hold each profile other than `empty`: questions about busy nodes are asked per profile
         self.holders: dict[Profile, set[int]] = {}
+        # whether the nodes that hold a profile hold the same reservations (GreedyHosts.score_groups), as long as no
+        # reservation is added or forgotten: until then a profile's holders only lose nodes (changes copy a
+        # profile or change it for all its holders), and a group of alike nodes stays alike
+        self.alike: dict[Profile, bool] = {}
         caps = set(self.caps.values())
         # the capacity of every node when all nodes are alike (None: they are not)
         self.one_cap: Vec | None = next(iter(caps)) if len(caps) == 1 else None
@@ -274,6 +278,8 @@ class SlotTable:
     def add(self, rr) -> None:
         if self.changed is not None:
             self.changed.add(rr.lease)
+        if self.alike:
+            self.alike.clear()
         self.reservations.add(rr)
         by_node = self.by_node
         start, end = rr.start, rr.end
@@ -311,6 +317,8 @@ class SlotTable:
         self.released += 1
         if self.changed is not None:
             self.changed.add(rr.lease)
+        if self.alike:
+            self.alike.clear()
         self.reservations.discard(rr)
         self.backfills.discard(rr)
         by_node = self.by_node
