@@ -333,3 +333,46 @@ def test_a_client_trickling_bytes_is_cut_off(daemon, monkeypatch):
                 break
         assert closed
     assert d.proxy().test_func() == 0
+
+
+# -- the listing's flag --------------------------------------------------------------------------------------------
+
+def raw_call(method: str, value_xml: str) -> bytes:
+    """A call with one parameter written by hand (types and sizes Python's marshaller refuses to send)."""
+    return (f"<?xml version='1.0'?><methodCall><methodName>{method}</methodName><params><param><value>"
+            f"{value_xml}</value></param></params></methodCall>").encode()
+
+
+@pytest.mark.parametrize("body, fragment", [
+    pytest.param(call_body("list_leases", "false"), "must be true or false", id="string-false"),
+    pytest.param(call_body("list_leases", "yes"), "must be true or false", id="string-yes"),
+    pytest.param(call_body("list_leases", 2), "must be true or false", id="int-2"),
+    pytest.param(call_body("list_leases", -1), "must be true or false", id="int-minus-1"),
+    pytest.param(call_body("list_leases", 1.0), "must be true or false", id="double"),
+    pytest.param(call_body("list_leases", None), "must be true or false", id="nil"),
+    pytest.param(call_body("list_leases", [True]), "must be true or false", id="array"),
+    pytest.param(call_body("list_leases", {"include_finished": True}), "must be true or false", id="struct"),
+    pytest.param(raw_call("list_leases", "<i8>9223372036854775807</i8>"), "must be true or false", id="i8-max"),
+    pytest.param(raw_call("list_leases", "<int>" + "9" * 5000 + "</int>"), "", id="int-5000-digits"),
+    pytest.param(raw_call("list_leases", "<string>" + "x" * 100_000 + "</string>"), "must be true or false",
+                 id="string-100k"),
+    pytest.param(call_body("list_leases", True, True), "wrong arguments", id="extra-param"),
+    pytest.param(call_body("list_leases", True, "x", {"a": 1}), "wrong arguments", id="three-params"),
+    pytest.param(call_body("get_leases", "true"), "must be true or false", id="get-leases-string"),
+])
+def test_the_listing_flag_refuses_anything_but_a_boolean(daemon, body, fragment):
+    """`list_leases` (and `get_leases`) take one yes/no flag: any other type or size is one line, with no internal
+    name, and the service goes on (a string "false" used to list the finished leases: it is truthy)."""
+    d = daemon().serve()
+    d.proxy().create_lease(BEST_EFFORT)
+    status, answer = post(d.port, body)
+    assert status in (200, 400), status
+    if status == 200:
+        with pytest.raises(xmlrpc.client.Fault) as fault:
+            xmlrpc.client.loads(answer)
+        message = fault.value.faultString
+        assert fragment in message and "\n" not in message and len(message) < 300, message
+        assert not INTERNALS.search(message), message
+    proxy = d.proxy()
+    assert proxy.list_leases(True).count("\n") == 0 and proxy.list_leases(False).startswith("1\t")
+    assert proxy.list_leases(0) == proxy.list_leases(False) and proxy.list_leases(1) == proxy.list_leases(True)

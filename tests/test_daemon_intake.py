@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+from optlease.domain.lease import LeaseState
 from test_checkpoint import manager, picture
 from test_persist import AR, BE, run_until, submit
 
@@ -46,6 +47,45 @@ def test_requests_committed_while_steps_run_replay_to_the_same_state(tmp_path):
     # each request was stepped at an instant at or after its arrival, never one before
     assert all(lease.req.arrival <= t["now"] for lease in m.all.values())
     m.stop()
+    again = manager(tmp_path)
+    assert picture(again) == before
+    assert not [n for n in again.notes if "recorded as" in n], again.notes
+    again.stop()
+
+
+def test_a_client_is_answered_once_its_request_and_the_step_that_took_it_are_on_disk(tmp_path):
+    """With the loop running, a request and the step that takes it are one transaction (one fsync): when
+    create_lease returns, the lease has been stepped (never `New`), whether the client's own thread stepped it or
+    handed its batch to the loop (a slow round holds the scheduler), and a restart rebuilds that state."""
+    m = manager(tmp_path)
+    rounds = m.stepper.step
+
+    def slow_round(now, arrivals=()):
+        time.sleep(0.002)           # clients queue up behind it: batches are handed to the loop too
+        rounds(now, arrivals)
+
+    m.stepper.step = slow_round
+    m.start()
+    seen: dict[int, object] = {}
+
+    def client(k: int) -> None:
+        for n in range(25):
+            xml = AR.format(n=1, s=1 + n % 5, m=2) if (k + n) % 3 == 0 else BE.format(n=1 + n % 2, m=1 + n % 7)
+            lease_id = submit(m, xml)
+            seen[lease_id] = m.views.get(lease_id).state
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    m.stop()
+    assert sorted(seen) == list(range(1, 101))
+    assert LeaseState.NEW not in seen.values(), seen
+    journal = m.store.__class__(m.store.path).load()
+    kinds = [kind for _, kind, _ in journal.events]
+    assert kinds.count("request") == 100 and kinds[-1] == "step"
+    before = picture(m)
     again = manager(tmp_path)
     assert picture(again) == before
     assert not [n for n in again.notes if "recorded as" in n], again.notes

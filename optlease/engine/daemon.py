@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from contextlib import nullcontext
 from datetime import datetime
 from typing import TextIO
 
@@ -86,6 +87,11 @@ class Manager(Atomic, Intake, Recovery, Enactment):
         self._commits = threading.Condition()    # guards the two below (never taken while waiting for `lock`)
         self._committing = False                 # a batch of staged requests is being written
         self._committed = 0                      # every staged request up to this id is on disk
+        # A batch of requests is stepped in its own transaction when the scheduler is free (intake._step_with), once
+        # the loop runs (`start`): before, whoever drives the manager chooses the instants
+        self._fold_steps = False
+        self._sleeping_to = 0                    # the instant the loop sleeps until
+        self._loop_takes = False                 # a batch was handed to the loop: its next step commits it
         self._replay(journal)
         self.views.publish_new(self.all.values())
         self.views.publish()
@@ -213,33 +219,51 @@ class Manager(Atomic, Intake, Recovery, Enactment):
         self.wake.set()
 
     # -- the loop ----------------------------------------------------------------------------------------------
-    def step(self, t: int, catching_up: bool = False) -> None:
+    def step(self, t: int, catching_up: bool = False, requests: list[tuple] | None = None) -> None:
         """One step at t, committed with what its round decided, then an enactment pass (none while catching up:
-        the hosts are brought to the plan at now, not to each missed instant's)."""
+        the hosts are brought to the plan at now, not to each missed instant's). `requests`: new requests (the
+        caller holds the commit turn) committed in the step's transaction, before it; None: in the live loop with
+        greedy rounds, the step takes the commit turn and every staged request itself (intake)."""
+        with self.lock:
+            own_turn = requests is None and self._fold_steps and not catching_up
+            if own_turn:
+                requests = self._take_turn()
+            top = 0
+            try:
+                self._step(t, catching_up, requests or (), holding_turn=requests is not None)
+                top = requests[-1][0].id if requests else 0
+            finally:
+                if own_turn:
+                    self._give_turn(top)
+
+    def _step(self, t: int, catching_up: bool, requests: list[tuple], holding_turn: bool) -> None:
         with self.lock:
             late = self.clock.now() - t if catching_up else self._late(t)
             before = {i: lease.state for i, lease in self.sched.leases.items()} if late or catching_up else {}
             with self._atomic(f"the scheduling step at {self.log.t(t)}"):
                 self._dirty = True
+                if requests:
+                    self._admit(requests)
                 self.decisions.begin()
                 changed = self._run_step(t)
-                self.store.add_step(t, changed, self.decisions.recorded, self._took)
+                self.store.add_step(t, changed, self.decisions.recorded, self._took, requests)
             if catching_up and not getattr(self.enactor, "simulated", False):
                 self._defer_unrun(t, before, changed)
             if late:
                 self._say_late(t, late, before, changed)
             if self.store.path and self.store.entries >= checkpoint.CHECKPOINT_EVERY:
                 with self._atomic("the checkpoint"):
-                    self.write_checkpoint()
+                    self.write_checkpoint(holding_turn)
             if not catching_up:
                 with self._atomic("enactment"):
                     self._enact()
         self.enact_wake.set()
 
-    def write_checkpoint(self) -> None:
-        """Write a checkpoint of the live state and drop the journal entries it covers (lock held)."""
+    def write_checkpoint(self, holding_turn: bool = False) -> None:
+        """Write a checkpoint of the live state and drop the journal entries it covers (lock held; `holding_turn`:
+        the caller is the batch writer, so no other batch is on its way)."""
         began = time.perf_counter()
-        with self._no_batch(), self._intake:      # the checkpoint holds every committed request
+        with nullcontext() if holding_turn else self._no_batch(), self._intake:   # it holds every committed request
             body = checkpoint.dump(self)
             dropped = self.store.add_checkpoint(self._last_id, checkpoint.fingerprint(), body)
         self.log.status("RM", f"checkpoint of {len(self.sched.leases) + len(self.inbox)} leases in the system "
@@ -257,12 +281,20 @@ class Manager(Atomic, Intake, Recovery, Enactment):
                 self._die(f"the scheduling thread stopped: {type(exc).__name__}: {exc}")
             except Stopped:
                 pass
+        finally:
+            # requests handed to the loop are committed by their clients again, on their own
+            self._fold_steps = False
+            with self._commits:
+                self._loop_takes = False
+                self._commits.notify_all()
 
     def _run(self) -> None:
         self.log.status("CLOCK", "Starting real clock")
         while not self.stopping.is_set():
             with self.lock:
                 nxt = self.next_instant()
+                awake = self.clock.now() + self.clock.wakeup
+                self._sleeping_to = awake if nxt is None else min(nxt, awake)
             t = self.clock.advance(nxt, self.wake)
             if self.stopping.is_set():
                 break
@@ -270,6 +302,8 @@ class Manager(Atomic, Intake, Recovery, Enactment):
         self.log.status("CLOCK", "Real clock has stopped")
 
     def start(self) -> None:
+        # not with CP-SAT rounds, which last up to their time limit: a client is answered without waiting for one
+        self._fold_steps = self.stepper.planner.name == "greedy"
         self._thread = threading.Thread(target=self.run, name="optlease-loop", daemon=True)
         self._thread.start()
         self._enact_thread = threading.Thread(target=self._enact_loop, name="optlease-enact", daemon=True)

@@ -1,10 +1,11 @@
 """Requests on their way in: what `create_lease` waits for, and only that.
 
-A request is parsed before any lock is taken, staged under a small intake lock (never the manager's, so it never
-waits for a scheduling round or enactment), and committed by group commit: the requests that arrive while one batch
-is being written go to disk together in the next transaction, one fsync for the batch. The batch is written without
-the intake lock, so requests keep being staged and a step starts while the disk syncs. A request is in no step and
-no answer before its batch is committed.
+A request is parsed before any lock is taken, staged under a small intake lock, and committed by group commit: the
+requests that arrive while one batch is being written go to disk together in the next transaction, one fsync for
+the batch. With greedy rounds, once the loop runs, the batch is committed in the transaction of the step that takes
+it (stepped at once by the writer when the scheduler is free, else by the loop's next step), so a request costs one
+fsync and one step. With CP-SAT rounds the batch is written on its own, without the manager's lock, so a client
+never waits for a round. A request is in no answer before it is committed.
 """
 from __future__ import annotations
 
@@ -47,48 +48,124 @@ class Intake:
             self._staged.append((req, xml))
             self.submitted_at[req.id] = time.time()
         self._commit_staged(req.id)
-        self.wake.set()
         return req.id
 
     def _commit_staged(self, upto: int) -> None:
-        """Return once the request `upto` is committed: the first caller to find no batch under way writes every
-        request staged so far; the others wait for it and go in the next batch if theirs missed this one."""
-        with self._commits:
-            while self._committed < upto:
-                if self.lock.refused is not None:   # the batch it was in failed
-                    raise Stopped(f"the lease manager has stopped: {self.lock.refused}")
-                if not self._committing:
-                    self._committing = True
-                    break
-                self._commits.wait()
-            else:
-                return
-        top, failed = 0, None
+        """Return once the request `upto` is committed. The first caller to find no batch under way writes every
+        request staged so far (the commit turn); the others wait for it and go in the next batch if theirs missed
+        this one.
+
+        With greedy rounds, once the loop runs (`_fold_steps`), a batch is committed in the transaction of the step
+        that takes it: the writer steps it at once when the scheduler is free (`_step_with`), else hands it to the
+        loop, whose next step takes every staged request (`_take_turn`). A request then costs one fsync and one
+        step, and its client is answered once both are on disk. With CP-SAT rounds, which last up to their time
+        limit, a batch is committed on its own and the loop steps it later: a client never waits for a round."""
+        while True:
+            with self._commits:
+                while self._committed < upto:
+                    if self.lock.refused is not None:   # the batch it was in failed
+                        raise Stopped(f"the lease manager has stopped: {self.lock.refused}")
+                    if self._loop_takes and not self._loop_alive():
+                        self._loop_takes = False        # the loop stopped before it took the batch
+                    if not self._committing and not self._loop_takes:
+                        self._committing = True
+                        break
+                    self._commits.wait(1.0)
+                else:
+                    return
+            self._write_batch()
+
+    def _write_batch(self) -> None:
+        """Write (or step, or hand to the loop) every staged request; the caller holds the commit turn."""
+        top, failed, handed = 0, None, False
         try:
             # The batch is written without the intake lock: requests keep being staged, and a step takes what was
             # committed before, while the disk syncs. No step sees the batch before it is on disk.
             with self._intake:
                 reqs, self._staged = self._staged, []
+            if not reqs:
+                return
+            if self._fold_steps:
+                if self.lock.raw.acquire(blocking=False):
+                    try:
+                        if self._step_with(reqs):
+                            top = reqs[-1][0].id
+                            return
+                    finally:
+                        self.lock.raw.release()
+                # a step, a cancellation or an enactment pass holds the scheduler, or an earlier instant is due:
+                # the loop's next step takes the batch (it never waits on this thread, which never blocks on it)
+                with self._intake:
+                    self._staged[:0] = reqs
+                handed = True
+                self.wake.set()
+                return
             try:
-                if reqs:
-                    self.store.add_requests(reqs)
+                self.store.add_requests(reqs)
             except StoreError as exc:
                 failed = f"storing requests {reqs[0][0].id} to {reqs[-1][0].id}: {exc}"
             else:
+                top = reqs[-1][0].id
                 leases = [self._new_lease(req) for req, _ in reqs]
                 self.views.publish_new(leases)      # committed, and no step can see them yet
                 with self._intake:
                     self.inbox.extend(leases)
-                    top = reqs[-1][0].id if reqs else 0
                     self._last_id = max(self._last_id, top)
+                self.wake.set()         # the loop steps them
             if failed is not None:
                 self._die(failed)       # after the intake lock is given back: _die waits for the manager's
+        except BaseException:
+            top = 0
+            raise
         finally:
-            with self._commits:
-                self._committing = False
-                self._committed = max(self._committed, top)
-                self._commits.notify_all()
+            self._give_turn(top, handed)
 
+    def _give_turn(self, top: int, handed: bool = False) -> None:
+        """The commit turn given back: every request up to `top` is on disk; `handed`: the loop takes the staged
+        ones."""
+        with self._commits:
+            self._committing = False
+            self._loop_takes = handed
+            self._committed = max(self._committed, top)
+            self._commits.notify_all()
+
+    def _take_turn(self) -> list[tuple]:
+        """The loop's step takes the commit turn and every staged request (manager's lock held: the batch writer
+        never waits for that lock, so this wait is short)."""
+        with self._commits:
+            while self._committing:
+                self._commits.wait()
+            self._committing = True
+        with self._intake:
+            reqs, self._staged = self._staged, []
+        return reqs
+
+    def _loop_alive(self) -> bool:
+        thread = getattr(self, "_thread", None)
+        return thread is not None and thread.is_alive() and not self.stopping.is_set()
+
+    def _step_with(self, reqs: list[tuple]) -> bool:
+        """Step the batch at once, its requests and the step in one transaction (manager's lock and commit turn
+        held); False when an earlier instant is due, which the loop steps first (the clock never skips one)."""
+        if self.lock.refused is not None:
+            raise Stopped(f"the lease manager has stopped: {self.lock.refused}")
+        t = self.now()
+        due = self.next_instant()
+        if due is not None and due < t:
+            return False
+        self.step(t, requests=reqs)
+        due = self.next_instant()
+        if due is not None and due < self._sleeping_to:
+            self.wake.set()     # the step planned something before the instant the loop sleeps until
+        return True
+
+    def _admit(self, reqs: list[tuple]) -> list:
+        """The batch's leases, queued for the step under way to take (manager's lock held, commit turn held)."""
+        leases = [self._new_lease(req) for req, _ in reqs]
+        with self._intake:
+            self.inbox.extend(leases)
+            self._last_id = max(self._last_id, reqs[-1][0].id)
+        return leases
 
     @contextmanager
     def _no_batch(self):

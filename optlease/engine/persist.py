@@ -231,11 +231,14 @@ class Store:
     def add_requests(self, batch: list[tuple[LeaseRequest, str | None]]) -> None:
         """Requests (with the XML each came as), in one transaction, journaled in this order."""
         with self._tx():
-            self.db.executemany("INSERT INTO requests VALUES (?, ?, ?, ?)",
-                                [(req.id, req.arrival, request_to_json(req), xml) for req, xml in batch])
-            self.db.executemany("INSERT INTO events (t, kind, lease_id) VALUES (?, 'request', ?)",
-                                [(req.arrival, req.id) for req, _ in batch])
-            self.entries += len(batch)
+            self._write_requests(batch)
+
+    def _write_requests(self, batch: list[tuple[LeaseRequest, str | None]]) -> None:
+        self.db.executemany("INSERT INTO requests VALUES (?, ?, ?, ?)",
+                            [(req.id, req.arrival, request_to_json(req), xml) for req, xml in batch])
+        self.db.executemany("INSERT INTO events (t, kind, lease_id) VALUES (?, 'request', ?)",
+                            [(req.arrival, req.id) for req, _ in batch])
+        self.entries += len(batch)
 
     def add_cancel(self, t: int, lease: Lease) -> None:
         self.add_event(t, "cancel", lease)
@@ -253,10 +256,15 @@ class Store:
             self.db.execute("INSERT INTO events (t, kind, node) VALUES (?, ?, ?)", (t, kind, node))
             self.entries += 1
 
-    def add_step(self, t: int, leases: list[Lease], decisions: list[str] = (), took: int | None = None) -> None:
+    def add_step(self, t: int, leases: list[Lease], decisions: list[str] = (), took: int | None = None,
+                 requests: list[tuple[LeaseRequest, str | None]] = ()) -> None:
         """A step at t, the leases it changed, what its round model decided (JSON texts, in order) and the last
-        request it could take (in `lease_id`: requests committed while it ran may be journaled before it)."""
+        request it could take (in `lease_id`: requests committed while it ran may be journaled before it).
+        `requests`: a batch of new requests the step took, journaled just before it in the same transaction (one
+        fsync for both: a request and the step that answers it are on disk together, or neither is)."""
         with self._tx():
+            if requests:
+                self._write_requests(requests)
             seq = self.db.execute("INSERT INTO events (t, kind, lease_id) VALUES (?, 'step', ?)", (t, took)).lastrowid
             self.entries += 1
             self.db.executemany("INSERT INTO decisions VALUES (?, ?, ?)",

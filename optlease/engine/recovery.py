@@ -105,7 +105,7 @@ class Recovery:
         elif kind == "requeue":
             self._requeue(self.all[lease_id], t)
         elif kind == "defer":
-            self._defer(self.all[lease_id], t)
+            self._defer(self._deferrable(seq, t, lease_id), t)
         elif kind == "down":        # lease_id holds the node here
             self.log.now = t
             node_down(self.sched, lease_id, t)
@@ -115,6 +115,28 @@ class Recovery:
         else:
             self.decisions.begin(journal.decisions.get(seq, []))
             self._run_step(t, lease_id)     # a step's lease_id: the last request it could take (None: any)
+
+    def _deferrable(self, seq: int, t: int, lease_id: int | None):
+        """The lease a journaled `defer` names, if catch-up could have written it: a best-effort lease that the step
+        just replayed, at the same instant, started, resumed or migrated. Anything else was not written by the
+        daemon; replaying it would put an AR in the queue or a finished lease back in the system."""
+        lease = self.all.get(lease_id) if isinstance(lease_id, int) else None
+        if lease is None:
+            why = f"it names no lease ({lease_id})" if lease_id is None else f"there is no lease {lease_id}"
+        elif lease.kind is not LeaseKind.BEST_EFFORT:
+            why = f"lease {lease_id} is {lease.kind.label}, not best-effort"
+        elif lease.state not in UNRUN or lease.id not in self.sched.leases:
+            why = f"lease {lease_id} is {lease.state.value}: nothing of it was begun"
+        elif t != self.last_t:
+            why = f"the last step replayed was at {self.last_t}, not at {t}"
+        elif lease.state is not S.MIGRATING \
+                and not any(rr.start == t for rr in (*lease.last_vmrr().pre, lease.last_vmrr())):
+            # an active or resuming lease was begun by that step (catch-up steps each planned instant exactly);
+            # a migration may span several instants, and one a step touched in the middle is deferred too
+            why = f"lease {lease_id} was not begun at {t}"
+        else:
+            return lease
+        raise StoreError(f"journal entry {seq} (defer at {t}) was not written by optlease: {why}", self.store.path)
 
     # -- catching up --------------------------------------------------------------------------------------------
     def next_instant(self) -> int | None:
