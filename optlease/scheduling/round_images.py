@@ -82,11 +82,30 @@ class RoundImages:
                         out[n] = t.end
         return out, everywhere
 
-    def near(self, lease: Lease, now: int) -> set[int]:
-        """Nodes the neighbourhood adds for a fresh lease: those whose cache holds its image."""
+    def near(self, lease: Lease, now: int, ranked: list[int] = ()) -> set[int]:
+        """Nodes the neighbourhood adds for a fresh lease: those whose cache holds its image, the first to free up
+        (in the order `ranked`, else by node id): a cached copy on a node busy for long saves no transfer soon."""
         if not self.prep.needs(lease) or lease.is_suspended() or self.prep.caches is None:
             return set()
-        return set(sorted(self.prep.caches.holding(lease.req.software.id))[:CACHED_NODES])
+        order = {n: i for i, n in enumerate(ranked)}
+        held = self.prep.caches.holding(lease.req.software.id)
+        return set(sorted(held, key=lambda n: (order.get(n, len(order)), n))[:CACHED_NODES])
+
+    def decides(self, lease: Lease, p) -> bool:
+        """Whether a round's later booking of a lease is about its disk image, and so committed rather than left
+        queued (`CpsatRound._now_only`): a fresh lease whose image must come. Left queued, it would be the greedy
+        pass's again, which books its image a transfer of its own in the link's first free stretch, usually at once
+        and so before a round sees it again: a transfer the plan spared (by a cache, or a ride on another lease's)
+        or placed later. Committed, its own transfer is booked just in time (`book`), so that a later round may
+        still move it, and the lease with it, until the transfer begins."""
+        return self.prep.needs(lease) and not lease.is_suspended()
+
+    def from_caches(self, lease: Lease, nodes) -> bool:
+        """Whether a fresh lease's image is in the cache of every node of `nodes`: booked there, it needs no
+        transfer."""
+        if not self.prep.needs(lease) or lease.is_suspended() or self.prep.caches is None or not nodes:
+            return False
+        return all(self.prep.caches.nodes[n].has(lease.req.software.id) for n in nodes)
 
     def link(self, now: int, movable: list[Lease], allowed: dict[int, tuple[int, ...]] | None = None) -> Link:
         """The link as the round model sees it (cpsat.transfers); `allowed`: per lease, the only nodes it may start
