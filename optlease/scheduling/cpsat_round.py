@@ -336,7 +336,7 @@ class CpsatRound(HintCompletion, PlanCommit):
                        and rr.start >= now for rr in rrs) \
                         and (lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping
                              or (moves and not self.sched.resumes_in_place(lease))) \
-                        and (self.images is None or self.images.movable(lease)):
+                        and (self.images is None or self.images.movable(lease, now)):
                     out.append(lease)
         out.sort(key=lambda lease: (lease.req.arrival, lease.id))
         return out
