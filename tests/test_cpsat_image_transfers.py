@@ -55,6 +55,25 @@ def test_the_round_waits_for_the_node_that_caches_the_image_instead_of_sending_i
     assert check_schedule(document(cpsat)) == []
 
 
+def test_a_transfer_that_begins_at_the_rounds_instant_is_still_the_rounds_to_spare():
+    """Three nodes, 100 s images. Lease 1 gets image x by [0, 100) and runs on node 1, booked until 3,100 but
+    ending at 2,090. Lease 3 (image y, at 1,990) takes the link [1,990, 2,090); lease 2 (image x, at 2,000) gets a
+    transfer behind it, [2,090, 2,190), to start on node 3 at 2,190: node 1, which caches x, is booked until 3,100.
+    At 2,090 lease 1 ends and lease 2's transfer begins. The step starts what begins at an instant before the
+    round looks, so the round once found that transfer under way and lease 2 fixed; it has sent nothing yet, and
+    the round now moves lease 2 to node 1 at once, from its cache: two transfers instead of greedy's three."""
+    Y = DiskImage("y.img", 1250)
+    reqs = [LeaseRequest(1, BE, 0, 3000, (VM,), software=X, real_duration=1990), lease(3, 1990, 3600, image=Y),
+            lease(2, 2000, 3600)]
+    greedy, _ = run(reqs, CACHES, nodes=3)
+    assert greedy.images.transfers == 3 and starts(greedy)[2] == (2190, (3,))
+    cpsat, _ = run(reqs, CACHES, nodes=3, mapper="cpsat")
+    assert_safe(cpsat)
+    assert starts(cpsat)[2] == (2090, (1,))
+    figures = cpsat.images.figures()
+    assert figures["image_transfers"] == 2 and figures["cache_hits"] == 1
+
+
 def test_when_waiting_costs_more_than_the_transfer_the_round_keeps_greedys_plan():
     """The same with node 1 free at 2,250 instead: 150 s more waiting (1,500) outweighs the transfer (1,000)."""
     reqs = [lease(1, 0, 2150), lease(2, 2000, 3600)]
