@@ -187,8 +187,8 @@ def test_a_lease_whose_disk_image_the_round_does_not_copy_resumes_where_it_was()
 def test_a_lease_sent_back_as_it_starts_waits_for_its_new_transfer_only():
     """Lease 5 (three VMs, preemptible) starts at 720 after its transfer [0, 720) (the round books it at once: the
     link is free); AR 1, arriving at 720, preempts it at once and it is requeued: no image stays without a cache, so
-    its next run waits for a new transfer [720, 1440). That transfer feeds the second run, not the first (the safety check compares each transfer with the
-    run that follows it)."""
+    its next run waits for a new transfer [720, 1440). That transfer feeds the second run, not the first (the
+    safety check compares each transfer with the run that follows it)."""
     reqs = [req(1, AR, 60, start=720, arrival=720), req(2, BE, 60), req(3, AR, 60, start=0), req(4, BE, 60),
             req(5, BE, 60, 3, image=IMG0, preemptible=True), req(6, AR, 60, start=0), req(7, AR, 60, start=0),
             req(8, BE, 780), req(9, BE, 60), req(10, BE, 60)]

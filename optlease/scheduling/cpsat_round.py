@@ -258,7 +258,7 @@ class CpsatRound(HintCompletion, PlanCommit):
             p = got[lease.id]
             if lease is head or p.outcome is not Outcome.ACCEPTED or p.start is None or p.start <= now:
                 continue
-            if self.images is not None and self.images.decides(lease, p):
+            if self.images is not None and self.images.decides(lease):
                 self._for_image.add(lease.id)
             else:
                 out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="planned for later: stays queued")

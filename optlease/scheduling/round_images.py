@@ -63,7 +63,8 @@ class RoundImages:
 
     def busy(self, now: int) -> list[tuple[int, int]]:
         """The link's fixed transfers from now on, by start."""
-        return sorted((max(now, t.start), t.end) for _, _, t in self.prep.link if t.end > now and not self._own(t, now))
+        return sorted((max(now, t.start), t.end) for _, _, t in self.prep.link
+                      if t.end > now and not self._own(t, now))
 
     def ready(self, lease: Lease, now: int) -> tuple[dict[int, int], int | None]:
         """When the lease's image is there without a transfer of its own: per node, from its cache (now) or a fixed
@@ -95,7 +96,7 @@ class RoundImages:
         held = self.prep.caches.holding(lease.req.software.id)
         return set(sorted(held, key=lambda n: (order.get(n, len(order)), n))[:CACHED_NODES])
 
-    def decides(self, lease: Lease, p) -> bool:
+    def decides(self, lease: Lease) -> bool:
         """Whether a round's later booking of a lease is about its disk image, and so committed rather than left
         queued (`CpsatRound._now_only`): a fresh lease whose image must come. Left queued, it would be the greedy
         pass's again, which books its image a transfer of its own in the link's first free stretch, usually at once
@@ -103,13 +104,6 @@ class RoundImages:
         or placed later. Committed, its own transfer is booked just in time (`book`), so that a later round may
         still move it, and the lease with it, until the transfer begins."""
         return self.prep.needs(lease) and not lease.is_suspended()
-
-    def from_caches(self, lease: Lease, nodes) -> bool:
-        """Whether a fresh lease's image is in the cache of every node of `nodes`: booked there, it needs no
-        transfer."""
-        if not self.prep.needs(lease) or lease.is_suspended() or self.prep.caches is None or not nodes:
-            return False
-        return all(self.prep.caches.nodes[n].has(lease.req.software.id) for n in nodes)
 
     def link(self, now: int, movable: list[Lease], allowed: dict[int, tuple[int, ...]] | None = None) -> Link:
         """The link as the round model sees it (cpsat.transfers); `allowed`: per lease, the only nodes it may start
