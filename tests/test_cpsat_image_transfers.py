@@ -55,6 +55,25 @@ def test_the_round_waits_for_the_node_that_caches_the_image_instead_of_sending_i
     assert check_schedule(document(cpsat)) == []
 
 
+def test_a_transfer_that_begins_at_the_rounds_instant_is_still_the_rounds_to_spare():
+    """Three nodes, 100 s images. Lease 1 gets image x by [0, 100) and runs on node 1, booked until 3,100 but
+    ending at 2,090. Lease 3 (image y, at 1,990) takes the link [1,990, 2,090); lease 2 (image x, at 2,000) gets a
+    transfer behind it, [2,090, 2,190), to start on node 3 at 2,190: node 1, which caches x, is booked until 3,100.
+    At 2,090 lease 1 ends and lease 2's transfer begins. The step starts what begins at an instant before the
+    round looks, so the round once found that transfer under way and lease 2 fixed; it has sent nothing yet, and
+    the round now moves lease 2 to node 1 at once, from its cache: two transfers instead of greedy's three."""
+    Y = DiskImage("y.img", 1250)
+    reqs = [LeaseRequest(1, BE, 0, 3000, (VM,), software=X, real_duration=1990), lease(3, 1990, 3600, image=Y),
+            lease(2, 2000, 3600)]
+    greedy, _ = run(reqs, CACHES, nodes=3)
+    assert greedy.images.transfers == 3 and starts(greedy)[2] == (2190, (3,))
+    cpsat, _ = run(reqs, CACHES, nodes=3, mapper="cpsat")
+    assert_safe(cpsat)
+    assert starts(cpsat)[2] == (2090, (1,))
+    figures = cpsat.images.figures()
+    assert figures["image_transfers"] == 2 and figures["cache_hits"] == 1
+
+
 def test_when_waiting_costs_more_than_the_transfer_the_round_keeps_greedys_plan():
     """The same with node 1 free at 2,250 instead: 150 s more waiting (1,500) outweighs the transfer (1,000)."""
     reqs = [lease(1, 0, 2150), lease(2, 2000, 3600)]
@@ -132,25 +151,31 @@ def req(i, kind, duration, n=1, start=None, image=None, arrival=0, preemptible=F
                         real_duration=real, software=image)
 
 
-def test_the_oldest_lease_is_placed_within_its_guard_so_the_round_books_something():
-    """Two nodes, the link at 10 Mbit/s (240 s a copy). At 60 the greedy pass books lease 2 (two VMs, two copies:
-    [60, 540)) at 540 and lease 5 after it. The round's model could finish more leases sooner by sending lease 5's
-    one copy first and leaving lease 2, the head of the line, queued past its look-ahead: the round then committed
-    neither (it commits only what starts now and the head's booking), and at 120 nothing was left to happen. The
-    head's guard (it starts no later than the hint books it) now also forbids leaving it queued."""
+def test_the_round_books_the_image_leases_it_plans_so_the_link_never_stands_idle():
+    """Two nodes, the link at 10 Mbit/s (240 s a copy); ARs 3 and 4 hold both nodes until 60. At 0 the greedy pass
+    books lease 1 (no image) at 60, aggressive backfilling's one reservation, and leaves leases 2 (two VMs, two
+    copies) and 5 (one copy) queued. The round plans lease 5's copy first, [0, 240), then lease 2's, [240, 720).
+    It once committed only what starts now and the head's booking: both image leases went back to the queue, the
+    link stood idle until 60 (and a head left queued past its look-ahead once made the round commit nothing at
+    all). A later booking whose image must come is now committed (left queued, the greedy pass would book its
+    transfer at once), so the three copies go back to back from 0 and both leases start by 720."""
     reqs = [req(1, BE, 60), req(2, BE, 60, 2, image=IMG0), req(3, AR, 60, start=0), req(4, AR, 60, start=0),
             req(5, BE, 60, image=IMG0)]
     result, _ = run(reqs, SLOW, nodes=2, mapper="cpsat", migration="no")
     assert_safe(result)
-    assert starts(result)[2][0] <= 540
+    assert all(x.state is LeaseState.DONE for x in result.leases)
+    got = starts(result)
+    assert max(got[2][0], got[5][0]) <= 3 * 240
+    assert min(h.start for x in result.leases for h in x.held if h.kind == "transfer") == 0
 
 
 def test_a_lease_whose_disk_image_the_round_does_not_copy_resumes_where_it_was():
-    """Lease 3 (three VMs, preemptible) runs on nodes 3, 4 and 1 with its image and is suspended for AR 4 at 960.
+    """Lease 3 (three VMs, preemptible, 300 s) runs on nodes 3, 4 and 1 from 720, after its transfer, and is
+    suspended for AR 4 at 960.
     Under the CP-SAT mapper only greedy copies disk images (over the link), so a resume on other nodes found no image
     there (the greedy pass booked it on nodes 1, 2, 3 with its memory images copied and no disk image): each VM now
     resumes on the node it was suspended on."""
-    reqs = [req(1, AR, 60, start=0), req(2, BE, 60, real=1), req(3, BE, 240, 3, image=IMG0, preemptible=True),
+    reqs = [req(1, AR, 60, start=0), req(2, BE, 60, real=1), req(3, BE, 300, 3, image=IMG0, preemptible=True),
             req(4, AR, 60, 2, start=960), req(5, AR, 60, start=0), req(6, BE, 60), req(7, BE, 60), req(8, BE, 60)]
     result, _ = run(reqs, SLOW, nodes=4, mapper="cpsat", migration="yes")
     assert_safe(result)
@@ -160,16 +185,16 @@ def test_a_lease_whose_disk_image_the_round_does_not_copy_resumes_where_it_was()
 
 
 def test_a_lease_sent_back_as_it_starts_waits_for_its_new_transfer_only():
-    """Lease 5 (three VMs, preemptible) starts at 780 after its transfer [60, 780); AR 1, arriving at 780, preempts
-    it at once and it is requeued: no image stays without a cache, so its next run waits for a new transfer
-    [780, 1500). That transfer feeds the second run, not the first (the safety check compares each transfer with the
-    run that follows it)."""
-    reqs = [req(1, AR, 60, start=780, arrival=780), req(2, BE, 60), req(3, AR, 60, start=0), req(4, BE, 60),
+    """Lease 5 (three VMs, preemptible) starts at 720 after its transfer [0, 720) (the round books it at once: the
+    link is free); AR 1, arriving at 720, preempts it at once and it is requeued: no image stays without a cache, so
+    its next run waits for a new transfer [720, 1440). That transfer feeds the second run, not the first (the
+    safety check compares each transfer with the run that follows it)."""
+    reqs = [req(1, AR, 60, start=720, arrival=720), req(2, BE, 60), req(3, AR, 60, start=0), req(4, BE, 60),
             req(5, BE, 60, 3, image=IMG0, preemptible=True), req(6, AR, 60, start=0), req(7, AR, 60, start=0),
             req(8, BE, 780), req(9, BE, 60), req(10, BE, 60)]
     result, _ = run(reqs, SLOW, nodes=4, mapper="cpsat", migration="no")
     assert_safe(result)
     lease = next(x for x in result.leases if x.id == 5)
     assert [(h.kind, h.start, h.end) for h in lease.held if h.kind in ("vm", "transfer")] == [
-        ("transfer", 60, 780), ("vm", 780, 780), ("transfer", 780, 1500), ("vm", 1500, 1560)]
+        ("transfer", 0, 720), ("vm", 720, 720), ("transfer", 720, 1440), ("vm", 1440, 1500)]
 

@@ -247,18 +247,23 @@ class CpsatRound(HintCompletion, PlanCommit):
                 greedy_cost
         return stats, len(moves) + len(stops), greedy_cost
 
-    @staticmethod
-    def _committed(now: int, movable: list[Lease], got: dict[int, LeasePlan]) -> dict[int, LeasePlan]:
-        """The part of a round's plan that is committed: the starts it makes now, and the booking of the oldest
-        lease (its place in line); every other lease it plans later stays queued. (Committing the starts the search
+    def _committed(self, now: int, movable: list[Lease], got: dict[int, LeasePlan]) -> dict[int, LeasePlan]:
+        """The part of a round's plan that is committed: the starts it makes now, the booking of the oldest lease
+        (its place in line), and (disk images managed) the later bookings whose image the plan decides
+        (`RoundImages.decides`); every other lease it plans later stays queued. (Committing the starts the search
         plans within its window too won on the tuning set but not on the suite, and a younger lease booked so, whose
         image transfer then began, started the head later than greedy would: models/cpsat-round.md, *On workloads
         it was not tuned on*.)"""
         head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         out = dict(got)
+        self._for_image = set()
         for lease in movable:
             p = got[lease.id]
-            if lease is not head and p.outcome is Outcome.ACCEPTED and p.start is not None and p.start > now:
+            if lease is head or p.outcome is not Outcome.ACCEPTED or p.start is None or p.start <= now:
+                continue
+            if self.images is not None and self.images.decides(lease):
+                self._for_image.add(lease.id)
+            else:
                 out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="planned for later: stays queued")
         return out
 
@@ -274,6 +279,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         sched = self.sched
         movable, running = self._movable(now), self._preemptible_for(lease)
         self._images_for(now, movable)
+        self._for_image = set()   # an admission commits its whole plan: later bookings count as greedy's do
         if not movable and not running:
             return False   # nothing the model may move or suspend: the greedy pass's refusal stands
         # the hint: the greedy pass's search for the lease with the round's bookings lifted, the movable leases
@@ -339,7 +345,7 @@ class CpsatRound(HintCompletion, PlanCommit):
                        and rr.start >= now for rr in rrs) \
                         and (lease.state is S.SCHEDULED or lease.image_nodes == vmrr.mapping
                              or (moves and not self.sched.resumes_in_place(lease))) \
-                        and (self.images is None or self.images.movable(lease)):
+                        and (self.images is None or self.images.movable(lease, now)):
                     out.append(lease)
         out.sort(key=lambda lease: (lease.req.arrival, lease.id))
         return out
@@ -403,7 +409,7 @@ class CpsatRound(HintCompletion, PlanCommit):
             if self.images is not None:
                 self.images.start_hint(now)
             completed = self._complete(now, movable)
-        plain = self._plain_nodes(now, movable, runs, leases)
+        plain = self._plain_nodes(now, movable, runs, leases, ranked)
         head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
@@ -414,8 +420,8 @@ class CpsatRound(HintCompletion, PlanCommit):
             if extra > 0 and lease.numnodes + extra < len(ranked):
                 # a neighbourhood: the nodes that free up first, and the nodes the plans and the image use
                 near = {*ranked[:lease.numnodes + extra], *plan.nodes, *filled.nodes, *snap.nodes}
-                if self.images is not None:   # and nodes whose cache holds its image
-                    near.update(self.images.near(lease, now))
+                if self.images is not None:   # and nodes whose cache holds its image, those free first
+                    near.update(self.images.near(lease, now, ranked))
                 if not snap.nodes:   # a fresh start may take any plain node too: the model pools them
                     near.update(plain)
                 snap = replace(snap, allowed_nodes=tuple(sorted(near)))
@@ -428,7 +434,7 @@ class CpsatRound(HintCompletion, PlanCommit):
             Plan(tuple(hint))
 
     def _plain_nodes(self, now: int, movable: list[Lease], runs: list[LeaseSnapshot],
-                     fixed: list[LeaseSnapshot]) -> set[int]:
+                     fixed: list[LeaseSnapshot], ranked: list[int] = ()) -> set[int]:
         """The nodes the model can pool (cpsat.pools) and which the neighbourhood therefore need not leave out: where
         every movable lease asks one VM demand, the nodes that nothing not yet begun holds and no image, planned
         booking or suspendable lease names. Empty where the movable leases ask different demands."""
@@ -440,7 +446,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         if self.images is not None:   # nodes a movable lease's image reaches without a transfer of its own
             for lease in movable:
                 if self.sched.prep.needs(lease) and not lease.is_suspended():
-                    named.update(self.images.near(lease, now))
+                    named.update(self.images.near(lease, now, ranked))
                     if self.sched.prep.opts.mechanism == "unicast":
                         named.update(self.images.ready(lease, now)[0])
         for lease in movable:

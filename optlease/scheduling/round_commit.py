@@ -14,6 +14,8 @@ S = LeaseState
 class PlanCommit:
     """The commit half of CpsatRound (a mixin: it needs `self.sched`)."""
 
+    _for_image: set[int] = frozenset()   # later bookings a round keeps for their disk image (CpsatRound._committed)
+
     def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan], stops: list[Lease] = (),
                new: tuple[Lease, LeasePlan] | None = None) -> bool:
         """Suspend `stops` when the plan says (now, for waiting leases; before an AR the model admitted), book `new`
@@ -155,8 +157,9 @@ class PlanCommit:
         if lease in sched.queue:
             sched.queue.remove(lease)
         # as the greedy pass counts them: a best-effort reservation for later than now (only the oldest lease's, as
-        # a round commits: aggressive backfilling's one reservation), which a premature end books again sooner
-        vmrr.backfill = vmrr.begin() > now
+        # a round commits: aggressive backfilling's one reservation), which a premature end books again sooner; a
+        # later booking kept for its disk image starts when its image is there, which greedy does not count either
+        vmrr.backfill = vmrr.begin() > now and lease.id not in self._for_image
         if vmrr.backfill:
             sched.vm.future_count += 1
         resuming = lease.state is S.SUSPENDED_QUEUED

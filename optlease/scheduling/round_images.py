@@ -3,7 +3,10 @@ and the caches (`cpsat.transfers.Link`), how the hint's completion waits for ima
 its images through the greedy scheduler's own bookkeeping (scheduling.preparation), all or nothing.
 
 - **Movable**: a best-effort booking whose image has started to come (a transfer of its own under way or over) is a
-  commitment, like a memory-image copy that has begun: the round leaves it where it is.
+  commitment, like a memory-image copy that has begun: the round leaves it where it is. A transfer that begins at
+  the round's instant has sent nothing yet: the round still decides it (a round is solved whenever a movable
+  lease's transfer begins, `CpsatRound._transfer_due`), else every transfer booked for later, the commit's just in
+  time ones first, would begin unseen.
 - **Fixed on the link**: every transfer not begun that feeds more than one lease or a lease the round may not move
   (ARs keep the transfers the greedy pass booked for them), and every transfer under way. A transfer that feeds one
   movable lease alone is that lease's own: the model decides it again.
@@ -41,25 +44,27 @@ class RoundImages:
         self._riders: dict[str, list[int]] = {}   # image -> starts of the plan's leases without an own transfer
 
     # -- what the round sees ------------------------------------------------------------------------------------
-    def movable(self, lease: Lease) -> bool:
-        """Whether a booked lease's image has not started to come: no transfer of its own under way or over."""
+    def movable(self, lease: Lease, now: int) -> bool:
+        """Whether a booked lease's image has not started to come: no transfer of its own under way (before now)
+        or over."""
         if lease.state not in BOOKED or lease.is_suspended() or not self.prep.needs(lease):
             return True
         if any(h.kind == TRANSFER for h in lease.held):
             return False
-        return all(t.state == "scheduled" for t in self.prep.waiting.get(lease.id, ()))
+        return all(_unbegun(t, now) for t in self.prep.waiting.get(lease.id, ()))
 
-    def _own(self, t) -> bool:
+    def _own(self, t, now: int) -> bool:
         """Whether a transfer is a movable lease's own (the model places it again). The link also carries the
         copies of suspended leases' images to the nodes they resume on (`migrate` reservations): fixed."""
         if t.kind != TRANSFER:
             return False
         ids = {lease.id for lease, _, _ in t.feeds}
-        return t.state == "scheduled" and len(ids) == 1 and next(iter(ids)) in self.exclude
+        return _unbegun(t, now) and len(ids) == 1 and next(iter(ids)) in self.exclude
 
     def busy(self, now: int) -> list[tuple[int, int]]:
         """The link's fixed transfers from now on, by start."""
-        return sorted((max(now, t.start), t.end) for _, _, t in self.prep.link if t.end > now and not self._own(t))
+        return sorted((max(now, t.start), t.end) for _, _, t in self.prep.link
+                      if t.end > now and not self._own(t, now))
 
     def ready(self, lease: Lease, now: int) -> tuple[dict[int, int], int | None]:
         """When the lease's image is there without a transfer of its own: per node, from its cache (now) or a fixed
@@ -72,7 +77,7 @@ class RoundImages:
             out.update((n, now) for n in prep.caches.holding(image) if n in self.sched.table.caps)
         if prep.opts.avoid_redundant:
             for t in prep.open.get(image, ()):
-                if t.end <= now or t.state != "scheduled" or self._own(t):
+                if t.end <= now or t.state != "scheduled" or self._own(t, now):
                     continue
                 if prep.opts.mechanism == "multicast":
                     everywhere = t.end if everywhere is None else min(everywhere, t.end)
@@ -82,11 +87,23 @@ class RoundImages:
                         out[n] = t.end
         return out, everywhere
 
-    def near(self, lease: Lease, now: int) -> set[int]:
-        """Nodes the neighbourhood adds for a fresh lease: those whose cache holds its image."""
+    def near(self, lease: Lease, now: int, ranked: list[int] = ()) -> set[int]:
+        """Nodes the neighbourhood adds for a fresh lease: those whose cache holds its image, the first to free up
+        (in the order `ranked`, else by node id): a cached copy on a node busy for long saves no transfer soon."""
         if not self.prep.needs(lease) or lease.is_suspended() or self.prep.caches is None:
             return set()
-        return set(sorted(self.prep.caches.holding(lease.req.software.id))[:CACHED_NODES])
+        order = {n: i for i, n in enumerate(ranked)}
+        held = self.prep.caches.holding(lease.req.software.id)
+        return set(sorted(held, key=lambda n: (order.get(n, len(order)), n))[:CACHED_NODES])
+
+    def decides(self, lease: Lease) -> bool:
+        """Whether a round's later booking of a lease is about its disk image, and so committed rather than left
+        queued (`CpsatRound._committed`): a fresh lease whose image must come. Left queued, it would be the greedy
+        pass's again, which books its image a transfer of its own in the link's first free stretch, usually at once
+        and so before a round sees it again: a transfer the plan spared (by a cache, or a ride on another lease's)
+        or placed later. Committed, its own transfer is booked just in time (`book`), so that a later round may
+        still move it, and the lease with it, until the transfer begins."""
+        return self.prep.needs(lease) and not lease.is_suspended()
 
     def link(self, now: int, movable: list[Lease], allowed: dict[int, tuple[int, ...]] | None = None) -> Link:
         """The link as the round model sees it (cpsat.transfers); `allowed`: per lease, the only nodes it may start
@@ -95,7 +112,7 @@ class RoundImages:
         for lease in movable:
             if lease.is_suspended() or not prep.needs(lease):
                 continue
-            booked = next((t.start for t in prep.waiting.get(lease.id, ()) if self._own(t)), None)
+            booked = next((t.start for t in prep.waiting.get(lease.id, ()) if self._own(t, now)), None)
             booked = self.hinted.get(lease.id, booked)
             ready, everywhere = self.ready(lease, now)
             if allowed and allowed.get(lease.id):
@@ -115,7 +132,7 @@ class RoundImages:
         """The completion starts over: the fixed transfers, and the own transfers of the movable leases it does not
         book again, are on its link."""
         kept = [(max(now, t.start), t.end) for _, _, t in self.prep.link
-                if t.end > now and self._own(t) and t.feeds[0][0].id not in rebooked]
+                if t.end > now and self._own(t, now) and t.feeds[0][0].id not in rebooked]
         self.scratch, self.hinted, self.sent = sorted(self.busy(now) + kept), {}, {}
 
     def earliest(self, lease: Lease, now: int) -> dict[int, int] | None:
@@ -261,3 +278,9 @@ class RoundImages:
             prep.commit(plan, vmrr)
             return True
         return self.book(lease, vmrr, None, now)
+
+
+def _unbegun(t, now: int) -> bool:
+    """Whether a transfer has sent nothing yet: booked, or starting at this very instant (the step starts what
+    begins now before the round looks, and a transfer the round moves then has cost the link nothing)."""
+    return t.state == "scheduled" or (t.state == "active" and t.start == now)
