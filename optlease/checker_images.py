@@ -127,29 +127,34 @@ def _image_first(lease: dict, spans: list[tuple], seconds, when, flag) -> Iterat
                 if end is not None and node is not None:
                     disk.setdefault(str(vnode), []).append((end, str(node)))
         elif r.get("kind") == "resume" and not fresh:
-            for vnode, node in sorted((r.get("mapping") or {}).items()):
-                vnode, node = str(vnode), str(node)
-                there = any(n == node and since <= start for since, n in disk.get(vnode, ()))
-                cached = in_cache(node, start)
-                if not (there or cached):
-                    yield flag(lease.get("id"), "image-ready",
-                               f"vnode {vnode} resumes on node {node} at {when(start)} before image "
-                               f"{image.get('id')} is there")
-                    return
+            gap = _first_without(r, start, in_cache,
+                                 lambda v, n: any(p == n and since <= start for since, p in disk.get(v, ())))
+            if gap:
+                yield flag(lease.get("id"), "image-ready", _not_there(gap, "resumes", when(start), image))
+                return
         elif r.get("kind") == "vm":
             if fresh:
-                for vnode, node in sorted((r.get("mapping") or {}).items()):
-                    vnode, node = str(vnode), str(node)
-                    by_transfer = any(e <= start and v == vnode and p == node for e, v, p in arrived)
-                    cached = in_cache(node, start)
-                    if not (by_transfer or cached):
-                        yield flag(lease.get("id"), "image-ready",
-                                   f"vnode {vnode} starts on node {node} at {when(start)} before image "
-                                   f"{image.get('id')} is there")
-                        break
+                gap = _first_without(r, start, in_cache,
+                                     lambda v, n: any(e <= start and vn == v and p == n for e, vn, p in arrived))
+                if gap:
+                    yield flag(lease.get("id"), "image-ready", _not_there(gap, "starts", when(start), image))
             fresh = r.get("outcome") == "requeued"
             if fresh:
                 disk.clear()
             else:
                 for vnode, node in (r.get("mapping") or {}).items():
                     disk[str(vnode)] = [(start, str(node))]   # the copy it runs from
+
+
+def _first_without(r: dict, start: int, in_cache, copied) -> tuple[str, str] | None:
+    """The first (vnode, node) of reservation r whose node has no copy of the image at `start`: neither one that
+    `copied(vnode, node)` says reached it nor one in its cache."""
+    for vnode, node in sorted((r.get("mapping") or {}).items()):
+        vnode, node = str(vnode), str(node)
+        if not (copied(vnode, node) or in_cache(node, start)):
+            return vnode, node
+    return None
+
+
+def _not_there(gap: tuple[str, str], verb: str, at: str, image: dict) -> str:
+    return f"vnode {gap[0]} {verb} on node {gap[1]} at {at} before image {image.get('id')} is there"

@@ -34,49 +34,28 @@ RUNS = {
 }
 QUICK = {"1000requests-aggressive": ("1000requests.swf", None)}
 IMAGE_INJECTION = "injected/work_10-dur_2h-size_1small.lwf"
-# the HPDC'08 profiles (Haizea's blue-30days-24h multi-configuration), in this layout
-VM_PROFILE = """
-[general]
-loglevel: STATUS
-mode: simulated
-lease-preparation: {preparation}
-
-[simulation]
-clock: simulated
-starttime: 2006-11-25 13:00:00
-resources: 144 CPU:100 Memory:1024
-imagetransfer-bandwidth: 100
-stop-when: besteffort-done
-
-[scheduling]
-policy-preemption: ar-preempts-everything
-backfilling: aggressive
-suspension: all
-suspend-rate: 50
-resume-rate: 50
-migration: yes
-
-[deploy-imagetransfer]
-transfer-mechanism: multicast
-{reuse}
-
-[accounting]
-probes: ar best-effort immediate cpu-utilization
-
-[tracefile]
-tracefile: {trace}
-injectionfile: {injection}
-imagefile: {imagefile}
-runtime-slowdown-overhead: 5
-add-overhead: all
-bootshutdown-overhead: 20
-"""
+# the HPDC'08 VM profile (Haizea's blue-30days-24h), vm+noreuse as the file has it; the others as what they change
+VM_PROFILE = BLUE / "hpdc08-vm.conf"
 IMAGE_RUNS = {
-    "30days-work10-vm-without-transfers": ("unmanaged", "avoid-redundant-transfers: False\ndiskimage-reuse: none"),
-    "30days-work10-vm+noreuse": ("imagetransfer", "avoid-redundant-transfers: False\ndiskimage-reuse: none"),
-    "30days-work10-vm+reuse": ("imagetransfer", "avoid-redundant-transfers: True\ndiskimage-reuse: image-caches\n"
-                                                "diskimage-cache-size: 20480"),
+    "30days-work10-vm-without-transfers": {"general": {"lease-preparation": "unmanaged"}},
+    "30days-work10-vm+noreuse": {},
+    "30days-work10-vm+reuse": {"deploy-imagetransfer": {"avoid-redundant-transfers": "True",
+                                                        "diskimage-reuse": "image-caches",
+                                                        "diskimage-cache-size": "20480"}},
 }
+
+
+def vm_profile(changes: dict, trace: Path, injection: Path, imagefile: Path) -> str:
+    """The text of instances/blue/hpdc08-vm.conf with `changes` (section -> option -> value) and these files, named
+    by their full paths (the text is written elsewhere)."""
+    from optlease.formats.config import render_config
+    from optlease.formats.multiconfig import read_sections
+
+    sections = read_sections(VM_PROFILE.read_text(), str(VM_PROFILE))
+    for section, options in {**changes, "tracefile": {"tracefile": str(trace), "injectionfile": str(injection),
+                                                      "imagefile": str(imagefile)}}.items():
+        sections.setdefault(section, {}).update(options)
+    return render_config(sections)
 
 
 def run(trace: str, injection: str | None, conf: str | None = None) -> dict:
@@ -113,9 +92,8 @@ def image_runs() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         images = Path(tmp) / "37_uniform.images"
         images.write_text(imagefile(37, 4096, 10000, seed=1))
-        for name, (preparation, reuse) in IMAGE_RUNS.items():
-            conf = VM_PROFILE.format(preparation=preparation, reuse=reuse, trace=BLUE / "30days.swf",
-                                     injection=BLUE / IMAGE_INJECTION, imagefile=images)
+        for name, changes in IMAGE_RUNS.items():
+            conf = vm_profile(changes, BLUE / "30days.swf", BLUE / IMAGE_INJECTION, images)
             results[name] = run("30days.swf", IMAGE_INJECTION, conf)
     base = results["30days-work10-vm-without-transfers"]
     for name in list(IMAGE_RUNS)[1:]:

@@ -202,15 +202,13 @@ def main(argv: list[str] | None = None) -> int:
 def image_profile(folder: Path, profile: str, trace: Path, injection: Path) -> Path:
     """The HPDC'08 VM profile's configuration with image transfers (scripts/bench_simulate.py), in `folder`."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from bench_simulate import IMAGE_RUNS, VM_PROFILE
+    from bench_simulate import IMAGE_RUNS, vm_profile
     from make_imagefile import imagefile
 
     images = folder / "37_uniform.images"
     images.write_text(imagefile(37, 4096, 10000, seed=1))
-    preparation, reuse = IMAGE_RUNS[f"30days-work10-{profile}"]
     conf = folder / "images.conf"
-    conf.write_text(VM_PROFILE.format(preparation=preparation, reuse=reuse, trace=trace.resolve(),
-                                      injection=injection.resolve(), imagefile=images))
+    conf.write_text(vm_profile(IMAGE_RUNS[f"30days-work10-{profile}"], trace.resolve(), injection.resolve(), images))
     return conf
 
 

@@ -415,8 +415,12 @@ def optlease(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
     (["--broker", "localhost:1883"], "Missing option '--host'"),
     (["--host", "n1", "--adopt", "lease-(["], "--adopt: not a regular expression"),
     (["--host", "n1", "--broker", "localhost:1883"], "--broker: neither --username nor --tls-ca"),
+    (["--host", "n1", "--heartbeat", "-1"], "'--heartbeat'"),
+    # a wait longer than the platform's timers would kill the heartbeat thread (Event.wait(inf) overflows)
+    (["--host", "n1", "--heartbeat", "inf"], "less than or equal to 86400"),
+    (["--host", "n1", "--heartbeat", "nan"], "'--heartbeat'"),
 ], ids=["host-slash", "port-text", "port-range", "password-alone", "tls-ca-missing", "migrate-uri", "no-host",
-        "adopt-pattern", "open-broker"])
+        "adopt-pattern", "open-broker", "heartbeat-negative", "heartbeat-inf", "heartbeat-nan"])
 def test_bad_options_give_one_line_and_exit_2(args, message):
     # --insecure where the option under test is not the broker's: each case fails on its own option
     done = optlease("agent", *args, *([] if "neither" in message else ["--insecure"]))

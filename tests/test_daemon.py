@@ -243,3 +243,17 @@ def test_non_loopback_without_token_is_refused(tmp_path):
     conf.write_text(daemon_config(free_port()).replace("listen: 127.0.0.1", "listen: 0.0.0.0"))
     out = run_cli("serve", "-c", conf, "--fg", timeout=30)
     assert out.returncode == 2 and "set [daemon] token" in out.stderr and out.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("listen, message", [
+    ("127.0.0.1:99999", "port 99999 is too large"), ("127.0.0.1:http", "port 'http' is not a whole number"),
+    ("127.0.0.1:", "is not HOST:PORT"), ("localhost", "is not HOST:PORT"), ("127.0.0.1:+80", "is not HOST:PORT"),
+    ("[::]:4000", "is not loopback"),
+], ids=["port-too-large", "port-by-name", "no-port", "no-colon", "signed-port", "ipv6-any"])
+def test_a_listen_address_it_cannot_serve_on_is_one_line(tmp_path, listen, message):
+    port = free_port()
+    conf = tmp_path / "d.conf"
+    conf.write_text(daemon_config(port).replace(f"listen: 127.0.0.1:{port}", f"listen: {listen}"))
+    out = run_cli("serve", "-c", conf, "--fg", timeout=30)
+    assert out.returncode == 2 and message in out.stderr and "[daemon] listen" in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

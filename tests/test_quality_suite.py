@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from optlease.accounting.datafile import read_run
 from optlease.cli.main import main
 
@@ -101,19 +103,28 @@ LOADS = [f"work_{n:02d}" for n in (5, 10, 15, 20, 25, 30)]
 SIZES = ["size_1small", "size_2medium", "size_3large"]
 
 
-def test_the_synthetic_family_is_regenerated_byte_for_byte(tmp_path):
-    """make-synthetic.sh writes the committed workloads again from their seeds, and checks them against SHA256SUMS."""
+@pytest.mark.parametrize("workloads, sums, count", [("synthetic", "SHA256SUMS", 10),
+                                                    ("tuning", "TUNING-SHA256SUMS", 6)])
+def test_the_generated_sets_are_regenerated_byte_for_byte(tmp_path, workloads, sums, count):
+    """make-workloads.sh writes each set's committed workloads again from their seeds, and checks them against its
+    sums."""
     copy = tmp_path / "suite"
     copy.mkdir()
-    for name in ("make-synthetic.sh", "SHA256SUMS"):
+    for name in ("make-workloads.sh", f"{workloads}.workloads", sums):
         (copy / name).write_bytes((SUITE / name).read_bytes())
     optlease = Path(sys.executable).with_name("optlease")
-    done = subprocess.run(["sh", str(copy / "make-synthetic.sh")], capture_output=True, text=True, timeout=120,
-                          env={"OPTLEASE": str(optlease), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(["sh", str(copy / "make-workloads.sh"), workloads], capture_output=True, text=True,
+                          timeout=120, env={"OPTLEASE": str(optlease), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
-    written = sorted(p.name for p in (copy / "synthetic").glob("*.lwf"))
-    assert written == sorted(p.name for p in (SUITE / "synthetic").glob("*.lwf")) and len(written) == 10
-    assert all((copy / "synthetic" / n).read_bytes() == (SUITE / "synthetic" / n).read_bytes() for n in written)
+    written = sorted(p.name for p in (copy / workloads).glob("*.lwf"))
+    assert written == sorted(p.name for p in (SUITE / workloads).glob("*.lwf")) and len(written) == count
+    assert all((copy / workloads / n).read_bytes() == (SUITE / workloads / n).read_bytes() for n in written)
+
+
+def test_the_workload_script_refuses_an_unknown_set_in_one_line():
+    done = subprocess.run(["sh", str(SUITE / "make-workloads.sh"), "../etc"], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "synthetic or tuning" in done.stderr
 
 
 def test_the_suites_files_expand_and_the_blue_months_cover_every_ar_load_and_size(tmp_path):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from optlease.engine.run import simulate
 from optlease.formats.config import load_config
 from optlease.formats.schedule_json import schedule_document
 
-from conftest import INSTANCES
+from conftest import INSTANCES, REPO
 
 BLUE = INSTANCES / "blue"
 FIVE_DAYS = 5 * 86_400
@@ -60,57 +62,19 @@ def test_schedule_unchanged(tmp_path, trace, backfilling, injected, nodes, diges
     assert hashlib.sha256((text + "\n").encode()).hexdigest() == digest
 
 
-# The HPDC'08 VM profiles with image transfers (scripts/bench_simulate.py --images) on the first five days of the
-# month with the 10 % AR injection: every request given one of 37 images of 4,096 MB (scripts/make_imagefile.py's
-# defaults), suspension and migration on, the runtime and boot overheads of the paper.
-VM_PROFILE = """
-[general]
-loglevel: STATUS
-mode: simulated
-lease-preparation: imagetransfer
-
-[simulation]
-clock: simulated
-starttime: 2006-11-25 13:00:00
-resources: 144 CPU:100 Memory:1024
-imagetransfer-bandwidth: 100
-stop-when: besteffort-done
-
-[scheduling]
-policy-preemption: ar-preempts-everything
-backfilling: aggressive
-suspension: all
-suspend-rate: 50
-resume-rate: 50
-migration: yes
-
-[deploy-imagetransfer]
-transfer-mechanism: multicast
-{reuse}
-
-[accounting]
-probes: ar best-effort
-
-[tracefile]
-tracefile: {trace}
-injectionfile: {injection}
-imagefile: {imagefile}
-runtime-slowdown-overhead: 5
-add-overhead: all
-bootshutdown-overhead: 20
-"""
-NOREUSE = "avoid-redundant-transfers: False\ndiskimage-reuse: none"
-REUSE = "avoid-redundant-transfers: True\ndiskimage-reuse: image-caches\ndiskimage-cache-size: 20480"
+# The HPDC'08 VM profiles with image transfers (instances/blue/hpdc08-vm.conf, which scripts/bench_simulate.py
+# --images runs on the month) on the first five days of the month with the 10 % AR injection: every request given
+# one of 37 images of 4,096 MB (scripts/make_imagefile.py's defaults), suspension and migration on, the runtime and
+# boot overheads of the paper.
+VM_PROFILE = BLUE / "hpdc08-vm.conf"
+NOREUSE: dict[str, str] = {}      # the file's own: multicast, no piggybacking, no caches
+REUSE = {"avoid-redundant-transfers": "True", "diskimage-reuse": "image-caches", "diskimage-cache-size": "20480"}
 
 
-def images_file(path: Path, images: int = 37, size: int = 4096, requests: int = 10_000, seed: int = 1) -> Path:
-    """scripts/make_imagefile.py's file, as it writes it (uniform draws with Python's seeded generator)."""
-    import random
-
-    rng = random.Random(seed)
-    names = [f"image_{i}" for i in range(1, images + 1)]
-    lines = [f"{name} {size}" for name in names] + ["#"] + [names[rng.randrange(images)] for _ in range(requests)]
-    path.write_text("\n".join(lines) + "\n")
+def images_file(path: Path) -> Path:
+    """scripts/make_imagefile.py's file with its defaults (the study's 37_uniform.images)."""
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_imagefile.py"), "-o", str(path)], check=True,
+                   timeout=60)
     return path
 
 
@@ -120,12 +84,10 @@ def images_file(path: Path, images: int = 37, size: int = 4096, requests: int = 
     pytest.param(REUSE, "a68ccc60cd8a3163cb5b1f1077e990f5a370fa2a4f37061b85eef2e93148d4a9", id="5days-work10-vm+reuse"),
 ])
 def test_image_schedule_unchanged(tmp_path, reuse, digest):
-    conf = tmp_path / "vm.conf"
-    conf.write_text(VM_PROFILE.format(
-        reuse=reuse, trace=first_days(BLUE / "30days.swf", tmp_path / "5days.swf", 1),
-        injection=first_days(BLUE / "injected" / "work_10-dur_2h-size_1small.lwf", tmp_path / "5days.lwf", 0),
-        imagefile=images_file(tmp_path / "37.images")))
-    cfg = load_config(conf)
+    cfg = load_config(VM_PROFILE, overrides={"deploy-imagetransfer": reuse, "tracefile": {
+        "tracefile": first_days(BLUE / "30days.swf", tmp_path / "5days.swf", 1),
+        "injectionfile": first_days(BLUE / "injected" / "work_10-dur_2h-size_1small.lwf", tmp_path / "5days.lwf", 0),
+        "imagefile": str(images_file(tmp_path / "37.images"))}})
     result = simulate(cfg)
     assert result.images.transfers > 0
     text = json.dumps(schedule_document(result.site, result.leases, cfg.get("simulation", "starttime"),

@@ -8,6 +8,8 @@ import pty
 import subprocess
 import sys
 
+import pytest
+
 from conftest import run_cli
 from inproc import optlease
 from optlease.accounting.datafile import read_run
@@ -43,6 +45,25 @@ def test_injection_replaces_the_configurations_and_is_recorded(tmp_path):
 def test_a_missing_injection_is_one_line(tmp_path):
     proc = optlease("simulate", "-c", write_case(tmp_path, "ar"), "--injection", tmp_path / "nowhere.lwf")
     assert proc.returncode != 0 and "nowhere.lwf" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tracefile", "{tmp}/binary"], "cannot tell the trace format"),
+    (["--tracefile", "{tmp}"], "Is a directory"),
+    (["--injection", "{tmp}/empty"], "cannot tell the trace format"),
+    (["--schedule-out", "{tmp}"], "Is a directory"),
+    (["--summary-out", "{tmp}/no/such/folder/summary.json"], "No such file or directory"),
+], ids=["binary-trace", "trace-is-a-folder", "empty-injection", "schedule-into-a-folder", "summary-nowhere"])
+def test_files_it_cannot_read_or_write_are_one_line(tmp_path, args, message):
+    """Files given on the command line that are not traces, or places a result cannot be written: one line naming
+    the file, exit 2, and nothing written halfway."""
+    conf = write_case(tmp_path, "ar")
+    (tmp_path / "binary").write_bytes(b"\xff\xfe\x00\x01" * 64)
+    (tmp_path / "empty").write_bytes(b"")
+    args = [a.format(tmp=tmp_path) for a in args]
+    proc = optlease("simulate", "-c", conf, "-q", *args)
+    assert proc.returncode == 2 and message in proc.stderr and args[1] in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 

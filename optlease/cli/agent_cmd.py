@@ -38,9 +38,10 @@ def agent(
     migrate_uri: Annotated[Optional[str], typer.Option("--migrate-uri", help="Migrate libvirt to libvirt instead "
                                                        "of over the broker; {host} is replaced by the destination, "
                                                        "e.g. 'qemu+ssh://{host}/system'.")] = None,
-    heartbeat: Annotated[float, typer.Option("--heartbeat", min=0, help="Seconds between two status messages "
-                                             "(`task: heartbeat`) while connected, so the lease manager can tell "
-                                             "that this host is alive; 0: announce on connect only.",
+    # at most a day: a longer wait than the clock's timers take (inf, 1e400) would kill the heartbeat thread
+    heartbeat: Annotated[float, typer.Option("--heartbeat", min=0, max=86_400, help="Seconds between two status "
+                                             "messages (`task: heartbeat`) while connected, so the lease manager "
+                                             "can tell that this host is alive; 0: announce on connect only.",
                                              envvar="OPTLEASE_AGENT_HEARTBEAT")] = 10.0,
     adopt: Annotated[str, typer.Option("--adopt", help="Regular expression: the domains this agent did not start "
                                        "itself but may manage (whole names). Any other domain on the host is left "

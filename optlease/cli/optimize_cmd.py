@@ -37,8 +37,8 @@ FIGURES = (("AR accepted", "ar_accepted"), ("immediate accepted", "immediate_acc
 @app.command()
 def optimize(
     conf: Annotated[Path, typer.Option("-c", "--conf", help="Haizea configuration file.", envvar="OPTLEASE_CONF")],
-    time_limit: Annotated[float, typer.Option("--time-limit", help="Solver seconds.")] = 60.0,
-    workers: Annotated[int, typer.Option("--workers", help="Solver workers.")] = 2,
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Solver seconds.", min=0.1)] = 60.0,
+    workers: Annotated[int, typer.Option("--workers", help="Solver workers.", min=1)] = 2,
     seed: Annotated[int, typer.Option("--seed", help="Solver seed.")] = 0,
     schedule_out: Annotated[Optional[Path], typer.Option("--schedule-out", help="Write the offline schedule "
                                                          "(optlease-schedule/1 JSON) here.")] = None,
