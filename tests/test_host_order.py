@@ -88,8 +88,9 @@ def test_a_policy_that_does_not_say_idle_nodes_are_alike_is_asked_about_each():
        st.sampled_from([(25, 64), (50, 256), (100, 1024), (30, 0)]), st.booleans(), st.booleans())
 def test_runs_of_idle_nodes_place_vms_as_one_node_at_a_time_does(size, steps, start, duration, vms, shape,
                                                                  strictend, preemptable):
-    """Where all nodes are alike the mapper hands runs of idle nodes a lease's VMs at once: the mapping (and the
-    end it holds until) is the one that trying the nodes one at a time in the same order gives."""
+    """Where all nodes are alike the mapper hands runs of idle nodes a lease's VMs at once and walks nodes that
+    share a profile once: the mapping (and the end it holds until) is the one that trying the nodes one at a time in
+    the same order gives."""
     table = SlotTable(Site.homogeneous(size, SIZES[0]))
     policies = Policies(host_selection="greedy")
     mapper = GreedyMapper(table, policies)
@@ -117,6 +118,29 @@ def test_runs_of_idle_nodes_place_vms_as_one_node_at_a_time_does(size, steps, st
     vnodes = sorted(demands)
     smallest = None if preemptable else shape
     one_by_one = list(mapper._hosts(lease, start, smallest))
-    expected = mapper._try(lease, vnodes, demands, one_by_one, start, start + duration, strictend, [])
+    expected = node_by_node(table, vnodes, demands, one_by_one, start, start + duration, strictend)
+    assert mapper._try(lease, vnodes, demands, one_by_one, start, start + duration, strictend, []) == expected
     runs = list(mapper._host_runs(lease, start, smallest))
     assert mapper._try(lease, vnodes, demands, runs, start, start + duration, strictend, []) == expected
+
+
+def node_by_node(table, vnodes, demands, pnodes, start, end, strictend):
+    """Haizea's greedy walk, literally: each node in turn takes the next VMs while they fit over the window; without
+    a strict end, a node where they fit for a while shortens the window to that."""
+    mapping, maxend, pos = {}, end, 0
+    for pnode in pnodes:
+        prof, cap = table.profiles[pnode], table.caps[pnode]
+        need = demands[vnodes[pos]]
+        while True:
+            if prof.fits_between(start, maxend, need, cap):
+                mapping[vnodes[pos]] = pnode
+                pos += 1
+                if pos == len(vnodes):
+                    return mapping, maxend
+                need = tuple(a + b for a, b in zip(need, demands[vnodes[pos]]))
+                continue
+            latest = prof.first_exceeding(start, need, cap)
+            if strictend or latest <= start or latest == float("inf"):
+                break
+            maxend = latest
+    return None, None

@@ -200,11 +200,7 @@ class LeaseScheduler(Preemption, Replanning):
             return found
         elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
                 and not self.resumes_in_place(lease):
-            earliest = self._resume_earliest(lease, now)[0]
-            first, ways = min(earliest.values()), None
-            if first < max(earliest.values()):
-                # only the nodes its images are on can take it then (`_room_when_ready` adds up their room)
-                ways = frozenset(n for n, e in earliest.items() if e <= first)
+            first, ways = self._resume_first(lease, now)
         else:
             return key, None
         return key + (self.table.ends.bisect_right(first),), (max(now, first), ways)
@@ -214,6 +210,11 @@ class LeaseScheduler(Preemption, Replanning):
         be there (the one start `VMScheduler.asap` would try): the nodes its image reaches by then (`ways`, as
         `ImageTransfers.first_ready` names them, or the set of nodes a suspended lease may resume on then; None:
         every node) have room for it at `t`, and the site as a whole from `t` on."""
+        # The nodes an image reaches first, shared by the leases of that image in this pass, are asked first: what
+        # they have free is added up once, where the site's room is a walk for each lease.
+        if ways is not None and ways != (0,) and not isinstance(ways, frozenset) \
+                and not self._room_on_ways(lease, t, ways):
+            return False
         resuming = lease.state in SUSPENDED
         if self.opts.runtime_estimate == "requested":
             shape = ("window", resuming, lease.accumulated)     # what it is fixed by while it waits
@@ -234,33 +235,37 @@ class LeaseScheduler(Preemption, Replanning):
         lease.cache["room-from"] = (key, t, room, lease.state, lease.accumulated)
         if room > t:
             return False
-        # then the nodes its image reaches (the site's answer, kept, refuses most leases in later passes at once)
+        # then the nodes its images are on (a suspended lease's own)
         if isinstance(ways, frozenset):
             free, down = self.table.zero, self.table.down
             for n in ways:
                 if n not in down:
                     free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
             return fits(lease.total_demand, free)
-        if ways is not None and ways != (0,):
-            # What those nodes have free at t, added up only until the sum fits the lease: what was added is kept,
-            # with the nodes still to add, for the next lease asking about them in this pass over the queue, until
-            # something is placed.
-            nodes_key = ("ways", lease.req.software.id, self.prep.version(lease), ways, t)
-            summed = self._room.get(nodes_key, False)
-            if summed is False:
-                nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
-                summed = self._room[nodes_key] = None if nodes is None else [self.table.zero, iter(nodes)]
-            if summed is not None:
-                free, rest = summed
-                need, down = lease.total_demand, self.table.down
-                while not fits(need, free):
-                    n = next(rest, None)
-                    if n is None:
-                        summed[0] = free
-                        return False
-                    if n not in down:
-                        free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
+        return True
+
+    def _room_on_ways(self, lease: Lease, t: int, ways: tuple) -> bool:
+        """Whether the nodes the given ways bring the lease's image to by `t` have room for it then, added up.
+        What those nodes have free at t is added up only until the sum fits the lease: what was added is kept,
+        with the nodes still to add, for the next lease asking about them in this pass over the queue, until
+        something is placed."""
+        nodes_key = ("ways", lease.req.software.id, self.prep.version(lease), ways, t)
+        summed = self._room.get(nodes_key, False)
+        if summed is False:
+            nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
+            summed = self._room[nodes_key] = None if nodes is None else [self.table.zero, iter(nodes)]
+        if summed is None:
+            return True
+        free, rest = summed
+        need, down = lease.total_demand, self.table.down
+        while not fits(need, free):
+            n = next(rest, None)
+            if n is None:
                 summed[0] = free
+                return False
+            if n not in down:
+                free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
+        summed[0] = free
         return True
 
     def room_now(self, lease: Lease, now: int) -> bool:
@@ -343,9 +348,14 @@ class LeaseScheduler(Preemption, Replanning):
     def _copies_wait(self, lease: Lease) -> int:
         """Haizea's estimate of the copies a resume elsewhere needs: its memory images, and with images managed
         (`migration: yes`, greedy: the CP-SAT round does not copy disk images yet) its disk image."""
+        # fixed by where its images are (a new dict whenever they move): asked at every pass while it waits
+        images, wait = lease.cache.get("copies-wait", (None, 0))
+        if images is lease.image_nodes and images is not None:
+            return wait
         wait = oh.migration_estimate(lease, self.opts)
         if self.prep is not None and self.opts.migration == "yes" and self.opts.mapper == "greedy":
             wait += self.prep.disk_estimate(lease)
+        lease.cache["copies-wait"] = (lease.image_nodes, wait)
         return wait
 
     def _resume_earliest(self, lease: Lease, now: int) -> tuple[dict[int, int], int]:
@@ -363,6 +373,26 @@ class LeaseScheduler(Preemption, Replanning):
         for pnode in (lease.image_nodes or {}).values():
             earliest[pnode] = now + wait
         return earliest, begin
+
+    def _resume_first(self, lease: Lease, now: int) -> tuple[int, frozenset | None]:
+        """The earliest time `_resume_earliest` gives any node, and, when only some nodes have it (the nodes its
+        images are on, while the link is busy for the copies elsewhere), those nodes (None: every node); without
+        building its dict of every node, at each pass the lease waits."""
+        wait = self._copies_wait(lease)
+        if self.prep is None or self.opts.migration != "yes" or self.opts.mapper != "greedy" or not wait:
+            return now + wait, None
+        begin = self.prep.first_gap(now, wait)
+        if not lease.image_nodes:
+            return begin + wait, None
+        if begin == now:
+            return now + wait, None
+        images, ways = lease.cache.get("image-nodes", (None, None))
+        if images is not lease.image_nodes:
+            ways = frozenset(lease.image_nodes.values())
+            if len(ways) == len(self.table.nodes):
+                ways = None     # every node holds some of its images: they all have it first
+            lease.cache["image-nodes"] = (lease.image_nodes, ways)
+        return now + wait, ways
 
     def move_images(self, lease: Lease, mapping: dict[int, int], now: int) -> None:
         """Images on shared storage (`migration: yes-notransfer`): a lease booked to resume elsewhere just moves

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from bisect import bisect_left
+from bisect import bisect_right
 
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import Lease
@@ -70,7 +70,7 @@ class GreedyMapper:
         them, but lazily and with no work per idle node: idle nodes all score alike, so they come in node order
         wherever their score falls among the busy nodes' (equal scores keep node order)."""
         for item in self._host_runs(lease, start, smallest):
-            if type(item) is list:
+            if isinstance(item, list):
                 yield from item
             else:
                 yield item
@@ -119,7 +119,7 @@ class GreedyMapper:
 
         if not ranks:
             for key in keys:
-                yield from map(node_ids.__getitem__, in_order(key))
+                yield Nodes(map(node_ids.__getitem__, in_order(key)))
             return
 
         def runs(lo: int, hi: int):
@@ -136,18 +136,25 @@ class GreedyMapper:
         idle_key = -self.policies.score_hosts([node_ids[ranks[0]]], start, lease, table)[0][0]
         i, lo = 0, 0
         while i < len(keys) and keys[i] < idle_key:     # busy nodes that score higher than idle ones
-            yield from map(node_ids.__getitem__, in_order(keys[i]))
+            yield Nodes(map(node_ids.__getitem__, in_order(keys[i])))
             i += 1
         if i < len(keys) and keys[i] == idle_key:       # busy nodes that score as idle ones: by node order
-            for r in in_order(keys[i]):
-                hi = bisect_left(ranks, r, lo)
-                yield from runs(lo, hi)
-                yield node_ids[r]
-                lo = hi
+            # the idle ranks in chunks that double, each with the busy nodes that come before its last idle node
+            # merged in (a chunk with none is a run)
+            busy, j, size, n = in_order(keys[i]), 0, 16, len(ranks)
+            while lo < n:
+                top = min(n, lo + size)
+                jj = len(busy) if top == n else bisect_right(busy, ranks[top - 1], j)
+                if jj == j:
+                    yield list(map(node_ids.__getitem__, ranks[lo:top]))
+                else:
+                    yield Nodes(map(node_ids.__getitem__, sorted(ranks[lo:top] + busy[j:jj])))
+                    j = jj
+                lo, size = top, 2 * size
             i += 1
         yield from runs(lo, len(ranks))
         while i < len(keys):                             # busy nodes that score lower
-            yield from map(node_ids.__getitem__, in_order(keys[i]))
+            yield Nodes(map(node_ids.__getitem__, in_order(keys[i])))
             i += 1
 
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):
@@ -158,17 +165,19 @@ class GreedyMapper:
         cur = vnodes[0]
         # fit tests already answered, by profile: nodes alike share one (SlotTable._change)
         answers: dict[tuple, bool] = {}
+        # with VMs that ask alike: what a node takes, by (profile, end so far, capacity) (`_on_node`)
+        taken: dict[tuple, tuple] = {}
         # the nodes where the leases assumed gone hold anything: elsewhere a node's usage from `start` on is its
         # profile's
         gone = table.nodes_of(preempting) if preempting else ()
         profiles = table.profiles
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
-        shape = demands[cur] if not preempting and all(d == demands[cur] for d in demands.values()) else None
+        shape = demands[cur] if not preempting and all(map(demands[cur].__eq__, demands.values())) else None
+        caps = table.caps
         for item in pnodes:
-            if type(item) is not list:
-                run = (item,)
-            elif shape is None:
-                run = item
+            kind = type(item)
+            if kind is not list or shape is None:
+                run = item if kind is list or kind is Nodes else (item,)
             else:
                 # Each idle node of the run takes as many VMs as fit on an empty node (`per`): one by one, the
                 # next VM fails there (usage never changes on an empty node, so no earlier end would help).
@@ -187,6 +196,30 @@ class GreedyMapper:
                 if pos == len(vnodes):
                     return mapping, maxend
                 cur = vnodes[pos]
+                continue
+            if shape is not None:
+                # VMs that ask alike, on nodes whose usage is their profile's: what a node takes (and the end the
+                # mapping holds until after each VM) depends on its profile, capacity and the end so far alone,
+                # so nodes alike are walked once (`_on_node`)
+                for pnode in run:
+                    prof, cap = profiles[pnode], caps[pnode]
+                    key = (prof, maxend, cap)
+                    took = taken.get(key)
+                    if took is None:
+                        took = taken[key] = self._on_node(prof, cap, shape, start, maxend, strictend, len(vnodes))
+                    ends, maxend = took
+                    k = len(ends)
+                    if not k:
+                        continue
+                    left = len(vnodes) - pos
+                    if k >= left:
+                        mapping.update(zip(vnodes[pos:], itertools.repeat(pnode, left)))
+                        return mapping, ends[left - 1]
+                    if k == 1:
+                        mapping[vnodes[pos]] = pnode
+                    else:
+                        mapping.update(zip(vnodes[pos:pos + k], itertools.repeat(pnode, k)))
+                    pos += k
                 continue
             for pnode in run:
                 prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
@@ -213,6 +246,25 @@ class GreedyMapper:
                     maxend = latest
         return None, None
 
+    @staticmethod
+    def _on_node(prof, cap, shape, start: int, maxend: int, strictend: bool, most: int) -> tuple[list, int]:
+        """What `_try`'s walk does on one node for VMs that all ask `shape`, from the end `maxend` on: (the end the
+        mapping holds until after each VM it places there, at most `most` VMs; the end once the node is full)."""
+        ends: list = []
+        need = shape
+        while len(ends) < most:
+            if prof.fits_between(start, maxend, need, cap):
+                ends.append(maxend)
+                need = vadd(need, shape)
+                continue
+            if strictend:
+                break
+            latest = prof.first_exceeding(start, need, cap)
+            if latest <= start or latest == INF:
+                break
+            maxend = latest
+        return ends, maxend
+
     def map_fixed(self, lease: Lease, mapping: dict[int, int], start: int, end: int, strictend: bool):
         """Check a given placement (a lease resuming where its memory image is): (mapping, end) or (None, None)."""
         table = self.table
@@ -232,6 +284,11 @@ class GreedyMapper:
                 return None, None
             maxend = min(maxend, latest)
         return dict(mapping), maxend
+
+
+class Nodes(list):
+    """Nodes in the host policy's order, some of them busy, walked one by one (a plain list from `_host_runs` is a
+    run of idle nodes)."""
 
 
 class Cached:

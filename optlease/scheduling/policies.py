@@ -102,7 +102,7 @@ class GreedyHosts:
         gives them: the profile's next change is looked up once, and the leases there counted once for the nodes
         whose reservations are the same (nodes that share a profile most often hold the same ones)."""
         horizon, duration = self.HORIZON, lease.req.duration
-        by_node = table.by_node
+        by_node, alike = table.by_node, table.alike
         out: dict[float, list] = {}
         for prof, nodes in groups:
             pt = prof.t
@@ -112,7 +112,13 @@ class GreedyHosts:
             else:
                 stable = (pt[i] - time) / duration
             ref = by_node[next(iter(nodes))]
-            if len(nodes) > 1 and not all(map(ref.__eq__, map(by_node.__getitem__, nodes))):
+            if len(nodes) > 1:
+                same = alike.get(prof)
+                if same is None:
+                    same = alike[prof] = all(map(ref.__eq__, map(by_node.__getitem__, nodes)))
+            else:
+                same = True
+            if not same:
                 for score, node in self.score_many(nodes, time, lease, table):
                     out.setdefault(-score, []).append((node,))
                 continue

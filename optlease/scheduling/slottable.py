@@ -3,24 +3,24 @@
 Usage of each node is a piecewise-constant profile (breakpoints + usage vectors aligned with the site's resource
 types); a site-wide profile answers "is there enough anywhere?" in O(log n) before any per-node work is done, and
 nodes with an empty profile (idle from now on) are kept apart, in node order per capacity, so that questions about
-them cost nothing per node.
+them cost nothing per node (nodeclasses.py: nodes alike share a profile and are filed idle or busy).
 """
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_right
 from itertools import count
 from operator import le as _le, sub as _sub
-from typing import Collection, Iterable
+from typing import Iterable
 
 from sortedcontainers import SortedList
 
 from optlease.domain.site import Site
+from optlease.scheduling.nodeclasses import NodeClasses
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 
 
-class SlotTable:
+class SlotTable(NodeClasses):
     """Reservations per node; `rr.demand` maps physical node -> usage vector. Pure bookkeeping, no policy."""
 
     def __init__(self, site: Site) -> None:
@@ -37,6 +37,10 @@ class SlotTable:
         self.empty.owners = len(self.nodes)
         # the nodes that hold each profile other than `empty`: questions about busy nodes are asked per profile
         self.holders: dict[Profile, set[int]] = {}
+        # whether the nodes that hold a profile hold the same reservations (GreedyHosts.score_groups), as long as no
+        # reservation is added or forgotten: until then a profile's holders only lose nodes (changes copy a
+        # profile or change it for all its holders), and a group of alike nodes stays alike
+        self.alike: dict[Profile, bool] = {}
         caps = set(self.caps.values())
         # the capacity of every node when all nodes are alike (None: they are not)
         self.one_cap: Vec | None = next(iter(caps)) if len(caps) == 1 else None
@@ -72,142 +76,9 @@ class SlotTable:
         for n in self.nodes:
             self.idle.setdefault(self.caps[n], []).append(self.rank[n])
 
-    def _groups(self, keys: dict) -> Iterable[list]:
-        """[profile, key, nodes] for the given nodes (node -> key), grouped by their profile and key: nodes in one
-        group undergo the same change (`key` names it), so it is made once for all of them."""
-        profiles = self.profiles
-        if len(keys) == 1:
-            ((node, key),) = keys.items()
-            return ([profiles[node], key, [node]],)
-        if len(keys) > 1:
-            # most often one group: a lease's VMs ask alike, on nodes that share a profile (idle ones, or the
-            # nodes of one earlier lease)
-            nodes = list(keys)
-            profs = set(map(profiles.__getitem__, nodes))
-            if len(profs) == 1 and len(set(keys.values())) == 1:
-                return ([profs.pop(), keys[nodes[0]], nodes],)
-        groups: dict[tuple, list] = {}
-        for node, key in keys.items():
-            prof = profiles[node]
-            group = groups.get((prof, key))
-            if group is None:
-                groups[(prof, key)] = [prof, key, [node]]
-            else:
-                group[2].append(node)
-        return groups.values()
-
-    def _change(self, prof: Profile, nodes: list[int], change, *args) -> Profile:
-        """Apply `change(profile, *args)` to the usage of nodes that share `prof`. A profile other nodes share too
-        is copied first, one copy for all of these; one only these hold is changed in place; a profile left empty
-        is `empty`."""
-        n = len(nodes)
-        if prof.owners == n and prof is not self.empty:
-            change(prof, *args)
-            if prof.t:
-                return prof
-            new = self.empty
-        else:
-            new = prof.copy()
-            change(new, *args)
-            if not new.t:
-                new = self.empty
-        prof.owners -= n
-        new.owners += n
-        holders = self.holders
-        if prof is not self.empty:
-            held = holders[prof]
-            held.difference_update(nodes)
-            if not held:
-                del holders[prof]
-        if new is not self.empty:
-            held = holders.get(new)
-            if held is None:
-                holders[new] = set(nodes)
-            else:
-                held.update(nodes)
-        if n == 1:
-            self.profiles[nodes[0]] = new
-        else:
-            self.profiles.update(dict.fromkeys(nodes, new))
-        return new
-
-    def _file(self, nodes: Collection[int]) -> None:
-        """File nodes whose profiles may have changed among the idle or the busy ones."""
-        busy, profiles = self.busy, self.profiles
-        if len(nodes) == 1:
-            (node,) = nodes
-            if node in self.down:
-                return
-            if profiles[node].t:
-                if node not in busy:
-                    busy.add(node)
-                    self._unidle(self.caps[node], [self.rank[node]])
-            elif node in busy:
-                busy.discard(node)
-                self._reidle(self.caps[node], [self.rank[node]])
-            return
-        fresh = set(nodes).difference(busy)      # (set operations: a wide lease's nodes at once)
-        taken = [n for n in fresh if profiles[n].t] if fresh else fresh
-        freed = busy.intersection(nodes)
-        if freed:
-            freed = [n for n in freed if not profiles[n].t]
-        if self.down:
-            taken = [n for n in taken if n not in self.down]
-        if taken:
-            busy.update(taken)
-            for cap, ranks in self._by_cap(taken):
-                self._unidle(cap, ranks)
-        if freed:
-            busy.difference_update(freed)
-            for cap, ranks in self._by_cap(freed):
-                self._reidle(cap, ranks)
-
-    def _by_cap(self, nodes: list[int]) -> Iterable[tuple[Vec, list[int]]]:
-        """(capacity, ranks) of the given nodes, by capacity."""
-        rank = self.rank
-        if len(self.idle) == 1:   # one capacity on the whole site
-            return ((next(iter(self.idle)), list(map(rank.__getitem__, nodes))),)
-        caps, out = self.caps, {}
-        for n in nodes:
-            out.setdefault(caps[n], []).append(rank[n])
-        return out.items()
-
-    def _unidle(self, cap: Vec, ranks: list[int]) -> None:
-        """Take ranks out of the idle list of their capacity. A wide lease takes a run of idle nodes: one slice."""
-        idle = self.idle[cap]
-        if len(ranks) <= 8:
-            for r in ranks:
-                i = bisect_left(idle, r)
-                if i < len(idle) and idle[i] == r:
-                    del idle[i]
-            return
-        ranks.sort()
-        i = bisect_left(idle, ranks[0])
-        if idle[i:i + len(ranks)] == ranks:
-            del idle[i:i + len(ranks)]
-        else:
-            drop = set(ranks)
-            idle[:] = [r for r in idle if r not in drop]
-
-    def _reidle(self, cap: Vec, ranks: list[int]) -> None:
-        """Give ranks back to the idle list of their capacity."""
-        idle = self.idle.setdefault(cap, [])
-        if len(ranks) <= 8:
-            for r in ranks:
-                insort(idle, r)
-        else:
-            idle.extend(ranks)
-            idle.sort()
-
     def nodes_in_order(self, nodes: Iterable[int]) -> list[int]:
         """The given nodes in node order (the order of `nodes`)."""
         return sorted(nodes, key=self.rank.__getitem__)
-
-    def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
-        """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
-        node_ids = self.site.node_ids
-        ranks = [r for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
-        return map(node_ids.__getitem__, iter(ranks[0]) if len(ranks) == 1 else heapq.merge(*ranks))
 
     def take_down(self, node: int) -> None:
         """Take a node out of planning (idempotent). What it still holds stays in its profile: the caller removes
@@ -244,18 +115,21 @@ class SlotTable:
     def add(self, rr) -> None:
         if self.changed is not None:
             self.changed.add(rr.lease)
+        if self.alike:
+            self.alike.clear()
         self.reservations.add(rr)
         by_node = self.by_node
         start, end = rr.start, rr.end
         demand = rr.demand
+        for held in map(by_node.__getitem__, demand):
+            held.add(rr)
         if start < end:
             # (adding usage empties a profile only where a reservation was taken out after its past was pruned:
             # what was left of it, below zero, is made up again)
-            for prof, d, nodes in self._groups(demand):
-                self._change(prof, nodes, Profile.add, start, end, d)
-        for held in map(by_node.__getitem__, demand):
-            held.add(rr)
-        self._file(demand)
+            self._refile([(self._change(prof, nodes, Profile.add, start, end, d), nodes)
+                          for prof, d, nodes in self._groups(demand)])
+        else:
+            self._file(demand)
         if rr.demand:
             self.total.add(rr.start, rr.end, rr.total())
         if rr.backfill:
@@ -268,10 +142,9 @@ class SlotTable:
 
     def _take_out(self, rr, start: int, end: int) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
-        for prof, d, nodes in self._groups(rr.demand):
-            self._change(prof, nodes, Profile.add, start, end, d, -1)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
-        self._file(rr.demand)
+        self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
+                      for prof, d, nodes in self._groups(rr.demand)])
         if rr.demand:
             self.total.add(start, end, rr.total(), -1)
 
@@ -281,15 +154,16 @@ class SlotTable:
         self.released += 1
         if self.changed is not None:
             self.changed.add(rr.lease)
+        if self.alike:
+            self.alike.clear()
         self.reservations.discard(rr)
         self.backfills.discard(rr)
         by_node = self.by_node
         for held in map(by_node.__getitem__, rr.demand):
             held.discard(rr)
         if now is not None:
-            for prof, _, nodes in self._groups(dict.fromkeys(rr.demand)):
-                self._change(prof, nodes, Profile.prune, now)
-            self._file(rr.demand)
+            self._refile([(self._change(prof, nodes, Profile.prune, now), nodes)
+                          for prof, _, nodes in self._groups(dict.fromkeys(rr.demand))])
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
@@ -448,7 +322,6 @@ class SlotTable:
 
     def prune(self, before: int) -> None:
         busy = list(self.busy)
-        for prof, _, nodes in self._groups(dict.fromkeys(busy)):
-            self._change(prof, nodes, Profile.prune, before)
-        self._file(busy)
+        self._refile([(self._change(prof, nodes, Profile.prune, before), nodes)
+                      for prof, _, nodes in self._groups(dict.fromkeys(busy))])
         self.total.prune(before)

@@ -120,6 +120,7 @@ class LeaseSnapshot:
                                           # neighbourhood that keeps a round small (not exact: see models/)
     expected_run: int | None = None   # best-effort: the whole run its booking expects (None: the requested
                                       # duration; less with a run-time estimate), what its wait is weighed against
+    required: bool = False         # NEW AR or immediate: the round must admit it (its hint admits it, so it fits)
 
     @property
     def id(self) -> int:

@@ -189,12 +189,12 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
     if lease.kind is LeaseKind.AR:
         if req.start is None or req.start < now:
             raise ValueError(f"lease {lease.id}: an AR still to start needs a start not before now")
-        timing = dict(fixed_start=req.start, earliest=req.start, optional=lease.phase is Phase.NEW)
+        timing = dict(fixed_start=req.start, earliest=req.start, optional=lease.phase is Phase.NEW and not lease.required)
     elif lease.kind is LeaseKind.IMMEDIATE:
         if lease.phase is not Phase.NEW:
             raise ValueError(f"lease {lease.id}: an immediate lease is new or running, not {lease.phase.value}")
         at = max(soonest, lease.release) if lease.release is not None else soonest
-        timing = dict(fixed_start=at, earliest=at, optional=True)
+        timing = dict(fixed_start=at, earliest=at, optional=not lease.required)
     else:
         earliest = soonest if lease.release is None else max(soonest, lease.release)
         if lease.planned_start is not None:   # announced earlier: it may keep a start inside the interval
