@@ -83,3 +83,28 @@ def test_where_the_round_may_suspend_the_head_of_the_line_is_never_held() -> Non
             assert held_data.job(job.id) == job
             seen += 1
     assert seen > 0
+
+
+@pytest.mark.parametrize("kind,seed,make", SNAPS, ids=[f"{k}-{s}" for k, s, _ in SNAPS])
+def test_a_held_vm_off_the_pools_keeps_only_the_hints_node(kind, seed, make, monkeypatch) -> None:
+    """A held VM the hint puts on a node no pool holds has that node as its one candidate (one Boolean instead of
+    one per node: on a site of one VM demand where every node holds a suspendable lease, no pool forms and a held
+    VM had one per node); a held VM the hint puts in a pool keeps the pooled nodes among its candidates."""
+    from optlease.scheduling.cpsat.pools import find_pools
+
+    monkeypatch.setattr(window, "LINE_HEAD", 0)
+    snap = make(seed)
+    data = prepare(snap, FULL.weights, LOOKAHEAD)
+    best = solve_round(snap, FULL, None, data)
+    pooled = {n for p in find_pools(data, local_exclusion=not data.exclusion_global) for n in p.nodes}
+    held_data, held = hold_outside(data, best, 1)
+    hint = best.by_id
+    for job in held_data.tails:
+        before = data.job(job.id)
+        if job == before:
+            continue
+        for vm, (node, cands) in enumerate(zip(hint[job.id].nodes, job.candidates)):
+            if node in pooled:
+                assert node in cands and set(cands) == set(before.candidates[vm]) & pooled
+            else:
+                assert cands == (node,)

@@ -80,7 +80,7 @@ class CpsatRound(HintCompletion, PlanCommit):
         opts = sched.opts
         # one worker, a fixed seed, stopped by deterministic work: the same round always gets the same plan
         # the search moves the tails that start before the next solved round and holds the later ones at the hint
-        # (cpsat.window); an admission may move any booking to make room
+        # (cpsat.window); an admission the hint cannot make may move any booking to make room
         self.options = SolveOptions(time_limit=opts.solver_time_limit, workers=1, seed=0, presolve=False,
                                     linearization_level=0, disjunctive_in_cumulative=False,
                                     work_limit=opts.solver_work_limit, weights=opts.weights, window=WINDOW)
@@ -300,7 +300,9 @@ class CpsatRound(HintCompletion, PlanCommit):
         refused = LeasePlan(lease.id, Outcome.REJECTED, reason="refused by the greedy pass")
         greedy, hint = Plan((*greedy.leases, refused)), Plan((*hint.leases, tried or refused))
         data = prepare(snap, self.options.weights, self.options.lookahead)
-        plan = self._plan(snap, replace(self.options, window=None), hint, data)
+        # where the hint admits the lease, room is made already: the search improves on it in the round's window
+        # (held tails keep one node per VM, not one Boolean per node); where it does not, the whole round is free
+        plan = self._plan(snap, self.options if tried is not None else replace(self.options, window=None), hint, data)
         got, before = plan.by_id, greedy.by_id
         new = got[lease.id]
         accepted = new.outcome is Outcome.ACCEPTED and new.start is not None

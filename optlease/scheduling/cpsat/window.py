@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from optlease.scheduling.cpsat.pools import find_pools
 from optlease.scheduling.cpsat.prepare import Role, RoundData
 from optlease.scheduling.snapshot import Outcome, Plan
 
@@ -32,7 +33,9 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
     may suspend, the head of the line; and how many were held."""
     got = hint.by_id
     tails = [j for j in data.jobs if j.has_tail]
-    named = len({tuple(sorted(vm.items())) for j in tails for vm in j.demand}) > 1   # no pool can form
+    # nodes the model pools (cpsat.pools): a held VM the hint puts there keeps the pooled nodes it may use, so that
+    # holding it splits no pool; a held VM on any other node is held there (one Boolean, not one per candidate)
+    pooled = {n for pool in find_pools(data, local_exclusion=not data.exclusion_global) for n in pool.nodes}
     suspends = any(j.role is Role.SUSPENDABLE for j in tails)
     head = {j.id for j in sorted((j for j in tails if j.best_effort),
                                  key=lambda j: (j.remaining / max(1, j.weight), j.id))[:LINE_HEAD]} \
@@ -51,9 +54,10 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
         held += 1
         # its start's domain is the hint's one second (not an AR's fixed start: its stability is still counted)
         kept = replace(job, earliest=p.start, latest=p.start, deferrable=False)
-        if named:
-            kept = replace(kept, candidates=tuple((n,) for n in p.nodes))
-            used.update(p.nodes)
+        if any(n not in pooled for n in p.nodes):
+            kept = replace(kept, candidates=tuple(tuple(m for m in c if m in pooled) if n in pooled else (n,)
+                                                  for n, c in zip(p.nodes, job.candidates)))
+            used.update(n for n in p.nodes if n not in pooled)
         jobs.append(kept)
     if not held:
         return data, 0
