@@ -238,6 +238,29 @@ def start_fg_token(conf, port) -> subprocess.Popen:
     return proc
 
 
+def test_it_serves_on_the_ipv6_loopback(tmp_path):
+    """`listen: [::1]:PORT` binds an IPv6 socket, and the CLI reaches it by its bracketed URL."""
+    port = free_port()
+    conf = tmp_path / "d.conf"
+    conf.write_text(daemon_config(port).replace(f"listen: 127.0.0.1:{port}", f"listen: [::1]:{port}"))
+    proc = subprocess.Popen([sys.executable, "-m", "optlease.cli.main", "serve", "-c", str(conf), "--fg"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        server = f"http://[::1]:{port}"
+
+        def up() -> bool:
+            try:
+                return xmlrpc.client.ServerProxy(server).test_func() == 0
+            except OSError:
+                return False
+        wait_until(lambda: proc.poll() is not None or up(), 20, "daemon start on ::1")
+        assert proc.poll() is None, proc.stderr.read()
+        assert table(server) == {}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
 def test_non_loopback_without_token_is_refused(tmp_path):
     conf = tmp_path / "d.conf"
     conf.write_text(daemon_config(free_port()).replace("listen: 127.0.0.1", "listen: 0.0.0.0"))
@@ -248,8 +271,11 @@ def test_non_loopback_without_token_is_refused(tmp_path):
 @pytest.mark.parametrize("listen, message", [
     ("127.0.0.1:99999", "port 99999 is too large"), ("127.0.0.1:http", "port 'http' is not a whole number"),
     ("127.0.0.1:", "is not HOST:PORT"), ("localhost", "is not HOST:PORT"), ("127.0.0.1:+80", "is not HOST:PORT"),
-    ("[::]:4000", "is not loopback"),
-], ids=["port-too-large", "port-by-name", "no-port", "no-colon", "signed-port", "ipv6-any"])
+    ("[::]:4000", "is not loopback"), ("[::1", "goes in brackets"), ("::1:4000", "goes in brackets"),
+    ("[::1]", "goes in brackets"), ("[fe80::zz]:4000", "is not HOST:PORT"), ("[1::2::3]:4000", "is not an IPv6"),
+    ("my host:4000", "is not HOST:PORT"),
+], ids=["port-too-large", "port-by-name", "no-port", "no-colon", "signed-port", "ipv6-any", "ipv6-unclosed",
+        "ipv6-unbracketed", "ipv6-no-port", "ipv6-bad-digit", "ipv6-two-gaps", "space-in-host"])
 def test_a_listen_address_it_cannot_serve_on_is_one_line(tmp_path, listen, message):
     port = free_port()
     conf = tmp_path / "d.conf"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 from datetime import datetime
 from xmlrpc.client import Fault
 
@@ -219,15 +220,25 @@ def _lease_id(value) -> int:
         raise InputError(f"lease id {exc}") from None
 
 
+# HOST:PORT, the host a name or IPv4 address without colons, or an IPv6 address in brackets ([::1]:8000)
+_LISTEN = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]{2,45})\]|(?P<host>[A-Za-z0-9.-]{0,253})):(?P<port>[^:]*)", re.ASCII)
+
+
 def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.strip().rpartition(":")
+    match = _LISTEN.fullmatch(text.strip())
+    if not match:
+        hint = " (an IPv6 address goes in brackets: [::1]:8000)" if text.count(":") > 1 or "[" in text else ""
+        raise InputError(f"[daemon] listen: {text[:80]!r} is not HOST:PORT{hint}")
     try:
-        number = parse_whole(port, 0, 65535)
+        number = parse_whole(match["port"], 0, 65535)
     except ValueError as exc:
         raise InputError(f"[daemon] listen: {text!r} is not HOST:PORT (port {exc})") from None
-    if not sep:
-        raise InputError(f"[daemon] listen: {text!r} is not HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", number
+    if match["v6"] is not None:
+        try:
+            return str(ipaddress.IPv6Address(match["v6"])), number
+        except ValueError:
+            raise InputError(f"[daemon] listen: {match['v6']!r} is not an IPv6 address") from None
+    return match["host"] or "127.0.0.1", number
 
 
 def is_loopback(host: str) -> bool:

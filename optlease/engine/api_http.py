@@ -42,6 +42,7 @@ class ApiServer(socketserver.ThreadingMixIn, SimpleXMLRPCServer):
 
     def __init__(self, address: tuple[str, int], token: str | None) -> None:
         self.expected_path = "/" + token if token else None
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__(address, requestHandler=Handler, logRequests=False, allow_none=True,
                          bind_and_activate=True)
