@@ -129,11 +129,11 @@ def test_the_workload_script_refuses_an_unknown_set_in_one_line():
 
 def test_the_suites_files_expand_and_the_blue_months_cover_every_ar_load_and_size(tmp_path):
     """Every multi-configuration of the suite expands; the HPDC'08 cpsat grid and the suite's 30-day family are the
-    same twelve injections, covering every AR load and size class, with the same options for cpsat, so the grid's
+    same seventeen injections, covering every AR load and size class, with the same options for cpsat, so the grid's
     runs serve the suite."""
     from optlease.formats.multiconfig import load_multiconfig
 
-    expected = {"synthetic.conf": 90, "blue15.conf": 54, "blue30.conf": 108}
+    expected = {"synthetic.conf": 90, "blue15.conf": 54, "blue30.conf": 153}
     runs = {}
     for name, count in expected.items():
         injections = {"blue15.conf": SHARED / "15days", "blue30.conf": SHARED / "30days"}.get(name)
