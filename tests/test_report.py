@@ -82,10 +82,7 @@ def runs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def report(runs, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("report")
-    done = optlease("report", runs, "-o", out)
-    assert done.returncode == 0, done.stderr
-    return out
+    return report_of(runs, tmp_path_factory.mktemp("report"))
 
 
 def markdown_rows(text: str) -> dict[str, list[str]]:
@@ -123,6 +120,37 @@ def test_table_figures_are_the_data_files(runs, report):
         if label in FIGURES:
             assert re.search(r"<tr><td>" + re.escape(label) + "</td>" + "".join(
                 f"<td>{re.escape(c)}</td>" for c in cells), page), label
+
+
+def test_columns_that_ran_different_workloads_are_also_compared_on_the_ones_they_share(runs, tmp_path):
+    """A third profile run on one of the three injections: the report keeps the table over every run and adds the
+    table over that injection alone, whose cells are the figures of that injection's runs in every column."""
+    extra = tmp_path / "cpsat" / "inj1.parquet"
+    write_run(extra, RunData(
+        attrs={"profile": "cpsat", "tracefile": "trace.lwf", "injectionfile": "inj1.lwf", "configuration": "[x]\n"},
+        per_run={"accepted_ar": 30, "rejected_ar": 0, "best_effort_all_completed_at": 9000,
+                 "best_effort_wait_avg": 42.5, "best_effort_wait_max": 777, "bounded_slowdown_avg": 1.5,
+                 "cpu_utilization": 0.9, "preemptions": 12},
+        per_lease=[{"id": 1, "kind": "best-effort", "waiting_time": 42.5}], counters={}, counter_kinds={}))
+    out = tmp_path / "report"
+    done = optlease("report", runs, extra.parent, "-o", out)
+    assert done.returncode == 0, done.stderr
+    markdown = (out / "report.md").read_text()
+    everything, shared = markdown.split("## On the workloads every column ran")
+    assert "over the 1 that every column ran (trace / inj1)" in shared
+    files = sorted(runs.rglob("*.parquet"))
+    check_table(files + [extra], everything, ["aggressive", "nosusp", "cpsat"])
+    check_table([f for f in files if f.stem == "inj1"] + [extra], shared.split("![")[0],
+                ["aggressive", "nosusp", "cpsat"])
+    assert 'id="figures-shared"' in (out / "report.html").read_text()
+    # columns that ran the same workloads get no second table
+    assert "every column ran" not in (report_of(runs, tmp_path / "same") / "report.md").read_text()
+
+
+def report_of(runs: Path, out: Path) -> Path:
+    done = optlease("report", runs, "-o", out)
+    assert done.returncode == 0, done.stderr
+    return out
 
 
 class Refs(HTMLParser):

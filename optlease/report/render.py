@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from optlease.report.gantt import gantt_svg
 from optlease.report.plots import QUEUE_COUNTER, UTILIZATION_COUNTER, bars_svg, timeline_svg, wait_cdf_svg, waits
-from optlease.report.table import Table, build_table, group_runs, markdown_table, run_label
+from optlease.report.table import Table, build_table, group_runs, markdown_table, run_label, shared_runs, workload
 
 MAX_GANTTS = 4   # one per column, the first few: a chart per run of a 216-run grid is not read
 
@@ -32,6 +32,10 @@ class Source:
 def build_report(sources: list[Source], title: str, notes: list[str]) -> Report:
     attrs = [dict(s.data.attrs) for s in sources]
     table = build_table(attrs, [s.data.per_run for s in sources])
+    shared = shared_runs(attrs)
+    paired = None if shared is None else Paired(
+        build_table([attrs[i] for i in shared], [sources[i].data.per_run for i in shared]),
+        sorted({" / ".join(p for p in workload(attrs[i]) if p) for i in shared}))
     columns = group_runs(attrs)
     figures: list[tuple[str, str, str]] = []     # (file name, caption, svg)
 
@@ -56,8 +60,21 @@ def build_report(sources: list[Source], title: str, notes: list[str]) -> Report:
     add("bars.svg", "The table's figures per column: bar at the mean, whiskers from the lowest to the highest run",
         bars_svg(table, "b"))
     runs = [(run_label(a), s.name, a.get("optlease_version", "")) for a, s in zip(attrs, sources)]
-    return Report(_html(title, notes, table, figures, runs), _markdown(title, notes, table, figures, runs),
+    return Report(_html(title, notes, table, paired, figures, runs),
+                  _markdown(title, notes, table, paired, figures, runs),
                   {name: svg for name, _, svg in figures})
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The table again over only the workloads every column ran (when the columns ran different sets)."""
+    table: Table
+    workloads: list[str]
+
+    def caption(self) -> str:
+        names = ", ".join(self.workloads) if len(self.workloads) <= 20 else f"{len(self.workloads)} workloads"
+        return (f"The columns ran different workloads; over the {len(self.workloads)} that every column ran "
+                f"({names}), each cell is the mean over those runs only:")
 
 
 def _counters(data: Any) -> dict[str, list]:
@@ -77,20 +94,18 @@ figure svg { max-width: 100%; height: auto; }
 """
 
 
-def _html(title: str, notes: list[str], table: Table, figures: list[tuple[str, str, str]],
+def _html(title: str, notes: list[str], table: Table, paired: Optional[Paired], figures: list[tuple[str, str, str]],
           runs: list[tuple[str, str, str]]) -> str:
     e = html.escape
-    head = "".join(f"<th>{e(c)}" + (f" ({table.runs[c]} runs)" if table.runs[c] > 1 else "") + "</th>"
-                   for c in table.columns)
-    body = "".join("<tr><td>" + e(m.label) + "</td>" + "".join(f"<td>{e(c.text(m.digits))}</td>" for c in cells)
-                   + "</tr>\n" for m, cells in table.rows)
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
              f"<style>{CSS}</style></head><body>\n<h1>{e(title)}</h1>"]
     if notes:
         parts.append("<ul class=\"notes\">" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
-    parts.append("<h2>Figures</h2><p class=\"notes\">Each cell is the mean over the column's runs, and in brackets "
-                 "the lowest and highest run where they differ.</p>")
-    parts.append(f"<table id=\"figures\"><thead><tr><th>figure</th>{head}</tr></thead><tbody>\n{body}</tbody></table>")
+    parts.append(f"<h2>Figures</h2><p class=\"notes\">{e(CELLS)}</p>")
+    parts.append(_html_table(table, "figures"))
+    if paired is not None:
+        parts.append(f"<h2>On the workloads every column ran</h2><p class=\"notes\">{e(paired.caption())}</p>")
+        parts.append(_html_table(paired.table, "figures-shared"))
     for name, caption, svg in figures:
         parts.append(f"<h2>{e(caption.split(' (')[0])}</h2><figure id=\"{e(name[:-4])}\">{svg}"
                      f"<figcaption>{e(caption)}</figcaption></figure>")
@@ -100,12 +115,25 @@ def _html(title: str, notes: list[str], table: Table, figures: list[tuple[str, s
     return "\n".join(parts)
 
 
-def _markdown(title: str, notes: list[str], table: Table, figures: list[tuple[str, str, str]],
-              runs: list[tuple[str, str, str]]) -> str:
+CELLS = "Each cell is the mean over the column's runs, and in brackets the lowest and highest run where they differ."
+
+
+def _html_table(table: Table, ident: str) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(c)}" + (f" ({table.runs[c]} runs)" if table.runs[c] > 1 else "") + "</th>"
+                   for c in table.columns)
+    body = "".join("<tr><td>" + e(m.label) + "</td>" + "".join(f"<td>{e(c.text(m.digits))}</td>" for c in cells)
+                   + "</tr>\n" for m, cells in table.rows)
+    return f"<table id=\"{ident}\"><thead><tr><th>figure</th>{head}</tr></thead><tbody>\n{body}</tbody></table>"
+
+
+def _markdown(title: str, notes: list[str], table: Table, paired: Optional[Paired],
+              figures: list[tuple[str, str, str]], runs: list[tuple[str, str, str]]) -> str:
     lines = [f"# {title}", ""]
     lines += [f"- {n}" for n in notes] + ([""] if notes else [])
-    lines += ["Each cell is the mean over the column's runs, and in brackets the lowest and highest run where they "
-              "differ.", "", markdown_table(table)]
+    lines += [CELLS, "", markdown_table(table)]
+    if paired is not None:
+        lines += ["## On the workloads every column ran", "", paired.caption(), "", markdown_table(paired.table)]
     for name, caption, _ in figures:
         lines += [f"![{caption}]({name})", ""]
     lines += ["## Runs", "", "| run | data file | optlease |", "|---|---|---|"]

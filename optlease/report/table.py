@@ -136,6 +136,25 @@ def group_runs(attrs: list[dict[str, str]]) -> dict[str, list[int]]:
     return columns
 
 
+def workload(attrs: dict[str, str]) -> tuple[str, str]:
+    """What a run ran: its trace and injection."""
+    return _stem(attrs.get("tracefile", "")), _stem(attrs.get("injectionfile", ""))
+
+
+def shared_runs(attrs: list[dict[str, str]]) -> Optional[list[int]]:
+    """The runs of the workloads that every column ran, when the columns ran different sets of workloads and still
+    share some (a profile run on 12 injections beside profiles run on 72): their means compare like with like.
+    None when every column ran the same workloads, or none in common."""
+    columns = group_runs(attrs)
+    if len(columns) < 2:
+        return None
+    ran = [{workload(attrs[i]) for i in indices} for indices in columns.values()]
+    common = set.intersection(*ran)
+    if not common or all(r == common for r in ran):
+        return None
+    return [i for indices in columns.values() for i in indices if workload(attrs[i]) in common]
+
+
 def build_table(attrs: list[dict[str, str]], per_run: list[Stats]) -> Table:
     columns = group_runs(attrs)
     rows = []
