@@ -90,3 +90,33 @@ def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
             if prof is not table.empty:
                 held.setdefault(prof, set()).add(n)
         assert table.holders == held
+
+
+def free_node_by_node(table: SlotTable, nodes, t: int) -> tuple:
+    """What `free_on` adds up, asked of each node in planning on its own (a node over its capacity adds nothing)."""
+    free = table.zero
+    for n in nodes:
+        if n not in table.down:
+            free = tuple(x + max(0, y) for x, y in zip(free, table.free_at(n, t)))
+    return free
+
+
+bookings = st.lists(st.tuples(st.sets(st.integers(1, NODES), min_size=1), st.sampled_from(DEMANDS),
+                              st.integers(0, 40), st.integers(1, 30)), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(bookings, st.sets(st.integers(1, NODES)), st.integers(0, 80), st.booleans(), st.sampled_from([None, 2, 5]))
+def test_free_on_adds_up_what_each_node_has_free(booked, nodes, t, alike, down):
+    """The free room of a set of nodes at an instant, added up per shared profile, is what asking each node gives:
+    nodes alike or of two sizes, a node out of planning adding nothing, nodes booked past their capacity nothing."""
+    sizes = [{"CPU": 100, "Memory": 64} if alike or n % 2 else {"CPU": 200, "Memory": 32} for n in range(NODES)]
+    table = SlotTable(Site(("CPU", "Memory"), tuple(sizes)))
+    for i, (on, demand, begin, length) in enumerate(booked):
+        mapping = {v: n for v, n in enumerate(sorted(on), start=1)}
+        lease = SimpleNamespace(id=i, demands=dict.fromkeys(mapping, demand),
+                                total_demand=tuple(len(on) * x for x in demand))
+        table.add(RR(lease, "vm", begin, begin + length, mapping, {n: demand for n in sorted(on)}, table.next_seq()))
+    if down is not None:
+        table.take_down(down)
+    assert table.free_on(nodes, t) == free_node_by_node(table, nodes, t)

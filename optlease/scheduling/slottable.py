@@ -8,6 +8,7 @@ them cost nothing per node (nodeclasses.py: nodes alike share a profile and are 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 from itertools import count
 from operator import le as _le, sub as _sub
 from typing import Iterable
@@ -258,6 +259,24 @@ class SlotTable(NodeClasses):
 
     def free_at(self, node: int, t: int) -> Vec:
         return vsub(self.caps[node], self.profiles[node].at(t))
+
+    def free_on(self, nodes: Iterable[int], t: int) -> Vec:
+        """What the given nodes in planning have free at instant t, added up (a node over its capacity adds
+        nothing): asked once per profile and capacity the nodes hold, not node by node."""
+        profiles, caps, down = self.profiles, self.caps, self.down
+        if self.one_cap is not None and not down:
+            groups = Counter(map(profiles.__getitem__, nodes))
+            shared = self.one_cap
+            counted = ((prof, shared, k) for prof, k in groups.items())
+        else:
+            pairs = Counter((profiles[n], caps[n]) for n in nodes if n not in down)
+            counted = ((prof, cap, k) for (prof, cap), k in pairs.items())
+        free = list(self.zero)
+        for prof, cap, k in counted:
+            for i, left in enumerate(map(_sub, cap, prof.at(t))):
+                if left > 0:
+                    free[i] += k * left
+        return tuple(free)
 
     def total_free(self, t: int) -> Vec:
         return vsub(self.total_cap, self.total.at(t))
