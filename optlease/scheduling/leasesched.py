@@ -195,8 +195,16 @@ class LeaseScheduler(Preemption, Replanning):
             found = self._ready.get(ready_key)
             if found is None:
                 first, ways = self.prep.first_ready(lease, now)
-                found = self._ready[ready_key] = (
-                    key + (self.prep.version(lease), ways, self.table.ends.bisect_right(first)), (max(now, first), ways))
+                table = self.table
+                if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
+                    # Its try is at `first`, after now: a reservation ending now gives back no room there, so only
+                    # room given back at or after now, or an end that came to lie before its start, lets it go
+                    # otherwise (ends that have passed are counted with those still in the table).
+                    key = ("ahead", table.gave_back, future, self.prep.version(lease), ways,
+                           table.ends.bisect_right(first) + table.past_ends)
+                else:
+                    key += (self.prep.version(lease), ways, table.ends.bisect_right(first))
+                found = self._ready[ready_key] = (key, (max(now, first), ways))
             return found
         elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
                 and not self.resumes_in_place(lease):

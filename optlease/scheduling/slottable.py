@@ -65,6 +65,12 @@ class SlotTable(NodeClasses):
         # Bumped whenever capacity is given back (a reservation ends or is removed): a lease that did not fit
         # cannot fit later unless this moved, since adding reservations only takes capacity away.
         self.released = 0
+        # What tells a lease that must start at a later instant whether its try could go otherwise: `gave_back`, bumped
+        # whenever room at or after the instant the table is at comes back (a reservation taken out or cut short, a node
+        # back; a reservation that ends gives back only the past), and `past_ends`, how many ends were dropped because
+        # they had passed (so that the ends still ahead can be counted from one pass to the next).
+        self.gave_back = 0
+        self.past_ends = 0
         # The leases whose reservations were added, moved or dropped since the owner last emptied it (None: not
         # kept). The daemon keeps it, to rewrite and re-enact only the leases a change touched.
         self.changed: set | None = None
@@ -106,6 +112,7 @@ class SlotTable(NodeClasses):
         self.busy.add(node)     # filed again (busy or idle) by its profile
         self._file((node,))
         self.released += 1      # capacity came back: leases that did not fit may fit now
+        self.gave_back += 1
 
     def vector(self, amounts: dict[str, int]) -> Vec:
         return tuple(amounts.get(r, 0) for r in self.types)
@@ -153,6 +160,10 @@ class SlotTable(NodeClasses):
         """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it;
         given `now`, its nodes are pruned at once, so that a node it leaves idle is filed idle now)."""
         self.released += 1
+        if now is not None and rr.end <= now:
+            self.past_ends += 1
+        else:
+            self.gave_back += 1
         if self.changed is not None:
             self.changed.add(rr.lease)
         if self.alike:
@@ -192,6 +203,7 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         self._take_out(rr, end, old)
         self.released += 1   # capacity given back, as a removal gives it
+        self.gave_back += 1
         self.ends.discard(old)
         bucket = self.ending.get(old)
         if bucket is not None:
