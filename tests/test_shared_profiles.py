@@ -1,11 +1,13 @@
 """Nodes alike share one usage profile in the slot table (copy on write): after any sequence of bookings over
 several nodes, cancellations, premature ends, ends and prunes, every node's profile is exactly the one a profile of
 its own would hold, each shared profile counts the nodes that hold it, and no change leaks to a node it was not
-made on (hypothesis)."""
+made on (hypothesis). What the queue's passes ask of it: the free room of a set of nodes, added up per profile, and
+whether room ahead came back or a reservation only reached its end."""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,3 +92,60 @@ def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
             if prof is not table.empty:
                 held.setdefault(prof, set()).add(n)
         assert table.holders == held
+
+
+def free_node_by_node(table: SlotTable, nodes, t: int) -> tuple:
+    """What `free_on` adds up, asked of each node in planning on its own (a node over its capacity adds nothing)."""
+    free = table.zero
+    for n in nodes:
+        if n not in table.down:
+            free = tuple(x + max(0, y) for x, y in zip(free, table.free_at(n, t)))
+    return free
+
+
+bookings = st.lists(st.tuples(st.sets(st.integers(1, NODES), min_size=1), st.sampled_from(DEMANDS),
+                              st.integers(0, 40), st.integers(1, 30)), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(bookings, st.sets(st.integers(1, NODES)), st.integers(0, 80), st.booleans(), st.sampled_from([None, 2, 5]))
+def test_free_on_adds_up_what_each_node_has_free(booked, nodes, t, alike, down):
+    """The free room of a set of nodes at an instant, added up per shared profile, is what asking each node gives:
+    nodes alike or of two sizes, a node out of planning adding nothing, nodes booked past their capacity nothing."""
+    sizes = [{"CPU": 100, "Memory": 64} if alike or n % 2 else {"CPU": 200, "Memory": 32} for n in range(NODES)]
+    table = SlotTable(Site(("CPU", "Memory"), tuple(sizes)))
+    for i, (on, demand, begin, length) in enumerate(booked):
+        mapping = {v: n for v, n in enumerate(sorted(on), start=1)}
+        lease = SimpleNamespace(id=i, demands=dict.fromkeys(mapping, demand),
+                                total_demand=tuple(len(on) * x for x in demand))
+        table.add(RR(lease, "vm", begin, begin + length, mapping, {n: demand for n in sorted(on)}, table.next_seq()))
+    if down is not None:
+        table.take_down(down)
+    assert table.free_on(nodes, t) == free_node_by_node(table, nodes, t)
+
+
+def _booked(table: SlotTable, start: int, end: int) -> RR:
+    mapping = {1: 1}
+    lease = SimpleNamespace(id=start, demands={1: (50, 32)}, total_demand=(50, 32))
+    rr = RR(lease, "vm", start, end, mapping, {1: (50, 32)}, table.next_seq())
+    table.add(rr)
+    return rr
+
+
+@pytest.mark.parametrize("change, gives_back", [
+    (lambda table, rr: table.forget(rr, 10), False),       # it ends at its end: only the past comes back
+    (lambda table, rr: table.forget(rr, 12), False),
+    (lambda table, rr: table.remove(rr), True),             # taken out before it ends
+    (lambda table, rr: table.cut(rr, 7), True),             # cut short: [7, 10) comes back
+    (lambda table, rr: table.retime(rr, 20, 30), True),
+], ids=["ends", "ends-later", "removed", "cut", "moved"])
+def test_room_given_back_ahead_is_told_from_an_end(change, gives_back):
+    """A waiting lease whose try is at a later instant is tried again when room at or after now comes back, not when
+    a reservation reaches its end; the ends that have passed are counted, so that the ends still ahead are known."""
+    table = SlotTable(Site.homogeneous(NODES, {"CPU": 100, "Memory": 64}))
+    rr = _booked(table, 5, 10)
+    gave_back, ahead = table.gave_back, table.ends.bisect_right(50) + table.past_ends
+    change(table, rr)
+    assert (table.gave_back > gave_back) is gives_back
+    if not gives_back:
+        assert table.ends.bisect_right(50) + table.past_ends == ahead

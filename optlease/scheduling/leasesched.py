@@ -195,8 +195,16 @@ class LeaseScheduler(Preemption, Replanning):
             found = self._ready.get(ready_key)
             if found is None:
                 first, ways = self.prep.first_ready(lease, now)
-                found = self._ready[ready_key] = (
-                    key + (self.prep.version(lease), ways, self.table.ends.bisect_right(first)), (max(now, first), ways))
+                table = self.table
+                if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
+                    # Its try is at `first`, after now: a reservation ending now gives back no room there, so only
+                    # room given back at or after now, or an end that came to lie before its start, lets it go
+                    # otherwise (ends that have passed are counted with those still in the table).
+                    key = ("ahead", table.gave_back, future, self.prep.version(lease), ways,
+                           table.ends.bisect_right(first) + table.past_ends)
+                else:
+                    key += (self.prep.version(lease), ways, table.ends.bisect_right(first))
+                found = self._ready[ready_key] = (key, (max(now, first), ways))
             return found
         elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
                 and not self.resumes_in_place(lease):
@@ -237,36 +245,18 @@ class LeaseScheduler(Preemption, Replanning):
             return False
         # then the nodes its images are on (a suspended lease's own)
         if isinstance(ways, frozenset):
-            free, down = self.table.zero, self.table.down
-            for n in ways:
-                if n not in down:
-                    free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
-            return fits(lease.total_demand, free)
+            return fits(lease.total_demand, self.table.free_on(ways, t))
         return True
 
     def _room_on_ways(self, lease: Lease, t: int, ways: tuple) -> bool:
-        """Whether the nodes the given ways bring the lease's image to by `t` have room for it then, added up.
-        What those nodes have free at t is added up only until the sum fits the lease: what was added is kept,
-        with the nodes still to add, for the next lease asking about them in this pass over the queue, until
-        something is placed."""
+        """Whether the nodes the given ways bring the lease's image to by `t` have room for it then, added up (once
+        for every lease asking about them in this pass over the queue, until something is placed)."""
         nodes_key = ("ways", lease.req.software.id, self.prep.version(lease), ways, t)
-        summed = self._room.get(nodes_key, False)
-        if summed is False:
+        free = self._room.get(nodes_key, False)
+        if free is False:
             nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
-            summed = self._room[nodes_key] = None if nodes is None else [self.table.zero, iter(nodes)]
-        if summed is None:
-            return True
-        free, rest = summed
-        need, down = lease.total_demand, self.table.down
-        while not fits(need, free):
-            n = next(rest, None)
-            if n is None:
-                summed[0] = free
-                return False
-            if n not in down:
-                free = tuple(x + max(0, y) for x, y in zip(free, self.table.free_at(n, t)))
-        summed[0] = free
-        return True
+            free = self._room[nodes_key] = None if nodes is None else self.table.free_on(nodes, t)
+        return free is None or fits(lease.total_demand, free)
 
     def room_now(self, lease: Lease, now: int) -> bool:
         """A necessary condition for starting now, answered from what is free at this instant (cached in

@@ -285,13 +285,19 @@ class ImageTransfers:
         key = (image, length, self.changes.get(image, 0))
         found = self._firsts.get(key)
         if found is None:
-            ways = [(self.first_gap(now, length) + length, 0)]
+            # a transfer of its own (way 0) first; then the cache (-1) and the transfers to ride on, by id
+            first, named = self.first_gap(now, length) + length, [0]
+            others = []
             if self.caches is not None and self.caches.holding(image):
-                ways.append((now, -1))
+                others.append((now, -1))
             if self.opts.avoid_redundant:
-                ways += [(t.end, t.tid) for t in self.open.get(image, ()) if t.end > now]
-            first = min(w[0] for w in ways)
-            found = self._firsts[key] = (first, tuple(sorted(w[1] for w in ways if w[0] == first)))
+                others += [(t.end, t.tid) for t in self.open.get(image, ()) if t.end > now]
+            for t, way in others:
+                if t < first:
+                    first, named = t, [way]
+                elif t == first:
+                    named.append(way)
+            found = self._firsts[key] = (first, tuple(sorted(named)))
         return found
 
     def nodes_by(self, lease: Lease, ways: tuple) -> set[int] | None:

@@ -8,6 +8,7 @@ them cost nothing per node (nodeclasses.py: nodes alike share a profile and are 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 from itertools import count
 from operator import le as _le, sub as _sub
 from typing import Iterable
@@ -64,6 +65,12 @@ class SlotTable(NodeClasses):
         # Bumped whenever capacity is given back (a reservation ends or is removed): a lease that did not fit
         # cannot fit later unless this moved, since adding reservations only takes capacity away.
         self.released = 0
+        # What tells a lease that must start at a later instant whether its try could go otherwise: `gave_back`, bumped
+        # whenever room at or after the instant the table is at comes back (a reservation taken out or cut short, a node
+        # back; a reservation that ends gives back only the past), and `past_ends`, how many ends were dropped because
+        # they had passed (so that the ends still ahead can be counted from one pass to the next).
+        self.gave_back = 0
+        self.past_ends = 0
         # The leases whose reservations were added, moved or dropped since the owner last emptied it (None: not
         # kept). The daemon keeps it, to rewrite and re-enact only the leases a change touched.
         self.changed: set | None = None
@@ -105,6 +112,7 @@ class SlotTable(NodeClasses):
         self.busy.add(node)     # filed again (busy or idle) by its profile
         self._file((node,))
         self.released += 1      # capacity came back: leases that did not fit may fit now
+        self.gave_back += 1
 
     def vector(self, amounts: dict[str, int]) -> Vec:
         return tuple(amounts.get(r, 0) for r in self.types)
@@ -152,6 +160,10 @@ class SlotTable(NodeClasses):
         """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it;
         given `now`, its nodes are pruned at once, so that a node it leaves idle is filed idle now)."""
         self.released += 1
+        if now is not None and rr.end <= now:
+            self.past_ends += 1
+        else:
+            self.gave_back += 1
         if self.changed is not None:
             self.changed.add(rr.lease)
         if self.alike:
@@ -191,6 +203,7 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         self._take_out(rr, end, old)
         self.released += 1   # capacity given back, as a removal gives it
+        self.gave_back += 1
         self.ends.discard(old)
         bucket = self.ending.get(old)
         if bucket is not None:
@@ -258,6 +271,24 @@ class SlotTable(NodeClasses):
 
     def free_at(self, node: int, t: int) -> Vec:
         return vsub(self.caps[node], self.profiles[node].at(t))
+
+    def free_on(self, nodes: Iterable[int], t: int) -> Vec:
+        """What the given nodes in planning have free at instant t, added up (a node over its capacity adds
+        nothing): asked once per profile and capacity the nodes hold, not node by node."""
+        profiles, caps, down = self.profiles, self.caps, self.down
+        if self.one_cap is not None and not down:
+            groups = Counter(map(profiles.__getitem__, nodes))
+            shared = self.one_cap
+            counted = ((prof, shared, k) for prof, k in groups.items())
+        else:
+            pairs = Counter((profiles[n], caps[n]) for n in nodes if n not in down)
+            counted = ((prof, cap, k) for (prof, cap), k in pairs.items())
+        free = list(self.zero)
+        for prof, cap, k in counted:
+            for i, left in enumerate(map(_sub, cap, prof.at(t))):
+                if left > 0:
+                    free[i] += k * left
+        return tuple(free)
 
     def total_free(self, t: int) -> Vec:
         return vsub(self.total_cap, self.total.at(t))
