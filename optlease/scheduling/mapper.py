@@ -10,7 +10,8 @@ import heapq
 import itertools
 from bisect import bisect_right
 
-from optlease.scheduling.policies import Policies
+from optlease.scheduling.hostscores import BusyScores
+from optlease.scheduling.policies import GreedyHosts, Policies
 from optlease.scheduling.records import Lease
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
 
@@ -19,6 +20,8 @@ class GreedyMapper:
     def __init__(self, table: SlotTable, policies: Policies) -> None:
         self.table = table
         self.policies = policies
+        # the greedy policy's scores of the busy nodes, kept between mappings (other policies are asked each time)
+        self.scores = BusyScores(table, policies) if type(policies.hosts) is GreedyHosts else None
 
     def map(self, lease: Lease, start: int, end: int, strictend: bool, onlynodes=None,
             allow_preemption: bool = False):
@@ -80,9 +83,13 @@ class GreedyMapper:
         all alike: every node of a run has the empty profile and the same capacity, so it takes as many VMs as
         the first (GreedyMapper._try places them at once)."""
         table, policies = self.table, self.policies
-        groups = table.busy_groups(smallest, start)
-        if groups is not None:
-            yield from self._runs(policies.keyed_groups(groups, start, lease, table), lease, start, smallest)
+        if self.scores is not None:
+            keyed = self.scores.keyed(start, lease, smallest)
+        else:
+            groups = table.busy_groups(smallest, start)
+            keyed = None if groups is None else policies.keyed_groups(groups, start, lease, table)
+        if keyed is not None:
+            yield from self._runs(keyed, lease, start, smallest)
             return
         # the busy nodes in any order: sorting by (score, node order) fixes theirs
         busy = table.busy if smallest is None else table.nodes_with_room(smallest, start, table.busy)
