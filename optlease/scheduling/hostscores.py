@@ -36,7 +36,7 @@ class BusyScores:
         self.policies = policies
         self.hosts = policies.hosts
         self.views: dict[tuple, _View] = {}
-        self._once: tuple | None = None     # the last key asked for with no view: a view is kept when asked again
+        self._once: dict[tuple, None] = {}  # the last keys asked for with no view: a view is kept when asked again
         if table.touched is None:
             table.touched = []
 
@@ -50,9 +50,11 @@ class BusyScores:
         view = self.views.get(key)
         log = table.touched
         if view is None or view.epoch != table.touch_epoch:
-            if view is None and self._once != key:
+            if view is None and key not in self._once:
                 # asked once: the policy's answer, scored group by group (a view pays off only when asked again)
-                self._once = key
+                self._once[key] = None
+                while len(self._once) > 2 * VIEWS:
+                    del self._once[next(iter(self._once))]
                 return self.policies.keyed_groups(table.busy_groups(smallest, start), start, lease, table)
             view = self._build(start, lease, smallest)
             self.views.pop(key, None)
