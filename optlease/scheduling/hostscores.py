@@ -11,10 +11,21 @@ from __future__ import annotations
 from bisect import bisect_right
 from operator import le as _le, sub as _sub
 
+from sortedcontainers import SortedList
+
 from optlease.scheduling.records import Lease
 from optlease.scheduling.slottable import SlotTable
 
 VIEWS = 4    # (instant, duration, smallest VM) kept at once: a step tries a few instants for the leases it places
+
+
+class Ranks:
+    """Nodes of one score as their ranks in the site, kept in order (the mapper walks them without sorting)."""
+
+    __slots__ = ("ranks",)
+
+    def __init__(self, ranks: SortedList) -> None:
+        self.ranks = ranks
 
 
 class _View:
@@ -24,7 +35,7 @@ class _View:
         self.epoch = epoch
         self.pos = pos
         self.key_of: dict[int, float] = {}          # node -> -score
-        self.nodes_at: dict[float, set[int]] = {}   # -score -> nodes
+        self.nodes_at: dict[float, SortedList] = {}   # -score -> the nodes' ranks
 
 
 class BusyScores:
@@ -64,7 +75,7 @@ class BusyScores:
         elif view.pos < len(log):
             self._update(view, set(log[view.pos:]), start, lease, smallest)
             view.pos = len(log)
-        return {k: [nodes] for k, nodes in view.nodes_at.items()}
+        return {k: [Ranks(ranks)] for k, ranks in view.nodes_at.items()}
 
     def _build(self, start: int, lease: Lease, smallest) -> _View:
         table = self.table
@@ -75,25 +86,28 @@ class BusyScores:
 
     def _update(self, view: _View, nodes: set[int], start: int, lease: Lease, smallest) -> None:
         """Score again the given nodes (those the table changed since the view was last brought up to date)."""
-        key_of, nodes_at = view.key_of, view.nodes_at
+        key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
         for node in nodes:
             old = key_of.pop(node, None)
             if old is not None:
                 held = nodes_at[old]
-                held.discard(node)
+                held.discard(rank[node])
                 if not held:
                     del nodes_at[old]
         self._score(view, [n for n in nodes if self._room(n, start, smallest)], start, lease)
 
     def _score(self, view: _View, nodes: list[int], start: int, lease: Lease) -> None:
-        key_of, nodes_at = view.key_of, view.nodes_at
+        key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
+        new: dict[float, list[int]] = {}
         for score, node in self.hosts.score_many(nodes, start, lease, self.table):
             key_of[node] = -score
-            held = nodes_at.get(-score)
+            new.setdefault(-score, []).append(rank[node])
+        for key, ranks in new.items():
+            held = nodes_at.get(key)
             if held is None:
-                nodes_at[-score] = {node}
+                nodes_at[key] = SortedList(ranks)
             else:
-                held.add(node)
+                held.update(ranks)
 
     def _room(self, node: int, t: int, need) -> bool:
         """Whether the node is busy and `need` fits there at instant t (None: any busy node), as busy_groups asks."""
