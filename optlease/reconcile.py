@@ -275,17 +275,29 @@ def _pair(ops: list[_Op], now_on: dict[str, VmPlacement], hosts: Mapping[str, Ho
         for p in o.after:
             graph.add_edge(index[id(p)], i)
     blocked: list[_Op] = []
-    for host in sorted({o.arrives for o in ops if o.arrives}):
+    # ops and running VMs by host, looked up once: a step that starts many leases pairs each host alone
+    leaving: dict[str, list[int]] = {}
+    arriving: dict[str, list[int]] = {}
+    stopping: dict[str, list[int]] = {}
+    for i, o in enumerate(ops):
+        if o.leaves:
+            leaving.setdefault(o.leaves, []).append(i)
+        if o.arrives:
+            arriving.setdefault(o.arrives, []).append(i)
+        if o.task.kind in (STOP, SUSPEND):
+            stopping.setdefault(o.task.host, []).append(i)
+    running_on: dict[str, list[VmPlacement]] = {}
+    for p in now_on.values():
+        if p.state == RUNNING and p.host in arriving:
+            running_on.setdefault(p.host, []).append(p)
+    for host in sorted(arriving):
         used = (0, 0)
-        for p in now_on.values():
-            if p.host == host and p.state == RUNNING:
-                used = _add(used, p.need())
+        for p in running_on.get(host, ()):
+            used = _add(used, p.need())
         free = _add(_capacity(hosts[host]), used, -1)
         # leavers that need nothing come first: pairing an arriver with them never closes a cycle
-        leavers = sorted((i for i, o in enumerate(ops) if o.leaves == host),
-                         key=lambda i: (ops[i].arrives is not None, ops[i].task.vm))
-        arrivers = sorted((i for i, o in enumerate(ops) if o.arrives == host),
-                          key=lambda i: (ops[i].leaves is not None, ops[i].task.vm))
+        leavers = sorted(leaving.get(host, ()), key=lambda i: (ops[i].arrives is not None, ops[i].task.vm))
+        arrivers = sorted(arriving[host], key=lambda i: (ops[i].leaves is not None, ops[i].task.vm))
         freed, taken, j = (0, 0), (0, 0), 0
         for a in arrivers:
             taken_next = _add(taken, ops[a].size)
@@ -301,7 +313,7 @@ def _pair(ops: list[_Op], now_on: dict[str, VmPlacement], hosts: Mapping[str, Ho
         # whatever the capacities say (a host may not tell them, the plan's units may not be the host's), a stop or
         # a suspension there goes before anything arrives (a paused VM is resumed to be stopped: it takes room for a
         # moment); it needs nothing, so no cycle can form
-        for leaver in (i for i, o in enumerate(ops) if o.task.kind in (STOP, SUSPEND) and o.task.host == host):
+        for leaver in stopping.get(host, ()):
             for a in arrivers:
                 if not graph.has_edge(leaver, a):
                     graph.add_edge(leaver, a)

@@ -376,3 +376,47 @@ def test_the_listing_flag_refuses_anything_but_a_boolean(daemon, body, fragment)
     proxy = d.proxy()
     assert proxy.list_leases(True).count("\n") == 0 and proxy.list_leases(False).startswith("1\t")
     assert proxy.list_leases(0) == proxy.list_leases(False) and proxy.list_leases(1) == proxy.list_leases(True)
+
+
+def test_the_scale_bench_fill_builds_what_requests_one_by_one_build(tmp_path):
+    """bench_daemon's fill (batches of requests, each committed in the step that takes it) leaves the state that the
+    same requests submitted one at a time leave: the same leases, running on the same hosts, with their VMs
+    started, and all of it on disk (a restart from the file finds every lease as it was)."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_daemon", REPO / "scripts" / "bench_daemon.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from optlease.engine.api import parse_lease_xml
+
+    def placements(manager) -> dict:
+        return {i: (lease.state.value, tuple(sorted(lease.last_vmrr().mapping.items())))
+                for i, lease in manager.sched.leases.items()}
+
+    states = []
+    for how in ("batched", "one-by-one"):
+        folder = tmp_path / how
+        folder.mkdir()
+        text = daemon_config(port=0, persistence_file=str(folder / "f.db"), resources="6 CPU:100 Memory:1024",
+                             scheduling=bench.SCHEDULING)
+        cfg = parse_config(text, str(folder / "f.conf"), folder)
+        manager = Manager(cfg)
+        manager.clock.now = lambda: 100     # both at one instant: one-by-one steps each request at the same time
+        if how == "batched":
+            bench.fill(manager, 45, 16)
+        else:
+            for _ in range(45):
+                manager.submit(lambda i, t: parse_lease_xml(bench.SCALE_LEASE, i, t, manager.origin, manager.site),
+                               bench.SCALE_LEASE)
+                manager.step(manager.now())
+        states.append(placements(manager))
+        assert len(manager.sched.leases) == 45
+        assert {f"lease-{i}-vm-1" for i in manager.sched.leases} <= set(manager.enactor.started_at)
+        manager.stop()
+        again = Manager(cfg)
+        assert placements(again) == states[-1]
+        again.stop()
+    assert states[0] == states[1]
+    assert {state for state, _ in states[0].values()} == {"active"}

@@ -66,6 +66,44 @@ def test_lazy_host_order_is_the_policy_order(sizes, steps, start, duration, cpu,
         assert list(mapper._hosts(lease, start, smallest)) == policies.sort_hosts(room, start, lease, table)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 12), ops, st.integers(0, 80), st.integers(1, 60), st.integers(1, 150))
+def test_kept_scores_follow_every_change(size, steps, start, duration, cpu):
+    """The busy nodes' scores the mapper keeps between mappings at one instant (hostscores.py) give the policy's
+    order after every booking, cancellation, end, prune, and node taken down or brought back, asked after each."""
+    table = SlotTable(Site.homogeneous(size, SIZES[0]))
+    policies = Policies(host_selection="greedy")
+    mapper = GreedyMapper(table, policies)
+    lease = SimpleNamespace(req=SimpleNamespace(duration=duration))
+    booked: list[RR] = []
+    pruned = 0
+    for step in steps:
+        kind, *args = step
+        if kind == "book" and args[0] in table.profiles and args[0] not in table.down:
+            node, begin, length, amount = args
+            rr = RR(SimpleNamespace(id=len(booked)), "vm", begin, begin + length, {1: node},
+                    {node: (min(amount, 100), 64)}, table.next_seq())
+            table.add(rr)
+            booked.append(rr)
+        elif kind == "cancel" and booked:
+            table.remove(booked.pop(args[0] % len(booked)))
+        elif kind == "end" and booked:
+            rr = booked.pop(args[0] % len(booked))
+            pruned = max(pruned, rr.end)
+            table.forget(rr, pruned)
+        elif kind == "prune":
+            pruned = max(pruned, args[0])
+            table.prune(pruned)
+        elif kind == "down" and args[0] in table.profiles:
+            table.take_down(args[0])
+        elif kind == "up":
+            table.bring_up(args[0])
+        at = max(start, pruned)
+        for smallest in ((cpu, 64), None):
+            room = table.nodes if smallest is None else table.nodes_with_room(smallest, at, table.nodes)
+            assert list(mapper._hosts(lease, at, smallest)) == policies.sort_hosts(room, at, lease, table)
+
+
 class HighestFirst:
     """A host policy of a user's that scores idle nodes apart (by node id) and does not say they are alike."""
 

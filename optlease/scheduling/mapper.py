@@ -10,7 +10,8 @@ import heapq
 import itertools
 from bisect import bisect_right
 
-from optlease.scheduling.policies import Policies
+from optlease.scheduling.hostscores import BusyScores, Ranks
+from optlease.scheduling.policies import GreedyHosts, Policies
 from optlease.scheduling.records import Lease
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
 
@@ -19,6 +20,8 @@ class GreedyMapper:
     def __init__(self, table: SlotTable, policies: Policies) -> None:
         self.table = table
         self.policies = policies
+        # the greedy policy's scores of the busy nodes, kept between mappings (other policies are asked each time)
+        self.scores = BusyScores(table, policies) if type(policies.hosts) is GreedyHosts else None
 
     def map(self, lease: Lease, start: int, end: int, strictend: bool, onlynodes=None,
             allow_preemption: bool = False):
@@ -80,9 +83,13 @@ class GreedyMapper:
         all alike: every node of a run has the empty profile and the same capacity, so it takes as many VMs as
         the first (GreedyMapper._try places them at once)."""
         table, policies = self.table, self.policies
-        groups = table.busy_groups(smallest, start)
-        if groups is not None:
-            yield from self._runs(policies.keyed_groups(groups, start, lease, table), lease, start, smallest)
+        if self.scores is not None:
+            keyed = self.scores.keyed(start, lease, smallest)
+        else:
+            groups = table.busy_groups(smallest, start)
+            keyed = None if groups is None else policies.keyed_groups(groups, start, lease, table)
+        if keyed is not None:
+            yield from self._runs(keyed, lease, start, smallest)
             return
         # the busy nodes in any order: sorting by (score, node order) fixes theirs
         busy = table.busy if smallest is None else table.nodes_with_room(smallest, start, table.busy)
@@ -114,12 +121,22 @@ class GreedyMapper:
         node_ids, rank = table.site.node_ids, table.rank
         keys = sorted(keyed)
 
-        def in_order(key: float) -> list[int]:
-            return sorted(itertools.chain.from_iterable(map(rank.__getitem__, c) for c in keyed[key]))
+        def in_order(key: float):
+            colls = keyed[key]
+            if len(colls) == 1 and type(colls[0]) is Ranks:    # kept in node order (hostscores)
+                return colls[0].ranks
+            return sorted(itertools.chain.from_iterable(map(rank.__getitem__, c) for c in colls))
+
+        def score_runs(ordered):
+            # one score's nodes (ranks in node order) in chunks that double: a lease most often takes the first
+            size, lo = 16, 0
+            while lo < len(ordered):
+                yield Nodes(map(node_ids.__getitem__, ordered[lo:lo + size]))
+                lo, size = lo + size, 2 * size
 
         if not ranks:
             for key in keys:
-                yield Nodes(map(node_ids.__getitem__, in_order(key)))
+                yield from score_runs(in_order(key))
             return
 
         def runs(lo: int, hi: int):
@@ -136,7 +153,7 @@ class GreedyMapper:
         idle_key = -self.policies.score_hosts([node_ids[ranks[0]]], start, lease, table)[0][0]
         i, lo = 0, 0
         while i < len(keys) and keys[i] < idle_key:     # busy nodes that score higher than idle ones
-            yield Nodes(map(node_ids.__getitem__, in_order(keys[i])))
+            yield from score_runs(in_order(keys[i]))
             i += 1
         if i < len(keys) and keys[i] == idle_key:       # busy nodes that score as idle ones: by node order
             # the idle ranks in chunks that double, each with the busy nodes that come before its last idle node
@@ -154,7 +171,7 @@ class GreedyMapper:
             i += 1
         yield from runs(lo, len(ranks))
         while i < len(keys):                             # busy nodes that score lower
-            yield Nodes(map(node_ids.__getitem__, in_order(keys[i])))
+            yield from score_runs(in_order(keys[i]))
             i += 1
 
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):

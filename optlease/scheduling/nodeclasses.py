@@ -57,6 +57,8 @@ class NodeClasses:
         is copied first, one copy for all of these; one only these hold is changed in place; a profile left empty
         is `empty`."""
         n = len(nodes)
+        if self.touched is not None:
+            self._touch(nodes)
         if prof.owners == n and prof is not self.empty:
             change(prof, *args)
             if prof.t:

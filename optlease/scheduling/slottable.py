@@ -20,6 +20,8 @@ from optlease.scheduling.nodeclasses import NodeClasses
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 
+TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
+
 
 class SlotTable(NodeClasses):
     """Reservations per node; `rr.demand` maps physical node -> usage vector. Pure bookkeeping, no policy."""
@@ -74,6 +76,11 @@ class SlotTable(NodeClasses):
         # The leases whose reservations were added, moved or dropped since the owner last emptied it (None: not
         # kept). The daemon keeps it, to rewrite and re-enact only the leases a change touched.
         self.changed: set | None = None
+        # The nodes whose reservations or profile changed, in order, while a reader keeps it (None: not kept): the
+        # mapper's host scores (hostscores.py) look again at these alone. Emptied when long, with `touch_epoch`
+        # bumped; bumped too when a node leaves or re-enters planning (every node is looked at again).
+        self.touched: list[int] | None = None
+        self.touch_epoch = 0
         self._seq = count()
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
         # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
@@ -100,6 +107,7 @@ class SlotTable(NodeClasses):
         self.total_cap = vsub(self.total_cap, self.caps[node])
         self.caps[node] = self.zero
         self.nodes = [n for n in self.site.node_ids if n not in self.down]
+        self.touch_epoch += 1
 
     def bring_up(self, node: int) -> None:
         """Give a node back to planning with its whole capacity (idempotent)."""
@@ -113,6 +121,7 @@ class SlotTable(NodeClasses):
         self._file((node,))
         self.released += 1      # capacity came back: leases that did not fit may fit now
         self.gave_back += 1
+        self.touch_epoch += 1
 
     def vector(self, amounts: dict[str, int]) -> Vec:
         return tuple(amounts.get(r, 0) for r in self.types)
@@ -126,6 +135,8 @@ class SlotTable(NodeClasses):
         if self.alike:
             self.alike.clear()
         self.reservations.add(rr)
+        if self.touched is not None:
+            self._touch(rr.demand)
         by_node = self.by_node
         start, end = rr.start, rr.end
         demand = rr.demand
@@ -169,6 +180,8 @@ class SlotTable(NodeClasses):
         if self.alike:
             self.alike.clear()
         self.reservations.discard(rr)
+        if self.touched is not None:
+            self._touch(rr.demand)
         self.backfills.discard(rr)
         by_node = self.by_node
         for held in map(by_node.__getitem__, rr.demand):
@@ -184,6 +197,14 @@ class SlotTable(NodeClasses):
                 bucket.discard(rr)
                 if not bucket:
                     del index[t]
+
+    def _touch(self, nodes) -> None:
+        """Note nodes whose reservations or profile change (`touched` is kept)."""
+        log = self.touched
+        if len(log) > TOUCHED_MOST:
+            log.clear()
+            self.touch_epoch += 1
+        log.extend(nodes)
 
     def _index(self, rr) -> None:
         self.ends.add(rr.end)

@@ -1,0 +1,122 @@
+"""The greedy host policy's scores of the busy nodes, kept from one mapping to the next at the same instant.
+
+A busy node's score (GreedyHosts) and whether a lease's smallest VM fits there depend on the node's reservations, its
+profile, the instant and the lease's duration alone. Between two mappings at one instant for leases of one duration
+and one smallest VM (a batch of requests in one step, a queue of leases alike), only the nodes the slot table changed
+since (`SlotTable.touched`) score differently: they alone are scored again, so a placement costs what it changes,
+not the number of busy nodes. The scores are the policy's own (`GreedyHosts.score_many`), so the order is the same.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from operator import le as _le, sub as _sub
+
+from sortedcontainers import SortedList
+
+from optlease.scheduling.records import Lease
+from optlease.scheduling.slottable import SlotTable
+
+VIEWS = 4    # (instant, duration, smallest VM) kept at once: a step tries a few instants for the leases it places
+
+
+class Ranks:
+    """Nodes of one score as their ranks in the site, kept in order (the mapper walks them without sorting)."""
+
+    __slots__ = ("ranks",)
+
+    def __init__(self, ranks: SortedList) -> None:
+        self.ranks = ranks
+
+
+class _View:
+    """The busy nodes where the smallest VM fits at `start`, by -score, as of `pos` in the table's touched log."""
+
+    def __init__(self, epoch: int, pos: int) -> None:
+        self.epoch = epoch
+        self.pos = pos
+        self.key_of: dict[int, float] = {}          # node -> -score
+        self.nodes_at: dict[float, SortedList] = {}   # -score -> the nodes' ranks
+
+
+class BusyScores:
+    """`keyed(start, lease, smallest)`: what Policies.keyed_groups gives for the busy nodes with room (-score ->
+    collections of nodes), kept up to date node by node from the table's touched log."""
+
+    def __init__(self, table: SlotTable, policies) -> None:
+        self.table = table
+        self.policies = policies
+        self.hosts = policies.hosts
+        self.views: dict[tuple, _View] = {}
+        self._once: dict[tuple, None] = {}  # the last keys asked for with no view: a view is kept when asked again
+        if table.touched is None:
+            table.touched = []
+
+    def keyed(self, start: int, lease: Lease, smallest) -> dict[float, list] | None:
+        """-score -> [nodes] for the busy nodes where `smallest` fits at start (None: the table's nodes are not all
+        alike or some are out of planning; the caller then asks node by node)."""
+        table = self.table
+        if table.one_cap is None or table.down:
+            return None
+        key = (start, lease.req.duration, smallest)
+        view = self.views.get(key)
+        log = table.touched
+        if view is None or view.epoch != table.touch_epoch:
+            if view is None and key not in self._once:
+                # asked once: the policy's answer, scored group by group (a view pays off only when asked again)
+                self._once[key] = None
+                while len(self._once) > 2 * VIEWS:
+                    del self._once[next(iter(self._once))]
+                return self.policies.keyed_groups(table.busy_groups(smallest, start), start, lease, table)
+            view = self._build(start, lease, smallest)
+            self.views.pop(key, None)
+            while len(self.views) >= VIEWS:
+                del self.views[next(iter(self.views))]
+            self.views[key] = view
+        elif view.pos < len(log):
+            self._update(view, set(log[view.pos:]), start, lease, smallest)
+            view.pos = len(log)
+        return {k: [Ranks(ranks)] for k, ranks in view.nodes_at.items()}
+
+    def _build(self, start: int, lease: Lease, smallest) -> _View:
+        table = self.table
+        view = _View(table.touch_epoch, len(table.touched))
+        busy = [n for _, nodes in table.busy_groups(smallest, start) for n in nodes]
+        self._score(view, busy, start, lease)
+        return view
+
+    def _update(self, view: _View, nodes: set[int], start: int, lease: Lease, smallest) -> None:
+        """Score again the given nodes (those the table changed since the view was last brought up to date)."""
+        key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
+        for node in nodes:
+            old = key_of.pop(node, None)
+            if old is not None:
+                held = nodes_at[old]
+                held.discard(rank[node])
+                if not held:
+                    del nodes_at[old]
+        self._score(view, [n for n in nodes if self._room(n, start, smallest)], start, lease)
+
+    def _score(self, view: _View, nodes: list[int], start: int, lease: Lease) -> None:
+        key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
+        new: dict[float, list[int]] = {}
+        for score, node in self.hosts.score_many(nodes, start, lease, self.table):
+            key_of[node] = -score
+            new.setdefault(-score, []).append(rank[node])
+        for key, ranks in new.items():
+            held = nodes_at.get(key)
+            if held is None:
+                nodes_at[key] = SortedList(ranks)
+            else:
+                held.update(ranks)
+
+    def _room(self, node: int, t: int, need) -> bool:
+        """Whether the node is busy and `need` fits there at instant t (None: any busy node), as busy_groups asks."""
+        table = self.table
+        prof = table.profiles[node]
+        if prof is table.empty or node in table.down:
+            return False
+        if need is None:
+            return True
+        pt = prof.t
+        used = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
+        return all(map(_le, used, tuple(map(_sub, table.one_cap, need))))
