@@ -26,6 +26,36 @@ ops = st.lists(st.one_of(
 ), max_size=25)
 
 
+def apply(table: SlotTable, step: tuple, booked: list[RR], pruned: int, most: int | None = None,
+          skip: tuple[str, ...] = ()) -> int:
+    """One of `ops`' changes made to the table (a booking's CPU capped at `most`; the kinds in `skip` left out):
+    the instant the table is pruned to after it."""
+    kind, *args = step
+    if kind in skip:
+        return pruned
+    if kind == "book":
+        node, begin, length, amount = args
+        if node in table.profiles and node not in table.down:
+            rr = RR(SimpleNamespace(id=len(booked)), "vm", begin, begin + length, {1: node},
+                    {node: (amount if most is None else min(amount, most), 64)}, table.next_seq())
+            table.add(rr)
+            booked.append(rr)
+    elif kind == "cancel" and booked:
+        table.remove(booked.pop(args[0] % len(booked)))
+    elif kind == "end" and booked:
+        rr = booked.pop(args[0] % len(booked))
+        pruned = max(pruned, rr.end)    # it ends: time has come to its end
+        table.forget(rr, pruned)
+    elif kind == "prune":
+        pruned = max(pruned, args[0])
+        table.prune(pruned)
+    elif kind == "down" and args[0] in table.profiles:
+        table.take_down(args[0])
+    elif kind == "up":
+        table.bring_up(args[0])
+    return pruned
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(SIZES), min_size=1, max_size=12), ops, st.integers(0, 80), st.integers(1, 60),
        st.integers(1, 250), st.sampled_from(["greedy", "no-policy"]))
@@ -37,27 +67,7 @@ def test_lazy_host_order_is_the_policy_order(sizes, steps, start, duration, cpu,
     booked: list[RR] = []
     pruned = 0
     for step in steps:
-        kind, *args = step
-        if kind == "book":
-            node, begin, length, amount = args
-            if node in table.profiles and node not in table.down:
-                rr = RR(SimpleNamespace(id=len(booked)), "vm", begin, begin + length, {1: node},
-                        {node: (amount, 64)}, table.next_seq())
-                table.add(rr)
-                booked.append(rr)
-        elif kind == "cancel" and booked:
-            table.remove(booked.pop(args[0] % len(booked)))
-        elif kind == "end" and booked:
-            rr = booked.pop(args[0] % len(booked))
-            pruned = max(pruned, rr.end)    # it ends: time has come to its end
-            table.forget(rr, pruned)
-        elif kind == "prune":
-            pruned = max(pruned, args[0])
-            table.prune(pruned)
-        elif kind == "down" and args[0] in table.profiles:
-            table.take_down(args[0])
-        elif kind == "up":
-            table.bring_up(args[0])
+        pruned = apply(table, step, booked, pruned)
     assert {n for n in table.nodes if not table.profiles[n].t} == set(table.idle_nodes())
     start = max(start, pruned)      # no question looks before a prune
     lease = SimpleNamespace(req=SimpleNamespace(duration=duration))
@@ -78,26 +88,7 @@ def test_kept_scores_follow_every_change(size, steps, start, duration, cpu):
     booked: list[RR] = []
     pruned = 0
     for step in steps:
-        kind, *args = step
-        if kind == "book" and args[0] in table.profiles and args[0] not in table.down:
-            node, begin, length, amount = args
-            rr = RR(SimpleNamespace(id=len(booked)), "vm", begin, begin + length, {1: node},
-                    {node: (min(amount, 100), 64)}, table.next_seq())
-            table.add(rr)
-            booked.append(rr)
-        elif kind == "cancel" and booked:
-            table.remove(booked.pop(args[0] % len(booked)))
-        elif kind == "end" and booked:
-            rr = booked.pop(args[0] % len(booked))
-            pruned = max(pruned, rr.end)
-            table.forget(rr, pruned)
-        elif kind == "prune":
-            pruned = max(pruned, args[0])
-            table.prune(pruned)
-        elif kind == "down" and args[0] in table.profiles:
-            table.take_down(args[0])
-        elif kind == "up":
-            table.bring_up(args[0])
+        pruned = apply(table, step, booked, pruned, most=100)
         at = max(start, pruned)
         for smallest in ((cpu, 64), None):
             room = table.nodes if smallest is None else table.nodes_with_room(smallest, at, table.nodes)
@@ -135,20 +126,7 @@ def test_runs_of_idle_nodes_place_vms_as_one_node_at_a_time_does(size, steps, st
     booked: list[RR] = []
     pruned = 0
     for step in steps:
-        kind, *args = step
-        if kind == "book" and args[0] in table.profiles and args[0] not in table.down:
-            node, begin, length, amount = args
-            rr = RR(SimpleNamespace(id=len(booked)), "vm", begin, begin + length, {1: node},
-                    {node: (min(amount, 100), 64)}, table.next_seq())
-            table.add(rr)
-            booked.append(rr)
-        elif kind == "end" and booked:
-            rr = booked.pop(args[0] % len(booked))
-            pruned = max(pruned, rr.end)
-            table.forget(rr, pruned)
-        elif kind == "prune":
-            pruned = max(pruned, args[0])
-            table.prune(pruned)
+        pruned = apply(table, step, booked, pruned, most=100, skip=("cancel", "down", "up"))
     start = max(start, pruned)
     demands = dict.fromkeys(range(1, vms + 1), shape)
     lease = SimpleNamespace(demands=demands, total_demand=tuple(vms * x for x in shape),
