@@ -8,9 +8,6 @@ not the number of busy nodes. The scores are the policy's own (`GreedyHosts.scor
 """
 from __future__ import annotations
 
-from bisect import bisect_right
-from operator import le as _le, sub as _sub
-
 from sortedcontainers import SortedList
 
 from optlease.scheduling.records import Lease
@@ -94,7 +91,10 @@ class BusyScores:
                 held.discard(rank[node])
                 if not held:
                     del nodes_at[old]
-        self._score(view, [n for n in nodes if self._room(n, start, smallest)], start, lease)
+        # the busy ones (keyed asks only when no node is down) where `smallest` fits, as busy_groups picks them
+        table = self.table
+        busy = [n for n in nodes if table.profiles[n] is not table.empty]
+        self._score(view, busy if smallest is None else table.nodes_with_room(smallest, start, busy), start, lease)
 
     def _score(self, view: _View, nodes: list[int], start: int, lease: Lease) -> None:
         key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
@@ -108,15 +108,3 @@ class BusyScores:
                 nodes_at[key] = SortedList(ranks)
             else:
                 held.update(ranks)
-
-    def _room(self, node: int, t: int, need) -> bool:
-        """Whether the node is busy and `need` fits there at instant t (None: any busy node), as busy_groups asks."""
-        table = self.table
-        prof = table.profiles[node]
-        if prof is table.empty or node in table.down:
-            return False
-        if need is None:
-            return True
-        pt = prof.t
-        used = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
-        return all(map(_le, used, tuple(map(_sub, table.one_cap, need))))
