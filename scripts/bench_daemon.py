@@ -316,18 +316,29 @@ def _percentiles(latency: list[float]) -> dict:
             "mean": round(1000 * statistics.fmean(latency), 2) if latency else None}
 
 
+def positive(text: str) -> int:
+    """A count of at least 1 (a batch of 0 would never fill)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("simulated", "fast", "scale"), default="simulated")
     parser.add_argument("--requests", type=int, default=None, help="default 1000 (simulated), 100 (fast)")
-    parser.add_argument("--clients", type=int, default=8, help="concurrent client connections")
+    parser.add_argument("--clients", type=positive, default=8, help="concurrent client connections")
     parser.add_argument("--preload", type=int, default=10_000, help="leases run to completion before the timing")
     parser.add_argument("--persistence", choices=("file", "none"), default="file")
     parser.add_argument("--agents", type=int, default=8, help="mode fast: agent processes (test:/// hosts)")
     parser.add_argument("--timeout", type=float, default=120, help="mode fast: seconds to wait for the leases")
-    parser.add_argument("--hosts", type=int, default=10_000, help="mode scale: simulated hosts")
-    parser.add_argument("--in-system", type=int, default=100_000, help="mode scale: leases running before the timing")
-    parser.add_argument("--fill-batch", type=int, default=5_000,
+    parser.add_argument("--hosts", type=positive, default=10_000, help="mode scale: simulated hosts")
+    parser.add_argument("--in-system", type=positive, default=100_000, help="mode scale: leases running before the timing")
+    parser.add_argument("--fill-batch", type=positive, default=5_000,
                         help="mode scale: requests taken by each step that puts the leases in the system")
     args = parser.parse_args()
     if args.mode == "scale":

@@ -378,6 +378,20 @@ def test_the_listing_flag_refuses_anything_but_a_boolean(daemon, body, fragment)
     assert proxy.list_leases(0) == proxy.list_leases(False) and proxy.list_leases(1) == proxy.list_leases(True)
 
 
+@pytest.mark.parametrize("option, value", [("--fill-batch", "0"), ("--fill-batch", "-5"), ("--hosts", "many"),
+                                           ("--in-system", "1e9"), ("--clients", "0")])
+def test_the_scale_bench_refuses_counts_below_one_before_it_starts(option, value):
+    """A batch of 0 would never fill, and no count can be below 1: the benchmark says which option and stops."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_daemon.py"), "--mode", "scale", option, value],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and f"argument {option}" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
 def test_the_scale_bench_fill_builds_what_requests_one_by_one_build(tmp_path):
     """bench_daemon's fill (batches of requests, each committed in the step that takes it) leaves the state that the
     same requests submitted one at a time leave: the same leases, running on the same hosts, with their VMs
