@@ -246,10 +246,7 @@ def fill(manager: Manager, count: int, batch: int) -> tuple[float, float]:
         n = min(batch, left)
         t = manager.now()
         req = parse_lease_xml(SCALE_LEASE, 0, t, manager.origin, manager.site)
-        with manager._intake:
-            first = manager.next_id
-            manager.next_id += n
-        manager.step(t, requests=[(replace(req, id=i), SCALE_LEASE) for i in range(first, first + n)])
+        manager.step(t, requests=[(replace(req, id=i), SCALE_LEASE) for i in manager.reserve_ids(n)])
         left -= n
     manager.store.db.execute("PRAGMA synchronous=FULL")
     return time.perf_counter() - t0, time.process_time() - c0

@@ -40,15 +40,26 @@ class Intake:
         arrival = self.now()
         req = make_request(0, arrival)      # parsed before any lock is taken: nobody waits on a parser
         with self._intake:
+            (lease_id,) = self._take_ids(1)
             if arrival < self.last_t:       # a step ran meanwhile: the request arrives after it
-                req = make_request(self.next_id, self.now())
+                req = make_request(lease_id, self.now())
             else:
-                req = replace(req, id=self.next_id)
-            self.next_id += 1
+                req = replace(req, id=lease_id)
             self._staged.append((req, xml))
             self.submitted_at[req.id] = time.time()
         self._commit_staged(req.id)
         return req.id
+
+    def reserve_ids(self, count: int) -> range:
+        """`count` lease ids that no request will be given (for requests that reach a step without `submit`)."""
+        with self._intake:
+            return self._take_ids(count)
+
+    def _take_ids(self, count: int) -> range:
+        """The next `count` ids (the caller holds the intake lock)."""
+        first = self.next_id
+        self.next_id += count
+        return range(first, first + count)
 
     def _commit_staged(self, upto: int) -> None:
         """Return once the request `upto` is committed. The first caller to find no batch under way writes every
