@@ -31,12 +31,13 @@ class Source:
 
 def build_report(sources: list[Source], title: str, notes: list[str]) -> Report:
     attrs = [dict(s.data.attrs) for s in sources]
-    table = build_table(attrs, [s.data.per_run for s in sources])
-    shared = shared_runs(attrs)
-    paired = None if shared is None else Paired(
-        build_table([attrs[i] for i in shared], [sources[i].data.per_run for i in shared]),
-        sorted({" / ".join(p for p in workload(attrs[i]) if p) for i in shared}))
     columns = group_runs(attrs)
+    per_run = [s.data.per_run for s in sources]
+    table = build_table(columns, per_run)
+    shared = shared_runs(attrs, columns)
+    paired = None if shared is None else Paired(
+        build_table(shared, per_run),
+        sorted({" / ".join(p for p in workload(attrs[i]) if p) for ix in shared.values() for i in ix}))
     figures: list[tuple[str, str, str]] = []     # (file name, caption, svg)
 
     def add(name: str, caption: str, svg: Optional[str]) -> None:

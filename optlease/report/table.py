@@ -141,22 +141,21 @@ def workload(attrs: dict[str, str]) -> tuple[str, str]:
     return _stem(attrs.get("tracefile", "")), _stem(attrs.get("injectionfile", ""))
 
 
-def shared_runs(attrs: list[dict[str, str]]) -> Optional[list[int]]:
-    """The runs of the workloads that every column ran, when the columns ran different sets of workloads and still
-    share some (a profile run on 12 injections beside profiles run on 72): their means compare like with like.
-    None when every column ran the same workloads, or none in common."""
-    columns = group_runs(attrs)
+def shared_runs(attrs: list[dict[str, str]], columns: dict[str, list[int]]) -> Optional[dict[str, list[int]]]:
+    """The columns cut to the runs of the workloads that every column ran, when the columns ran different sets of
+    workloads and still share some (a profile run on 12 injections beside profiles run on 72): their means compare
+    like with like. None when every column ran the same workloads, or none in common."""
     if len(columns) < 2:
         return None
     ran = [{workload(attrs[i]) for i in indices} for indices in columns.values()]
     common = set.intersection(*ran)
     if not common or all(r == common for r in ran):
         return None
-    return [i for indices in columns.values() for i in indices if workload(attrs[i]) in common]
+    return {name: [i for i in indices if workload(attrs[i]) in common] for name, indices in columns.items()}
 
 
-def build_table(attrs: list[dict[str, str]], per_run: list[Stats]) -> Table:
-    columns = group_runs(attrs)
+def build_table(columns: dict[str, list[int]], per_run: list[Stats]) -> Table:
+    """Each metric's cells, one per column (`group_runs`, or its cut by `shared_runs`)."""
     rows = []
     for metric in METRICS:
         cells = []
