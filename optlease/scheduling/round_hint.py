@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.cpsat.prepare import wait_weight
+from optlease.scheduling.roomindex import RoomIndex
 from optlease.scheduling.records import BOOKED, RR, WAITING, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
@@ -50,6 +51,10 @@ class HintCompletion:
                      for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
         log, quiet = sched.log, sched.log.info_on
         log.info_on = False
+        table, kept = sched.table, sched.table.touched
+        if kept is None:
+            table.touched = []   # the room index follows the table's changes in its touched log
+        table.room = RoomIndex(table)   # the searches below ask which busy nodes have room, instant after instant
         if self.images is not None:   # the link as the completion books it: the transfers of the leases kept
             self.images.start_hint(now, {lease.id for lease in rebook})
         for rr in withdrawn:
@@ -86,6 +91,9 @@ class HintCompletion:
             for rr in withdrawn:
                 sched.table.add(rr)
             log.info_on = quiet
+            table.room = None
+            if kept is None:
+                table.touched = None
         return out, first
 
     def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
