@@ -96,8 +96,9 @@ class RoundData:
     weights: Weights
     link: Any = None   # cpsat.transfers.Link: the repository's link and the leases' images (None: not managed)
 
-    @property
+    @cached_property
     def tails(self) -> tuple[Job, ...]:
+        """The jobs with a tail (asked by every constraint group: found once per round data)."""
         return tuple(j for j in self.jobs if j.has_tail)
 
     def job(self, lease_id: int) -> Job:
