@@ -51,14 +51,14 @@ class HintCompletion:
                      for rr in (*lease.last_vmrr().pre, lease.last_vmrr(), *lease.last_vmrr().post)]
         log, quiet = sched.log, sched.log.info_on
         log.info_on = False
-        table, kept = sched.table, sched.table.touched
-        if kept is None:
-            table.touched = []   # the room index follows the table's changes in its touched log
-        table.room = RoomIndex(table)   # the searches below ask which busy nodes have room, instant after instant
         if self.images is not None:   # the link as the completion books it: the transfers of the leases kept
             self.images.start_hint(now, {lease.id for lease in rebook})
         for rr in withdrawn:
             sched.table.remove(rr)
+        table, kept = sched.table, sched.table.touched
+        if kept is None:
+            table.touched = []   # the room index follows the table's changes in its touched log
+        table.room = RoomIndex(table)   # the searches below ask which busy nodes have room, instant after instant
         try:
             if new is not None:
                 try:
