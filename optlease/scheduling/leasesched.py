@@ -324,6 +324,8 @@ class LeaseScheduler(Preemption, Replanning):
             self.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             self.table.add(rr)
+        if vmrr.backfill:
+            lease.cache["booked"] = (vmrr, self.table.mark())   # what a premature end asks (Replanning)
         lease.vmrrs.append(vmrr)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import MIGRATE, RR, Lease, NotSchedulable
+from optlease.scheduling.records import MIGRATE, SUSPEND, RR, Lease, NotSchedulable
 
 S = LeaseState
 
@@ -37,6 +37,9 @@ class Replanning:
                   and self._replannable(lease)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
         for lease in future:
+            if self._books_again(lease, now):
+                self._booked_again(lease)
+                continue
             self.cancel_vmrr(lease.last_vmrr(), now)
             lease.vmrrs.pop()
             if lease.state is S.MIGRATING:
@@ -47,6 +50,42 @@ class Replanning:
             except NotSchedulable:
                 lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
                 self.enqueue(lease)
+
+    def _books_again(self, lease: Lease, now: int) -> bool:
+        """Whether booking a lease booked for the future again now would give exactly the booking it has, found
+        without taking it out: a best-effort lease that starts afresh (images not managed, booked for the time it
+        asked for, by a built-in host policy), whose booking `schedule_lease` made at a mark of the table. Its
+        start s was the first of its tries where the site as a whole had room and the mapper placed it. When no
+        change since then reaches past s, the table from s on is what that mapper saw (its answer at s depends on
+        nothing earlier); when the site as a whole, without the booking, first has room from now at s exactly, and
+        a reservation still ends at s, every earlier try fails the site's room test and the try at s comes."""
+        vmrr = lease.last_vmrr()
+        seen = lease.cache.get("booked")
+        if seen is None or seen[0] is not vmrr or vmrr.pre or lease.state is not S.SCHEDULED \
+                or lease.kind is not LeaseKind.BEST_EFFORT or self.prep is not None \
+                or self.opts.runtime_estimate != "requested" or not self.policies.builtin_hosts:
+            return False
+        start, table = vmrr.start, self.table
+        limit = self.opts.max_in_future
+        if start <= now or not table.unchanged_from(seen[1], start) or start not in table.ends \
+                or (limit != -1 and self.vm.future_count - 1 >= limit):
+            return False
+        window = self.vm.shape(lease, False)[-1]
+        return table.earliest_total_room_without((vmrr, *vmrr.post), now, window, lease.total_demand) == start
+
+    def _booked_again(self, lease: Lease) -> None:
+        """What booking the lease again leaves that its kept booking does not have: reservations newer than every
+        other (their order at an instant) and the log's line."""
+        vmrr, table = lease.last_vmrr(), self.table
+        for rr in (vmrr, *vmrr.post):
+            rr.seq = table.next_seq()
+        if table.changed is not None:
+            table.changed.add(lease)
+        lease.cache["booked"] = (vmrr, table.mark())
+        if self.log.info_on:
+            self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s to %s%s" % (
+                lease.id, vmrr.nodes(), self.log.t(vmrr.start), self.log.t(vmrr.post[-1].end),
+                " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
 
     @staticmethod
     def _replannable(lease: Lease) -> bool:

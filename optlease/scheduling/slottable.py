@@ -21,6 +21,7 @@ from optlease.scheduling.nodeclasses import NodeClasses
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 
 TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
+EDITS_MOST = 100_000     # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
 
 
 class SlotTable(NodeClasses):
@@ -81,6 +82,12 @@ class SlotTable(NodeClasses):
         # bumped; bumped too when a node leaves or re-enters planning (every node is looked at again).
         self.touched: list[int] | None = None
         self.touch_epoch = 0
+        # For each change to the reservations, in order, the end of the time it changes (a reservation's end; what a
+        # cut gives back ends at the old end): from an instant that no change since a mark reaches, every question
+        # about the table has the answer it had at the mark (`unchanged_from`). Emptied when long, with `edit_epoch`
+        # bumped; bumped too when a node leaves or re-enters planning.
+        self.edits: list[int] = []
+        self.edit_epoch = 0
         self._seq = count()
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
         # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
@@ -108,6 +115,7 @@ class SlotTable(NodeClasses):
         self.caps[node] = self.zero
         self.nodes = [n for n in self.site.node_ids if n not in self.down]
         self.touch_epoch += 1
+        self.edit_epoch += 1
 
     def bring_up(self, node: int) -> None:
         """Give a node back to planning with its whole capacity (idempotent)."""
@@ -122,6 +130,7 @@ class SlotTable(NodeClasses):
         self.released += 1      # capacity came back: leases that did not fit may fit now
         self.gave_back += 1
         self.touch_epoch += 1
+        self.edit_epoch += 1
 
     def vector(self, amounts: dict[str, int]) -> Vec:
         return tuple(amounts.get(r, 0) for r in self.types)
@@ -129,11 +138,30 @@ class SlotTable(NodeClasses):
     def next_seq(self) -> int:
         return next(self._seq)
 
+    def mark(self) -> tuple[int, int]:
+        """Where the table's changes are now (`unchanged_from` tells whether any reached past an instant since)."""
+        return self.edit_epoch, len(self.edits)
+
+    def unchanged_from(self, mark: tuple[int, int], t: int) -> bool:
+        """Whether every change to the reservations since `mark` ended by t: from t on, usage, reservations and
+        ends are what they were at the mark."""
+        epoch, pos = mark
+        edits = self.edits
+        return epoch == self.edit_epoch and (pos == len(edits) or max(edits[pos:]) <= t)
+
+    def _edit(self, end) -> None:
+        edits = self.edits
+        if len(edits) >= EDITS_MOST:
+            edits.clear()
+            self.edit_epoch += 1
+        edits.append(end)
+
     def add(self, rr) -> None:
         if self.changed is not None:
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
+        self._edit(rr.end)
         self.reservations.add(rr)
         if self.touched is not None:
             self._touch(rr.demand)
@@ -161,6 +189,7 @@ class SlotTable(NodeClasses):
 
     def _take_out(self, rr, start: int, end: int) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
+        self._edit(end)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
         self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
                       for prof, d, nodes in self._groups(rr.demand)])
@@ -179,6 +208,7 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
+        self._edit(rr.end)
         self.reservations.discard(rr)
         if self.touched is not None:
             self._touch(rr.demand)
@@ -317,6 +347,14 @@ class SlotTable(NodeClasses):
     def earliest_total_room(self, a: int, length: int, need: Vec) -> float:
         """The earliest x >= a at which the site as a whole has `need` free over [x, x + length) (INF: never)."""
         return self.total.earliest_room(a, length, need, self.total_cap)
+
+    def earliest_total_room_without(self, rrs, a: int, length: int, need: Vec) -> float:
+        """`earliest_total_room` as if the given reservations (in the table) were not there."""
+        total = self.total.copy()
+        for rr in rrs:
+            if rr.demand:
+                total.add(rr.start, rr.end, rr.total(), -1)
+        return total.earliest_room(a, length, need, self.total_cap)
 
     def is_full(self, t: int) -> bool:
         """No CPU free anywhere at t."""
