@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import MIGRATE, SUSPEND, RR, Lease, NotSchedulable
+from optlease.scheduling.records import MIGRATE, RESUME, SUSPEND, RR, Lease, NotSchedulable
+from optlease.scheduling.slottable import fits, vsub
 
 S = LeaseState
 
@@ -53,36 +54,63 @@ class Replanning:
 
     def _books_again(self, lease: Lease, now: int) -> bool:
         """Whether booking a lease booked for the future again now would give exactly the booking it has, found
-        without taking it out: a best-effort lease that starts afresh (images not managed, booked for the time it
-        asked for, by a built-in host policy), whose booking `schedule_lease` made at a mark of the table. Its
-        start s was the first of its tries where the site as a whole had room and the mapper placed it. When no
-        change since then reaches past s, the table from s on is what that mapper saw (its answer at s depends on
-        nothing earlier); when the site as a whole, without the booking, first has room from now at s exactly, and
-        a reservation still ends at s, every earlier try fails the site's room test and the try at s comes."""
+        without taking it out: a best-effort lease that starts afresh or resumes where its memory image is (images
+        not managed, booked for the time it asked for, by a built-in host policy), whose booking `schedule_lease`
+        made at a mark of the table. That booking begins at s, the first of its tries where the site as a whole
+        had room and the mapper placed it."""
         vmrr = lease.last_vmrr()
         seen = lease.cache.get("booked")
-        if seen is None or seen[0] is not vmrr or vmrr.pre or lease.state is not S.SCHEDULED \
-                or lease.kind is not LeaseKind.BEST_EFFORT or self.prep is not None \
+        if seen is None or seen[0] is not vmrr or lease.kind is not LeaseKind.BEST_EFFORT or self.prep is not None \
                 or self.opts.runtime_estimate != "requested" or not self.policies.builtin_hosts:
             return False
-        start, table = vmrr.start, self.table
+        start, table = vmrr.begin(), self.table
         limit = self.opts.max_in_future
-        if start <= now or not table.unchanged_from(seen[1], start) or start not in table.ends \
-                or (limit != -1 and self.vm.future_count - 1 >= limit):
+        if start <= now or (limit != -1 and self.vm.future_count - 1 >= limit):
+            return False
+        if lease.state is S.SUSPENDED_SCHEDULED:
+            return self._resumes_again(lease, vmrr, seen[1], now)
+        # Starting afresh: when no change since the mark reaches past s, the table from s on is what the mapper
+        # saw (its answer at s depends on nothing earlier); when the site as a whole, without the booking, first
+        # has room from now at s exactly, and a reservation still ends at s, every earlier try fails the site's
+        # room test and the try at s comes.
+        if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start) \
+                or start not in table.ends:
             return False
         window = self.vm.shape(lease, False)[-1]
         return table.earliest_total_room_without((vmrr, *vmrr.post), now, window, lease.total_demand) == start
 
+    def _resumes_again(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
+        """`_books_again` for a lease that resumes in place. Its tries are at now and at the ends of the
+        reservations on its own nodes, and each asks those nodes alone (the site's room test, which a placement on
+        them passes, only skips tries that fail). When no change since the mark that reaches past now changed its
+        nodes, every try between now and s is one made at the mark, which failed, and the one at s is the same;
+        the try at now fails where one of its nodes has no room for its VMs now; and the try at s comes when a
+        reservation on its nodes still ends at s and the site, without the booking, has room from s."""
+        table = self.table
+        nodes = set(vmrr.mapping.values())
+        # (the log's line names an end the booking does not keep: booked again where it is written)
+        if self.log.info_on or table.down or not self.resumes_in_place(lease) or vmrr.mapping != lease.image_nodes \
+                or any(rr.kind != RESUME for rr in vmrr.pre) or not table.untouched_from(mark, now, nodes):
+            return False
+        start, caps, profiles, demand = vmrr.begin(), table.caps, table.profiles, vmrr.demand
+        if all(fits(demand[p], vsub(caps[p], profiles[p].at(now))) for p in nodes):
+            return False
+        if not any(rr.end == start for p in nodes for rr in table.by_node[p]):
+            return False
+        window = self.vm.shape(lease, True)[-1]
+        return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, window,
+                                                 lease.total_demand) == start
+
     def _booked_again(self, lease: Lease) -> None:
         """What booking the lease again leaves that its kept booking does not have: reservations newer than every
-        other (their order at an instant) and the log's line."""
+        other, in the order booking makes them (their order at an instant), and the log's line."""
         vmrr, table = lease.last_vmrr(), self.table
-        for rr in (vmrr, *vmrr.post):
+        for rr in (vmrr, *vmrr.pre, *vmrr.post):
             rr.seq = table.next_seq()
         if table.changed is not None:
             table.changed.add(lease)
         lease.cache["booked"] = (vmrr, table.mark())
-        if self.log.info_on:
+        if self.log.info_on:    # (a lease that starts afresh: its booking ends where the mapper's placement does)
             self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s to %s%s" % (
                 lease.id, vmrr.nodes(), self.log.t(vmrr.start), self.log.t(vmrr.post[-1].end),
                 " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))

@@ -21,7 +21,7 @@ from optlease.scheduling.nodeclasses import NodeClasses
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 
 TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
-EDITS_MOST = 100_000     # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
+EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
 
 
 class SlotTable(NodeClasses):
@@ -83,10 +83,12 @@ class SlotTable(NodeClasses):
         self.touched: list[int] | None = None
         self.touch_epoch = 0
         # For each change to the reservations, in order, the end of the time it changes (a reservation's end; what a
-        # cut gives back ends at the old end): from an instant that no change since a mark reaches, every question
-        # about the table has the answer it had at the mark (`unchanged_from`). Emptied when long, with `edit_epoch`
-        # bumped; bumped too when a node leaves or re-enters planning.
+        # cut gives back ends at the old end) and the nodes it changes (`edit_nodes`): from an instant that no change
+        # since a mark reaches, every question about the table (about those nodes) has the answer it had at the
+        # mark (`unchanged_from`, `untouched_from`). Emptied when long, with `edit_epoch` bumped; bumped too when a
+        # node leaves or re-enters planning.
         self.edits: list[int] = []
+        self.edit_nodes: list = []
         self.edit_epoch = 0
         self._seq = count()
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
@@ -149,19 +151,30 @@ class SlotTable(NodeClasses):
         edits = self.edits
         return epoch == self.edit_epoch and (pos == len(edits) or max(edits[pos:]) <= t)
 
-    def _edit(self, end) -> None:
+    def untouched_from(self, mark: tuple[int, int], t: int, nodes: set[int]) -> bool:
+        """Whether no change to the reservations since `mark` that reaches past t changed any of the given nodes:
+        from t on, their usage and reservations are what they were at the mark."""
+        epoch, pos = mark
+        if epoch != self.edit_epoch:
+            return False
+        ends, changed = self.edits, self.edit_nodes
+        return all(ends[i] <= t or nodes.isdisjoint(changed[i]) for i in range(pos, len(ends)))
+
+    def _edit(self, end, nodes) -> None:
         edits = self.edits
         if len(edits) >= EDITS_MOST:
             edits.clear()
+            self.edit_nodes.clear()
             self.edit_epoch += 1
         edits.append(end)
+        self.edit_nodes.append(nodes)
 
     def add(self, rr) -> None:
         if self.changed is not None:
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
-        self._edit(rr.end)
+        self._edit(rr.end, rr.demand)
         self.reservations.add(rr)
         if self.touched is not None:
             self._touch(rr.demand)
@@ -189,7 +202,7 @@ class SlotTable(NodeClasses):
 
     def _take_out(self, rr, start: int, end: int) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
-        self._edit(end)
+        self._edit(end, rr.demand)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
         self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
                       for prof, d, nodes in self._groups(rr.demand)])
@@ -208,7 +221,7 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
-        self._edit(rr.end)
+        self._edit(rr.end, rr.demand)
         self.reservations.discard(rr)
         if self.touched is not None:
             self._touch(rr.demand)
