@@ -81,21 +81,26 @@ class Replanning:
 
     def _resumes_again(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
         """`_books_again` for a lease that resumes in place. Its tries are at now and at the ends of the
-        reservations on its own nodes, and each asks those nodes alone (the site's room test, which a placement on
-        them passes, only skips tries that fail). When no change since the mark that reaches past now changed its
-        nodes, every try between now and s is one made at the mark, which failed, and the one at s is the same;
-        the try at now fails where one of its nodes has no room for its VMs now; and the try at s comes when a
-        reservation on its nodes still ends at s and the site, without the booking, has room from s."""
+        reservations on its own nodes, each asks those nodes alone, and a try fails at once where one of them has
+        no room for its VMs at that instant (the site's room test, which a placement on them passes, only skips
+        tries that fail). Every try before s fails when one of its nodes has no room from now until s, or when no
+        change since the mark that reaches past now changed its nodes (each such try was made then, and failed)
+        and one has no room now. The try at s comes, and places it as it did, when a reservation on its nodes
+        still ends at s, the site without the booking has room from s, and no change since the mark that reaches
+        past s changed its nodes."""
         table = self.table
         nodes = set(vmrr.mapping.values())
         # (the log's line names an end the booking does not keep: booked again where it is written)
         if self.log.info_on or table.down or not self.resumes_in_place(lease) or vmrr.mapping != lease.image_nodes \
-                or any(rr.kind != RESUME for rr in vmrr.pre) or not table.untouched_from(mark, now, nodes):
+                or any(rr.kind != RESUME for rr in vmrr.pre):
             return False
         start, caps, profiles, demand = vmrr.begin(), table.caps, table.profiles, vmrr.demand
-        if all(fits(demand[p], vsub(caps[p], profiles[p].at(now))) for p in nodes):
+        if not table.untouched_from(mark, start, nodes) \
+                or not any(rr.end == start for p in nodes for rr in table.by_node[p]):
             return False
-        if not any(rr.end == start for p in nodes for rr in table.by_node[p]):
+        if not any(profiles[p].earliest_room(now, 1, demand[p], caps[p]) >= start for p in nodes) and not (
+                table.untouched_from(mark, now, nodes)
+                and not all(fits(demand[p], vsub(caps[p], profiles[p].at(now))) for p in nodes)):
             return False
         window = self.vm.shape(lease, True)[-1]
         return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, window,
