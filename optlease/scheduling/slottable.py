@@ -176,11 +176,11 @@ class SlotTable(NodeClasses):
             self.alike.clear()
         self._edit(rr.end, rr.demand)
         self.reservations.add(rr)
-        if self.touched is not None:
-            self._touch(rr.demand)
         by_node = self.by_node
         start, end = rr.start, rr.end
         demand = rr.demand
+        if self.touched is not None and start >= end:
+            self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
         for held in map(by_node.__getitem__, demand):
             held.add(rr)
         if start < end:
@@ -203,6 +203,8 @@ class SlotTable(NodeClasses):
     def _take_out(self, rr, start: int, end: int) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
         self._edit(end, rr.demand)
+        if start >= end:
+            return      # no usage to take out (a shutdown that takes no time)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
         self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
                       for prof, d, nodes in self._groups(rr.demand)])
@@ -223,8 +225,8 @@ class SlotTable(NodeClasses):
             self.alike.clear()
         self._edit(rr.end, rr.demand)
         self.reservations.discard(rr)
-        if self.touched is not None:
-            self._touch(rr.demand)
+        if self.touched is not None and now is None:
+            self._touch(rr.demand)     # (pruned, its nodes are noted by `_change`)
         self.backfills.discard(rr)
         by_node = self.by_node
         for held in map(by_node.__getitem__, rr.demand):
