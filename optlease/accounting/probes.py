@@ -120,9 +120,11 @@ def cpu_in_use(lease_scheduler: Any, now: int, cpu: int, total: int) -> float:
     leases = getattr(lease_scheduler, "running", None)
     if leases is None:
         leases = lease_scheduler.leases
+    active = S.ACTIVE
     for lease in leases.values():
-        if lease.state is S.ACTIVE:   # the cheap test first: most leases in the system wait
-            vmrr = lease.last_vmrr()
+        if lease.state is active:   # the cheap test first: most leases in the system wait
+            vmrrs = lease.vmrrs
+            vmrr = vmrrs[-1] if vmrrs else None
             if vmrr is not None and vmrr.state == "active" and vmrr.start <= now < vmrr.end:
                 held = vmrr.total()   # the lease's VMs summed once, not one node at a time
                 if held is not None:
