@@ -138,6 +138,13 @@ class Profile:
             i += 1
         return INF
 
+    def stale(self, before: int) -> bool:
+        """Whether `prune(before)` would change anything."""
+        t = self.t
+        if not t or t[0] > before:
+            return False
+        return bisect_right(t, before) > 1 or self.u[0] == self.zero
+
     def prune(self, before: int) -> None:
         """Forget breakpoints that no query at or after `before` can see."""
         i = bisect_right(self.t, before) - 1

@@ -225,15 +225,20 @@ class SlotTable(NodeClasses):
             self.alike.clear()
         self._edit(rr.end, rr.demand)
         self.reservations.discard(rr)
-        if self.touched is not None and now is None:
-            self._touch(rr.demand)     # (pruned, its nodes are noted by `_change`)
         self.backfills.discard(rr)
         by_node = self.by_node
         for held in map(by_node.__getitem__, rr.demand):
             held.discard(rr)
+        all_pruned = False
         if now is not None:
-            self._refile([(self._change(prof, nodes, Profile.prune, now), nodes)
-                          for prof, _, nodes in self._groups(dict.fromkeys(rr.demand))])
+            # (most often pruned already: a shutdown that takes no time ends where its run did)
+            groups = self._groups(dict.fromkeys(rr.demand))
+            stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
+            if stale:
+                self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
+            all_pruned = len(stale) == len(groups)
+        if self.touched is not None and not all_pruned:
+            self._touch(rr.demand)     # (a pruned node is noted by `_change`)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
