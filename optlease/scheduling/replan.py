@@ -76,8 +76,17 @@ class Replanning:
         if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start) \
                 or start not in table.ends:
             return False
-        window = self.vm.shape(lease, False)[-1]
-        return table.earliest_total_room_without((vmrr, *vmrr.post), now, window, lease.total_demand) == start
+        return table.earliest_total_room_without((vmrr, *vmrr.post), now, self._window(lease, False),
+                                                 lease.total_demand) == start
+
+    def _window(self, lease: Lease, resuming: bool) -> int:
+        """`VMScheduler.shape`'s window, fixed while the lease waits (the time it asked for is booked): kept in its
+        cache under the key the queue's pass uses."""
+        shape = ("window", resuming, lease.accumulated)
+        window = lease.cache.get(shape)
+        if window is None:
+            window = lease.cache[shape] = self.vm.shape(lease, resuming)[-1]
+        return window
 
     def _resumes_again(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
         """`_books_again` for a lease that resumes in place. Its tries are at now and at the ends of the
@@ -98,12 +107,12 @@ class Replanning:
         if not table.untouched_from(mark, start, nodes) \
                 or not any(rr.end == start for p in nodes for rr in table.by_node[p]):
             return False
-        if not any(profiles[p].earliest_room(now, 1, demand[p], caps[p]) >= start for p in nodes) and not (
+        alike = {(profiles[p], caps[p], demand[p]) for p in nodes}     # (nodes alike are asked once)
+        if not any(prof.earliest_room(now, 1, need, cap) >= start for prof, cap, need in alike) and not (
                 table.untouched_from(mark, now, nodes)
-                and not all(fits(demand[p], vsub(caps[p], profiles[p].at(now))) for p in nodes)):
+                and not all(fits(need, vsub(cap, prof.at(now))) for prof, cap, need in alike)):
             return False
-        window = self.vm.shape(lease, True)[-1]
-        return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, window,
+        return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, self._window(lease, True),
                                                  lease.total_demand) == start
 
     def _booked_again(self, lease: Lease) -> None:

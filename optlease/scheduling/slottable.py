@@ -183,15 +183,15 @@ class SlotTable(NodeClasses):
             self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
         for held in map(by_node.__getitem__, demand):
             held.add(rr)
+        # (a reservation of no length changes no profile, and every change of usage files its nodes: they stay
+        # filed as they are)
         if start < end:
             # (adding usage empties a profile only where a reservation was taken out after its past was pruned:
             # what was left of it, below zero, is made up again)
             self._refile([(self._change(prof, nodes, Profile.add, start, end, d), nodes)
                           for prof, d, nodes in self._groups(demand)])
-        else:
-            self._file(demand)
-        if rr.demand:
-            self.total.add(rr.start, rr.end, rr.total())
+            if demand:
+                self.total.add(start, end, rr.total())
         if rr.backfill:
             self.backfills.add(rr)
         self._index(rr)
@@ -390,8 +390,10 @@ class SlotTable(NodeClasses):
 
     def next_event_after(self, t: int) -> int | None:
         """The next time after t at which a reservation starts or ends."""
-        nxt = [x for x in (next(self.starts.irange(t, inclusive=(False, True)), None),
-                           next(self.ends.irange(t, inclusive=(False, True)), None)) if x is not None]
+        starts, ends = self.starts, self.ends
+        i, j = starts.bisect_right(t), ends.bisect_right(t)
+        nxt = [x for x in (starts[i] if i < len(starts) else None, ends[j] if j < len(ends) else None)
+               if x is not None]
         return min(nxt) if nxt else None
 
     def starting_at(self, t: int) -> list:
