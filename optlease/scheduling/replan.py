@@ -22,7 +22,7 @@ class Replanning:
             self.table.remove(rr)
             rr.state = "cancelled"
         vmrr.post = []
-        self.table.cut(vmrr, now)
+        self.table.cut(vmrr, now, prune=True)
         self.end_rr(vmrr, now)
         self.finish(lease, now)
         self.reevaluate(now)

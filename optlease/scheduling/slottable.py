@@ -24,6 +24,12 @@ TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its re
 EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
 
 
+def _less_pruned(prof: Profile, start: int, end: int, d: Vec, before: int) -> None:
+    """Take `d` off the profile over [start, end), then prune it before `before`."""
+    prof.add(start, end, d, -1)
+    prof.prune(before)
+
+
 class SlotTable(NodeClasses):
     """Reservations per node; `rr.demand` maps physical node -> usage vector. Pure bookkeeping, no policy."""
 
@@ -200,14 +206,19 @@ class SlotTable(NodeClasses):
         self._take_out(rr, rr.start, rr.end)
         self.forget(rr)
 
-    def _take_out(self, rr, start: int, end: int) -> None:
-        """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
+    def _take_out(self, rr, start: int, end: int, prune: int | None = None) -> None:
+        """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total (and,
+        given `prune`, prune its nodes' profiles before then in the same change)."""
         self._edit(end, rr.demand)
         if start >= end:
             return      # no usage to take out (a shutdown that takes no time)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
-        self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
-                      for prof, d, nodes in self._groups(rr.demand)])
+        if prune is None:
+            self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
+                          for prof, d, nodes in self._groups(rr.demand)])
+        else:
+            self._refile([(self._change(prof, nodes, _less_pruned, start, end, d, prune), nodes)
+                          for prof, d, nodes in self._groups(rr.demand)])
         if rr.demand:
             self.total.add(start, end, rr.total(), -1)
 
@@ -262,17 +273,18 @@ class SlotTable(NodeClasses):
         self.starting.setdefault(rr.start, set()).add(rr)
         self.ending.setdefault(rr.end, set()).add(rr)
 
-    def cut(self, rr, end: int) -> None:
+    def cut(self, rr, end: int, prune: bool = False) -> None:
         """End a reservation (in the table) earlier, at `end` (its start or later): what `retime(rr, rr.start, end)`
         leaves in the table, from one subtraction per node rather than a removal and an addition (the profiles
-        hold the same usage either way, and a profile's breakpoints depend on its usage alone)."""
+        hold the same usage either way, and a profile's breakpoints depend on its usage alone). `prune`: `end` is
+        now and the reservation ends at once (`forget(rr, end)` follows): its nodes are pruned in the same change."""
         old = rr.end
         if not rr.start <= end < old:
             self.retime(rr, rr.start, end)
             return
         if self.changed is not None:
             self.changed.add(rr.lease)
-        self._take_out(rr, end, old)
+        self._take_out(rr, end, old, end if prune else None)
         self.released += 1   # capacity given back, as a removal gives it
         self.gave_back += 1
         self.ends.discard(old)
