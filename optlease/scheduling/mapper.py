@@ -28,8 +28,9 @@ class GreedyMapper:
         """(mapping vnode->pnode, the end it holds until, leases to preempt), or (None, None, None)."""
         table = self.table
         demands = lease.demands
-        vnodes = sorted(demands)
-        smallest = None if allow_preemption else min(demands.values())
+        vnodes, smallest, _ = vms_of(lease)
+        if allow_preemption:
+            smallest = None
         if onlynodes is None and self.policies.empty_nodes_alike:
             pnodes = Cached(self._host_runs(lease, start, smallest))
         else:
@@ -189,7 +190,7 @@ class GreedyMapper:
         gone = table.nodes_of(preempting) if preempting else ()
         profiles = table.profiles
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
-        shape = demands[cur] if not preempting and all(map(demands[cur].__eq__, demands.values())) else None
+        shape = None if preempting else vms_of(lease, demands)[2]
         caps = table.caps
         for item in pnodes:
             kind = type(item)
@@ -301,6 +302,27 @@ class GreedyMapper:
                 return None, None
             maxend = min(maxend, latest)
         return dict(mapping), maxend
+
+
+def vms_of(lease: Lease, demands: dict | None = None) -> tuple[list[int], tuple, tuple | None]:
+    """A lease's VMs in order, its smallest demand, and the one demand they all ask (None: they do not ask
+    alike): kept in its cache (a lease's demands never change). `demands`: the lease's own, or others to ask
+    about (not kept)."""
+    cache = getattr(lease, "cache", None)
+    if demands is None or demands is lease.demands:
+        demands = lease.demands
+        found = cache.get("vms") if cache is not None else None
+        if found is not None:
+            return found
+    else:
+        cache = None
+    smallest = min(demands.values())
+    vnodes = sorted(demands)
+    first = demands[vnodes[0]]
+    found = (vnodes, smallest, first if all(map(first.__eq__, demands.values())) else None)
+    if cache is not None:
+        cache["vms"] = found
+    return found
 
 
 class Nodes(list):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 from itertools import count
-from operator import le as _le, sub as _sub
+from operator import attrgetter, le as _le, sub as _sub
 from typing import Iterable
 
 from sortedcontainers import SortedList
@@ -28,6 +28,19 @@ def _less_pruned(prof: Profile, start: int, end: int, d: Vec, before: int) -> No
     """Take `d` off the profile over [start, end), then prune it before `before`."""
     prof.add(start, end, d, -1)
     prof.prune(before)
+
+
+def _in_order(rrs, state: str) -> list:
+    """The reservations of `rrs` (None: none) in the given state, in the order they were made (`seq`)."""
+    if not rrs:
+        return []
+    if len(rrs) == 1:
+        (rr,) = rrs
+        return [rr] if rr.state == state else []
+    return sorted((rr for rr in rrs if rr.state == state), key=_SEQ)
+
+
+_SEQ = attrgetter("seq")
 
 
 class SlotTable(NodeClasses):
@@ -409,10 +422,10 @@ class SlotTable(NodeClasses):
         return min(nxt) if nxt else None
 
     def starting_at(self, t: int) -> list:
-        return sorted((rr for rr in self.starting.get(t, ()) if rr.state == "scheduled"), key=lambda rr: rr.seq)
+        return _in_order(self.starting.get(t), "scheduled")
 
     def ending_at(self, t: int) -> list:
-        return sorted((rr for rr in self.ending.get(t, ()) if rr.state == "active"), key=lambda rr: rr.seq)
+        return _in_order(self.ending.get(t), "active")
 
     def count_leases_at(self, node: int, t: int) -> int:
         rrs = self.by_node[node]
