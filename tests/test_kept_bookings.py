@@ -101,3 +101,14 @@ def test_change_marks_say_how_far_changes_reached():
     assert not table.untouched_from(mark, 49, {1}) and table.untouched_from(mark, 0, {3, 4})
     table.take_down(4)            # a node out of planning: no mark taken before holds
     assert not table.unchanged_from(mark, 10 ** 9)
+
+
+def test_a_change_to_many_nodes_counts_as_a_change_to_every_node():
+    table = SlotTable(Site.homogeneous(80, {"CPU": 100, "Memory": 1024}))
+    mark = table.mark()
+    lease = SimpleNamespace(id=1, demands=dict.fromkeys(range(1, 71), (100, 1024)), total_demand=(7000, 71680))
+    wide = RR(lease, "vm", 0, 40, {v: v for v in range(1, 71)}, dict.fromkeys(range(1, 71), (100, 1024)),
+              table.next_seq())
+    table.add(wide)
+    assert table.untouched_from(mark, 40, {80})            # it does not reach past 40
+    assert not table.untouched_from(mark, 39, {80})        # (its nodes are not kept: every node counts)

@@ -325,7 +325,8 @@ class LeaseScheduler(Preemption, Replanning):
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             self.table.add(rr)
         if vmrr.backfill:
-            lease.cache["booked"] = (vmrr, self.table.mark())   # what a premature end asks (Replanning)
+            # what a premature end asks (Replanning): the booking, by its number (not kept alive), and a mark
+            lease.cache["booked"] = (vmrr.seq, self.table.mark())
         lease.vmrrs.append(vmrr)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
 

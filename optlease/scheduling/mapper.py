@@ -28,9 +28,8 @@ class GreedyMapper:
         """(mapping vnode->pnode, the end it holds until, leases to preempt), or (None, None, None)."""
         table = self.table
         demands = lease.demands
-        vnodes, smallest, _ = vms_of(lease)
-        if allow_preemption:
-            smallest = None
+        vnodes = sorted(demands)
+        smallest = None if allow_preemption else vms_of(lease)[0]
         if onlynodes is None and self.policies.empty_nodes_alike:
             pnodes = Cached(self._host_runs(lease, start, smallest))
         else:
@@ -190,7 +189,7 @@ class GreedyMapper:
         gone = table.nodes_of(preempting) if preempting else ()
         profiles = table.profiles
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
-        shape = None if preempting else vms_of(lease, demands)[2]
+        shape = None if preempting else vms_of(lease, demands)[1]
         caps = table.caps
         for item in pnodes:
             kind = type(item)
@@ -304,10 +303,9 @@ class GreedyMapper:
         return dict(mapping), maxend
 
 
-def vms_of(lease: Lease, demands: dict | None = None) -> tuple[list[int], tuple, tuple | None]:
-    """A lease's VMs in order, its smallest demand, and the one demand they all ask (None: they do not ask
-    alike): kept in its cache (a lease's demands never change). `demands`: the lease's own, or others to ask
-    about (not kept)."""
+def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | None]:
+    """A lease's smallest demand, and the one demand its VMs all ask (None: they do not ask alike): kept in its
+    cache (a lease's demands never change). `demands`: the lease's own, or others to ask about (not kept)."""
     cache = getattr(lease, "cache", None)
     if demands is None or demands is lease.demands:
         demands = lease.demands
@@ -317,9 +315,8 @@ def vms_of(lease: Lease, demands: dict | None = None) -> tuple[list[int], tuple,
     else:
         cache = None
     smallest = min(demands.values())
-    vnodes = sorted(demands)
-    first = demands[vnodes[0]]
-    found = (vnodes, smallest, first if all(map(first.__eq__, demands.values())) else None)
+    first = demands[min(demands)]
+    found = (smallest, first if all(map(first.__eq__, demands.values())) else None)
     if cache is not None:
         cache["vms"] = found
     return found

@@ -60,7 +60,7 @@ class Replanning:
         had room and the mapper placed it."""
         vmrr = lease.last_vmrr()
         seen = lease.cache.get("booked")
-        if seen is None or seen[0] is not vmrr or lease.kind is not LeaseKind.BEST_EFFORT or self.prep is not None \
+        if seen is None or seen[0] != vmrr.seq or lease.kind is not LeaseKind.BEST_EFFORT or self.prep is not None \
                 or self.opts.runtime_estimate != "requested" or not self.policies.builtin_hosts:
             return False
         start, table = vmrr.begin(), self.table
@@ -123,7 +123,7 @@ class Replanning:
             rr.seq = table.next_seq()
         if table.changed is not None:
             table.changed.add(lease)
-        lease.cache["booked"] = (vmrr, table.mark())
+        lease.cache["booked"] = (vmrr.seq, table.mark())
         if self.log.info_on:    # (a lease that starts afresh: its booking ends where the mapper's placement does)
             self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s to %s%s" % (
                 lease.id, vmrr.nodes(), self.log.t(vmrr.start), self.log.t(vmrr.post[-1].end),

@@ -22,6 +22,7 @@ from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # n
 
 TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
 EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
+EDIT_NODES_MOST = 64     # a change to more nodes than this is noted as a change to every node (`edit_nodes`)
 
 
 def _less_pruned(prof: Profile, start: int, end: int, d: Vec, before: int) -> None:
@@ -102,10 +103,10 @@ class SlotTable(NodeClasses):
         self.touched: list[int] | None = None
         self.touch_epoch = 0
         # For each change to the reservations, in order, the end of the time it changes (a reservation's end; what a
-        # cut gives back ends at the old end) and the nodes it changes (`edit_nodes`): from an instant that no change
-        # since a mark reaches, every question about the table (about those nodes) has the answer it had at the
-        # mark (`unchanged_from`, `untouched_from`). Emptied when long, with `edit_epoch` bumped; bumped too when a
-        # node leaves or re-enters planning.
+        # cut gives back ends at the old end) and the nodes it changes (`edit_nodes`; None: too many to keep, taken
+        # as every node): from an instant that no change since a mark reaches, every question about the table
+        # (about those nodes) has the answer it had at the mark (`unchanged_from`, `untouched_from`). Emptied when
+        # long, with `edit_epoch` bumped; bumped too when a node leaves or re-enters planning.
         self.edits: list[int] = []
         self.edit_nodes: list = []
         self.edit_epoch = 0
@@ -177,7 +178,8 @@ class SlotTable(NodeClasses):
         if epoch != self.edit_epoch:
             return False
         ends, changed = self.edits, self.edit_nodes
-        return all(ends[i] <= t or nodes.isdisjoint(changed[i]) for i in range(pos, len(ends)))
+        return all(ends[i] <= t or (changed[i] is not None and nodes.isdisjoint(changed[i]))
+                   for i in range(pos, len(ends)))
 
     def _edit(self, end, nodes) -> None:
         edits = self.edits
@@ -186,7 +188,8 @@ class SlotTable(NodeClasses):
             self.edit_nodes.clear()
             self.edit_epoch += 1
         edits.append(end)
-        self.edit_nodes.append(nodes)
+        # (the reservation's own demand, not a copy; a wide one's is not kept alive once the reservation is gone)
+        self.edit_nodes.append(nodes if len(nodes) <= EDIT_NODES_MOST else None)
 
     def add(self, rr) -> None:
         if self.changed is not None:
