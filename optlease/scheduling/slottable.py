@@ -361,6 +361,14 @@ class SlotTable(NodeClasses):
             return list(self.holders.items())
         limit = tuple(map(_sub, cap, need))
         out = []
+        if len(limit) == 2:     # (two resource types: the comparisons written out)
+            l0, l1 = limit
+            for prof, nodes in self.holders.items():
+                pt = prof.t
+                u0, u1 = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
+                if u0 <= l0 and u1 <= l1:
+                    out.append((prof, nodes))
+            return out
         for prof, nodes in self.holders.items():
             pt = prof.t
             used = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
