@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optlease.scheduling.slottable import INF, Profile
+from optlease.scheduling.slottable import INF, Profile, fits, vadd, vsub
 
 CAP = (4, 8)
 
@@ -70,3 +70,6 @@ def test_two_resource_types_answer_as_any_number_does(usage, taken, a, length, n
     assert prof.earliest_room(a, length, need, CAP) == wide.earliest_room(a, length, wide_need, wide_cap)
     assert prof.fits_between(a, a + length, need, CAP) == wide.fits_between(a, a + length, wide_need, wide_cap)
     assert prof.first_exceeding(a, need, CAP) == wide.first_exceeding(a, wide_need, wide_cap)
+    free = vsub(CAP, prof.at(a))
+    assert (*free, 0) == vsub(wide_cap, wide.at(a)) and (*vadd(need, free), 0) == vadd(wide_need, (*free, 0))
+    assert fits(need, free) == fits(wide_need, (*free, 0))

@@ -9,15 +9,22 @@ INF = float("inf")
 Vec = tuple[int, ...]
 
 
+# (two resource types, most sites': written out)
 def vadd(a: Vec, b: Vec) -> Vec:
+    if len(a) == 2:
+        return a[0] + b[0], a[1] + b[1]
     return tuple(map(_add, a, b))
 
 
 def vsub(a: Vec, b: Vec) -> Vec:
+    if len(a) == 2:
+        return a[0] - b[0], a[1] - b[1]
     return tuple(map(_sub, a, b))
 
 
 def fits(need: Vec, free: Vec) -> bool:
+    if len(need) == 2:
+        return need[0] <= free[0] and need[1] <= free[1]
     return all(map(_le, need, free))
 
 
