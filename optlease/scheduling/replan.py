@@ -104,8 +104,9 @@ class Replanning:
                 or any(rr.kind != RESUME for rr in vmrr.pre):
             return False
         start, caps, profiles, demand = vmrr.begin(), table.caps, table.profiles, vmrr.demand
+        booking = {*vmrr.pre, vmrr, *vmrr.post}    # (a resume that takes no time ends at s: not a try)
         if not table.untouched_from(mark, start, nodes) \
-                or not any(rr.end == start for p in nodes for rr in table.by_node[p]):
+                or not any(rr.end == start and rr not in booking for p in nodes for rr in table.by_node[p]):
             return False
         alike = {(profiles[p], caps[p], demand[p]) for p in nodes}     # (nodes alike are asked once)
         if not any(prof.earliest_room(now, 1, need, cap) >= start for prof, cap, need in alike) and not (
