@@ -121,8 +121,6 @@ class LeaseScheduler(Preemption, Replanning):
         future = self.vm.can_schedule_in_future()
         full = None
         info, prep, table = self.log.info_on, self.prep, self.table
-        # a waiting lease's window is fixed by its state and the time it has run (`_room_when_ready`)
-        fixed_window = self.opts.runtime_estimate == "requested"
         unicast = prep is not None and prep.opts.mechanism == "unicast"
         while self.queue:
             if not future:
@@ -142,15 +140,9 @@ class LeaseScheduler(Preemption, Replanning):
                 found = self._ready.get(image.id if unicast is False else (image.id, lease.numnodes)) \
                     if image is not None and not future and lease.state is S.QUEUED else None
                 attempt, first = found if found is not None else self._attempt(lease, now, future)
-            # most leases fail the quick tests (nothing freed since they last did not fit; no room when they could
-            # start): no exception is raised for them, and the second's first step (`_room_when_ready`) is made here
-            cache = lease.cache
-            seen = cache.get("room-from")
-            if cache.get("failed") == attempt:
-                placed = False
-            elif fixed_window and not future and first is not None and seen is not None \
-                    and seen[1] <= first[0] < seen[2] and seen[0][0] == table.freed and seen[3] is lease.state \
-                    and seen[4] == lease.accumulated:
+            # most leases fail the quick tests (nothing their try depends on changed since they last did not fit; no
+            # room when they could start): no exception is raised for them
+            if lease.cache.get("failed") == attempt:
                 placed = False
             elif future:
                 placed = None
@@ -215,14 +207,9 @@ class LeaseScheduler(Preemption, Replanning):
 
     def _room_when_ready(self, lease: Lease, t: int, ways: tuple | None) -> bool:
         """A necessary condition for a lease that must start at `t`, as soon as its image (or its memory image) can
-        be there (the one start `VMScheduler.asap` would try): the nodes its image reaches by then (`ways`, as
-        `ImageTransfers.first_ready` names them, or the set of nodes a suspended lease may resume on then; None:
-        every node) have room for it at `t`, and the site as a whole from `t` on."""
-        # The nodes an image reaches first, shared by the leases of that image in this pass, are asked first: what
-        # they have free is added up once, where the site's room is a walk for each lease.
-        if ways is not None and ways != (0,) and not isinstance(ways, frozenset) \
-                and not self._room_on_ways(lease, t, ways):
-            return False
+        be there (the one start `VMScheduler.asap` would try): the site as a whole has room for it from `t` on, and
+        the nodes its image reaches by then (`ways`, as `ImageTransfers.first_ready` names them, or the set of nodes
+        a suspended lease may resume on then; None: every node) have room for it at `t`."""
         resuming = lease.state in SUSPENDED
         if self.opts.runtime_estimate == "requested":
             shape = ("window", resuming, lease.accumulated)     # what it is fixed by while it waits
@@ -231,22 +218,19 @@ class LeaseScheduler(Preemption, Replanning):
                 window = lease.cache[shape] = self.vm.shape(lease, resuming)[-1]
         else:
             window = self.vm.shape(lease, resuming)[-1]
-        # Where the site had no room from an earlier start t0 until r0, it has none from t0 <= t < r0 either while
-        # nothing gave room back (bookings only take it; an end frees only the past): remembered, so that the walk
-        # is not made again.
-        key = (self.table.freed, window)
-        seen = lease.cache.get("room-from")
-        if seen is not None and seen[0] == key and seen[1] <= t < seen[2]:
+        # What the site has free over the window from `t` is the same for every lease that asks in this pass over
+        # the queue (until something is placed): the walk is made once, and each lease compares its need with it.
+        room_key = ("over", t, window)
+        room = self._room.get(room_key)
+        if room is None:
+            room = self._room[room_key] = self.table.room_over(t, window)
+        if not fits(lease.total_demand, room):
             return False
-        room = self.table.earliest_total_room(t, window, lease.total_demand)
-        # with what fixed the window (`process_queue` tests it first, before the window is looked up)
-        lease.cache["room-from"] = (key, t, room, lease.state, lease.accumulated)
-        if room > t:
-            return False
-        # then the nodes its images are on (a suspended lease's own)
+        # then the nodes its image reaches first (shared by the leases of that image in this pass), or the nodes
+        # its images are on (a suspended lease's own)
         if isinstance(ways, frozenset):
             return fits(lease.total_demand, self.table.free_on(ways, t))
-        return True
+        return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
 
     def _room_on_ways(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether the nodes the given ways bring the lease's image to by `t` have room for it then, added up (once

@@ -19,7 +19,7 @@ calls `earliest` before placing a lease, `plan` after (it may refuse), `commit` 
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 from itertools import count
 from typing import NamedTuple
@@ -29,7 +29,7 @@ from optlease.eventlog import EventLog
 from optlease.scheduling.copyrounds import copy_rounds
 from optlease.scheduling.imagecache import ImageCaches
 from optlease.scheduling.records import MIGRATE, RR, TRANSFER, Held, Lease, NotSchedulable
-from optlease.scheduling.slottable import SlotTable
+from optlease.scheduling.slottable import SlotTable, Vec, vsub
 
 # How a node gets a lease's image (Haizea's kinds of earliest starting time).
 BY_TRANSFER, FROM_CACHE, PIGGYBACK = "transfer", "cache", "piggyback"
@@ -61,9 +61,8 @@ class PreparationOptions:
 
 
 class PreparedTable(SlotTable):
-    """The slot table of a run with image transfers: it also counts what gives room back in the future (a
-    reservation taken out or moved, a node back), which a reservation that simply ends does not (its usage is in the
-    past). `LeaseScheduler` remembers where a lease had no room until this changes.
+    """The slot table of a run with image transfers: it also says what the site as a whole has free over a stretch
+    (`room_over`), which every waiting lease of a pass over the queue asks about the instant its image can be there.
 
     The copies of a suspended lease's images to the nodes it resumes on that greedy books (`migrate` reservations
     with the link's `extra`) go over the repository's link too: whatever puts one in the table or takes it out
@@ -72,7 +71,6 @@ class PreparedTable(SlotTable):
 
     def __init__(self, site) -> None:
         super().__init__(site)
-        self.freed = 0
         self.link: ImageTransfers | None = None
 
     def add(self, rr) -> None:
@@ -81,7 +79,6 @@ class PreparedTable(SlotTable):
             self.link.copy_on(rr)
 
     def remove(self, rr) -> None:
-        self.freed += 1
         super().remove(rr)
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
@@ -91,9 +88,19 @@ class PreparedTable(SlotTable):
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
 
-    def bring_up(self, node: int) -> None:
-        self.freed += 1
-        super().bring_up(node)
+    def room_over(self, t: int, length: int) -> Vec:
+        """What the site as a whole has free at every instant of [t, t + length) (at t alone when `length` is 0):
+        the least of each resource over the stretch. A need fits it exactly when `earliest_total_room(t, length,
+        need)` is t, and one walk over the stretch answers every lease that asks about it."""
+        times, usage = self.total.t, self.total.u
+        i = bisect_right(times, t) - 1
+        worst = usage[i] if i >= 0 else self.zero
+        end = t + length
+        for i in range(i + 1, len(times)):
+            if times[i] >= end:
+                break
+            worst = tuple(map(max, worst, usage[i]))
+        return vsub(self.total_cap, worst)
 
 
 class Transfer(RR):
