@@ -22,6 +22,7 @@ import math
 from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 from itertools import count
+from operator import sub as _sub
 from typing import NamedTuple
 
 from optlease.domain.lease import LeaseKind
@@ -101,6 +102,21 @@ class PreparedTable(SlotTable):
                 break
             worst = tuple(map(max, worst, usage[i]))
         return vsub(self.total_cap, worst)
+
+
+    def free_of(self, nodes, t: int) -> Vec:
+        """What a few nodes in planning have free at instant t, added up (a node over its capacity adds nothing), as
+        `free_on` gives it: node by node, which for the handful of nodes a suspended lease's images are on costs less
+        than counting the profiles they share."""
+        free = list(self.zero)
+        profiles, caps, down = self.profiles, self.caps, self.down
+        for n in nodes:
+            if n in down:
+                continue
+            for i, left in enumerate(map(_sub, caps[n], profiles[n].at(t))):
+                if left > 0:
+                    free[i] += left
+        return tuple(free)
 
 
 class Transfer(RR):
