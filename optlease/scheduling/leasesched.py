@@ -139,9 +139,15 @@ class LeaseScheduler(Preemption, Replanning):
             cache = lease.cache
             # Most leases last did not fit with the very key their wait class has now (`_attempt`): nothing their
             # try depends on changed, and they are passed over at once. The others take the quick tests (no room
-            # when they could start), which most fail, and no exception is raised for them.
+            # when they could start), which most fail, and no exception is raised for them; a queued lease whose
+            # image comes at an instant where this pass already found the site short of room for it fails the
+            # first at once.
             found = ready.get(cache.get("wait"))
             if found is not None and cache.get("failed") is found[0]:
+                placed = False
+            elif found is not None and len(found) == 2 and found[1] is not None \
+                    and self._short_of_room(lease, found[1][0]):
+                cache["failed"] = found[0]
                 placed = False
             else:
                 cls, attempt, first = self._attempt(lease, now, future)
@@ -268,6 +274,13 @@ class LeaseScheduler(Preemption, Replanning):
         if isinstance(ways, frozenset):
             return fits(lease.total_demand, self.table.free_of(ways, t))
         return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
+
+    def _short_of_room(self, lease: Lease, t: int) -> bool:
+        """Whether what this pass already found free on the site over the lease's window from `t` is too little
+        for it (`_room_when_ready`'s first test, answered from what it kept; False: not asked yet)."""
+        window = lease.cache.get(("window", lease.state in SUSPENDED, lease.accumulated))
+        room = self._room.get(("over", t, window)) if window is not None else None
+        return room is not None and not fits(lease.total_demand, room)
 
     def _room_on_ways(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether the nodes the given ways bring the lease's image to by `t` have room for it then, added up (once
