@@ -12,10 +12,14 @@ migration, 5 % runtime overhead, 20 s boot and shutdown), every request given on
 uniformly (scripts/make_imagefile.py, seed 1): without image transfers, vm+noreuse (multicast, no piggybacking, no
 caches) and vm+reuse (multicast, piggybacking, 20,480 MB LRU caches), and the ratio of each one's wall time and CPU
 time to the first's.
+
+`--hashes` has each run also write its schedule file and report its sha256 (`schedule_sha256`): how a change meant
+to keep every decision is checked on the whole month (its CPU time then includes writing the file).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import resource
 import subprocess
@@ -58,7 +62,7 @@ def vm_profile(changes: dict, trace: Path, injection: Path, imagefile: Path) -> 
     return render_config(sections)
 
 
-def run(trace: str, injection: str | None, conf: str | None = None) -> dict:
+def run(trace: str, injection: str | None, conf: str | None = None, hashes: bool = False) -> dict:
     if conf is None:
         conf = (BLUE / "blue.conf").read_text().replace("tracefile: 1000requests.swf", f"tracefile: {BLUE / trace}")
         if injection:
@@ -66,12 +70,15 @@ def run(trace: str, injection: str | None, conf: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.conf"
         path.write_text(conf)
+        schedule = Path(tmp) / "schedule.json"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "optlease.cli.main", "simulate", "-c", str(path), "-q",
-                              "--summary-out", "-"], capture_output=True, text=True, check=True, cwd=ROOT)
+                              "--summary-out", "-", *(["--schedule-out", str(schedule)] if hashes else [])],
+                             capture_output=True, text=True, check=True, cwd=ROOT)
         command_wall = time.perf_counter() - began
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        digest = hashlib.sha256(schedule.read_bytes()).hexdigest() if hashes else None
     summary = json.loads(out.stdout)
     be = summary["best_effort"]
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -81,10 +88,11 @@ def run(trace: str, injection: str | None, conf: str | None = None) -> dict:
             "ar_rejected": summary["ar"]["rejected"], "be_completed": be["completed"],
             "wait_avg_s": round(be["wait_avg"], 1), "bounded_slowdown_avg": round(be["bounded_slowdown_avg"], 2),
             "all_be_completed_at_s": be["all_completed_at"], "suspensions": summary["suspensions"],
-            "preemptions": summary["preemptions"], **({"images": summary["images"]} if "images" in summary else {})}
+            "preemptions": summary["preemptions"], **({"images": summary["images"]} if "images" in summary else {}),
+            **({"schedule_sha256": digest} if hashes else {})}
 
 
-def image_runs() -> dict:
+def image_runs(hashes: bool = False) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from make_imagefile import imagefile
 
@@ -94,7 +102,7 @@ def image_runs() -> dict:
         images.write_text(imagefile(37, 4096, 10000, seed=1))
         for name, changes in IMAGE_RUNS.items():
             conf = vm_profile(changes, BLUE / "30days.swf", BLUE / IMAGE_INJECTION, images)
-            results[name] = run("30days.swf", IMAGE_INJECTION, conf)
+            results[name] = run("30days.swf", IMAGE_INJECTION, conf, hashes)
     base = results["30days-work10-vm-without-transfers"]
     for name in list(IMAGE_RUNS)[1:]:
         profile = name.rsplit('-', 1)[1]
@@ -108,12 +116,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1000requests.swf only")
     parser.add_argument("--images", action="store_true", help="the month with image transfers only")
+    parser.add_argument("--hashes", action="store_true", help="write each run's schedule and report its sha256")
     args = parser.parse_args()
     if args.images:
-        json.dump(image_runs(), sys.stdout, indent=1)
+        json.dump(image_runs(args.hashes), sys.stdout, indent=1)
         print()
         return
-    results = {name: run(*spec) for name, spec in (QUICK if args.quick else RUNS).items()}
+    results = {name: run(*spec, hashes=args.hashes) for name, spec in (QUICK if args.quick else RUNS).items()}
     if "60days-aggressive" in results:
         results["ratio_60_to_30"] = round(results["60days-aggressive"]["wall_time_s"]
                                           / results["30days-aggressive"]["wall_time_s"], 2)

@@ -16,6 +16,15 @@ def test_bench_simulate_quick_prints_json_figures():
     assert abs(run["wait_avg_s"] - 376.3) / 376.3 < 0.05
 
 
+def test_bench_simulate_hashes_the_schedule_it_writes():
+    """`--hashes` reports the sha256 of the schedule file the run writes: the digest tests/test_schedule_hashes.py
+    keeps for 1000requests.swf with aggressive backfilling, so a month's digest from the script means the same."""
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_simulate.py"), "--quick", "--hashes"],
+                         capture_output=True, text=True, check=True, timeout=300)
+    run = json.loads(out.stdout)["1000requests-aggressive"]
+    assert run["schedule_sha256"] == "35ebd4131a74952e08bd31ba960a628c323de0cb76e800da4120299187884832"
+
+
 def test_bench_restart_prints_its_replay_figures():
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_restart.py"), "--entries", "200"],
                          capture_output=True, text=True, check=True, timeout=300)

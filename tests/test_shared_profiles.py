@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optlease.domain.site import Site
+from optlease.scheduling.preparation import PreparedTable
 from optlease.scheduling.records import RR
-from optlease.scheduling.slottable import Profile, SlotTable
+from optlease.scheduling.slottable import Profile, SlotTable, fits
 
 NODES = 6
 DEMANDS = ((100, 64), (50, 64), (50, 32))
@@ -122,6 +123,30 @@ def test_free_on_adds_up_what_each_node_has_free(booked, nodes, t, alike, down):
     if down is not None:
         table.take_down(down)
     assert table.free_on(nodes, t) == free_node_by_node(table, nodes, t)
+
+
+@settings(max_examples=300, deadline=None)
+@given(bookings, st.sets(st.integers(1, NODES)), st.data(), st.booleans(), st.sampled_from([None, 2]),
+       st.tuples(st.sampled_from([0, 50, 100, 250, 400, 700]), st.sampled_from([0, 32, 64, 200, 384])))
+def test_the_room_a_pass_shares_is_what_each_lease_would_find(booked, nodes, data, alike, down, need):
+    """What a pass over the queue shares between waiting leases with image transfers (PreparedTable): the room the
+    site has over a stretch fits a need exactly when the site-wide walk finds room for it right at the stretch's
+    start, and the free room of a few nodes, added up node by node, is what `free_on` gives."""
+    sizes = [{"CPU": 100, "Memory": 64} if alike or n % 2 else {"CPU": 200, "Memory": 32} for n in range(NODES)]
+    table = PreparedTable(Site(("CPU", "Memory"), tuple(sizes)))
+    for i, (on, demand, begin, span) in enumerate(booked):
+        mapping = {v: n for v, n in enumerate(sorted(on), start=1)}
+        lease = SimpleNamespace(id=i, demands=dict.fromkeys(mapping, demand),
+                                total_demand=tuple(len(on) * x for x in demand))
+        table.add(RR(lease, "vm", begin, begin + span, mapping, {n: demand for n in sorted(on)}, table.next_seq()))
+    if down is not None:
+        table.take_down(down)
+    # stretches that begin or end where a booking does, most often
+    edges = sorted({x for _, _, begin, span in booked for x in (begin, begin + span)} | {0, 80})
+    t = data.draw(st.one_of(st.sampled_from(edges), st.integers(0, 80)))
+    length = data.draw(st.one_of(st.sampled_from([e - t for e in edges if e >= t]), st.integers(0, 40)))
+    assert fits(need, table.room_over(t, length)) is (table.earliest_total_room(t, length, need) == t)
+    assert table.free_of(nodes, t) == free_node_by_node(table, nodes, t) == table.free_on(nodes, t)
 
 
 def _booked(table: SlotTable, start: int, end: int) -> RR:

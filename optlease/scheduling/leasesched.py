@@ -21,6 +21,8 @@ from optlease.scheduling.vmsched import VMScheduler
 
 S = LeaseState
 SUSPENDED = (S.SUSPENDED_PENDING, S.SUSPENDED_QUEUED)
+QUEUED = S.QUEUED
+PLAIN = ("plain",)   # the wait class of every lease whose try depends on the table alone (`_attempt`)
 
 
 class LeaseScheduler(Preemption, Replanning):
@@ -43,7 +45,8 @@ class LeaseScheduler(Preemption, Replanning):
         self._empty = GreedyMapper(SlotTable(site), policies)
         self._fits_empty: dict[tuple, bool] = {}
         self._room: dict = {}
-        self._ready: dict = {}     # one pass over the queue: image -> what a try of a lease of it starts from
+        self._ready: dict = {}     # one pass over the queue: wait class -> what a try of its leases starts from
+        self._keys: dict = {}      # wait class -> the key it had when last asked (`_kept_key`)
         # a planner's last word on an AR or immediate lease this scheduler refused: True if it booked it after all
         # (scheduling.planner; None: Haizea's refusal stands)
         self.on_refusal = None
@@ -115,114 +118,141 @@ class LeaseScheduler(Preemption, Replanning):
 
     def process_queue(self, now: int) -> None:
         kept: list[Lease] = []
-        self._room, self._ready = {}, {}
+        queue = self.queue
         # What every lease's try starts from changes only when one is placed (a try that fails books nothing):
         # asked again only then, not for each of the queue's leases.
+        self._room, self._ready = {}, {}
+        ready = self._ready
         future = self.vm.can_schedule_in_future()
         full = None
-        info, prep, table = self.log.info_on, self.prep, self.table
-        # a waiting lease's window is fixed by its state and the time it has run (`_room_when_ready`)
-        fixed_window = self.opts.runtime_estimate == "requested"
-        unicast = prep is not None and prep.opts.mechanism == "unicast"
-        while self.queue:
+        info, table = self.log.info_on, self.table
+        once = self.opts.backfilling == "off"
+        while queue:
             if not future:
                 if full is None:
                     full = table.is_full(now)
                 if full:
                     break
-            lease = self.queue.pop(0)
+            lease = queue.pop(0)
             if info:
                 self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
-            if prep is None:
-                attempt, first = (table.released, future), None
-            else:
-                # `_attempt`, its commonest case inline: a queued lease with an image, whose image's ways this pass
-                # already asked for
-                image = lease.req.software
-                found = self._ready.get(image.id if unicast is False else (image.id, lease.numnodes)) \
-                    if image is not None and not future and lease.state is S.QUEUED else None
-                attempt, first = found if found is not None else self._attempt(lease, now, future)
-            # most leases fail the quick tests (nothing freed since they last did not fit; no room when they could
-            # start): no exception is raised for them, and the second's first step (`_room_when_ready`) is made here
             cache = lease.cache
-            seen = cache.get("room-from")
-            if cache.get("failed") == attempt:
+            # Most leases last did not fit with the very key their wait class has now (`_attempt`): nothing their
+            # try depends on changed, and they are passed over at once. The others take the quick tests (no room
+            # when they could start), which most fail, and no exception is raised for them; a queued lease whose
+            # image comes at an instant where this pass already found the site short of room for it fails the
+            # first at once.
+            found = ready.get(cache.get("wait"))
+            if found is not None and cache.get("failed") is found[0]:
                 placed = False
-            elif fixed_window and not future and first is not None and seen is not None \
-                    and seen[1] <= first[0] < seen[2] and seen[0][0] == table.freed and seen[3] is lease.state \
-                    and seen[4] == lease.accumulated:
+            elif found is not None and len(found) == 2 and found[1] is not None \
+                    and self._short_of_room(lease, found[1][0]):
+                cache["failed"] = found[0]
                 placed = False
-            elif future:
-                placed = None
             else:
-                # it must start at once, or (images managed) as soon as its image can be there
-                placed = None if (self.room_now(lease, now) if first is None
-                                  else self._room_when_ready(lease, *first)) else False
-            if placed is None:
-                try:
-                    self.schedule_lease(lease, now)
-                    placed = True
-                except NotSchedulable:
+                cls, attempt, first = self._attempt(lease, now, future)
+                if cache.get("failed") == attempt:
                     placed = False
-            if placed:
-                self._room, self._ready = {}, {}
-                future, full = self.vm.can_schedule_in_future(), None
-                continue
-            lease.cache["failed"] = attempt
+                elif future:
+                    placed = None
+                else:
+                    # it must start at once, or (images managed) as soon as its image can be there
+                    placed = None if (self.room_now(lease, now) if first is None
+                                      else self._room_when_ready(lease, *first)) else False
+                if placed is None:
+                    try:
+                        self.schedule_lease(lease, now)
+                        placed = True
+                    except NotSchedulable:
+                        placed = False
+                if placed:
+                    self._room, self._ready = {}, {}
+                    ready = self._ready
+                    future, full = self.vm.can_schedule_in_future(), None
+                    continue
+                cache["failed"], cache["wait"] = attempt, cls
             kept.append(lease)
             if info:
                 self.log.info("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
-            if self.opts.backfilling == "off":
+            if once:
                 break
-        self.queue[:0] = kept
+        queue[:0] = kept
 
-    def _attempt(self, lease: Lease, now: int, future: bool) -> tuple[tuple, int | None]:
-        """What a lease's try depends on when images are transferred (`process_queue` skips a lease whose key did
-        not change since it last did not fit), and, for a lease that must start as soon as its image (or its memory
-        image) can be there, when that is (None: now, or it may book a later start). Besides what was freed: its
-        image may come sooner (a cache took it in, a transfer of it was booked); and such a lease starts later at
-        each step, where an end in between may have made room although none has happened yet. Steps at transfers'
-        ends, which free nothing, make that matter."""
-        key = (self.table.released, future)
+    def _attempt(self, lease: Lease, now: int, future: bool) -> tuple[object, tuple, tuple | None]:
+        """What a lease's try depends on (`process_queue` skips a lease whose key did not change since it last did
+        not fit), and, for a lease that must start as soon as its image (or its memory image) can be there, when
+        that is and on which nodes (None: now, or it may book a later start); with the lease's wait class, the
+        leases that share the key. With images transferred, besides what was freed: its image may come sooner (a
+        cache took it in, a transfer of it was booked); and such a lease starts later at each step, where an end in
+        between may have made room although none has happened yet. Steps at transfers' ends, which free nothing,
+        make that matter.
+
+        The key of a class is asked once in a pass over the queue, until a lease is placed (`_ready` is then
+        emptied), and a key equal to the one the class had before is that very object: a lease that last did not
+        fit with it is known by identity (`process_queue`)."""
+        ready = self._ready
         image = lease.req.software
-        if lease.state is S.QUEUED and image is not None:
-            if future:
-                return key + (self.prep.version(lease),), None
+        if self.prep is not None and lease.state is QUEUED and image is not None:
             # Leases of one image (and, unicast, one width) wait for the same ways at one instant, and neither
-            # those nor the table's ends change in a pass over the queue until a lease is placed (`_ready` is then
-            # emptied): asked once for all of them.
-            ready_key = (image.id, lease.numnodes) if self.prep.opts.mechanism == "unicast" else image.id
-            found = self._ready.get(ready_key)
+            # those nor the table's ends change in a pass over the queue until a lease is placed.
+            cls = (image.id, lease.numnodes) if self.prep.opts.mechanism == "unicast" else image.id
+            found = ready.get(cls)
             if found is None:
-                first, ways = self.prep.first_ready(lease, now)
-                table = self.table
-                if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
-                    # Its try is at `first`, after now: a reservation ending now gives back no room there, so only
-                    # room given back at or after now, or an end that came to lie before its start, lets it go
-                    # otherwise (ends that have passed are counted with those still in the table).
-                    key = ("ahead", table.gave_back, future, self.prep.version(lease), ways,
-                           table.ends.bisect_right(first) + table.past_ends)
-                else:
-                    key += (self.prep.version(lease), ways, table.ends.bisect_right(first))
-                found = self._ready[ready_key] = (key, (max(now, first), ways))
-            return found
-        elif lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
+                found = ready[cls] = self._image_attempt(cls, lease, now, future)
+            return cls, found[0], found[1]
+        if self.prep is not None and lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
                 and not self.resumes_in_place(lease):
-            first, ways = self._resume_first(lease, now)
+            # Suspended leases whose copies take as long, with images somewhere or not, may resume from the same
+            # instant and wait for the same ends; the nodes it may resume on then are its own.
+            cls = ("resume", self._copies_wait(lease), not lease.image_nodes)
+            found = ready.get(cls)
+            if found is None:
+                first, own = self._resume_first(lease, now)
+                key = (self.table.released, future, self.table.ends.bisect_right(first))
+                found = ready[cls] = (self._kept_key(cls, key), max(now, first), own)
+            return cls, found[0], (found[1], self._image_ways(lease) if found[2] else None)
+        found = ready.get(PLAIN)
+        if found is None:
+            found = ready[PLAIN] = (self._kept_key(PLAIN, (self.table.released, future)), None)
+        return PLAIN, found[0], None
+
+    def _image_attempt(self, cls, lease: Lease, now: int, future: bool) -> tuple[tuple, tuple | None]:
+        """`_attempt`'s key and start for the leases of one image (and, unicast, one width) waiting in the queue."""
+        table, prep = self.table, self.prep
+        if future:
+            return self._kept_key(cls, (table.released, future, prep.version(lease))), None
+        first, ways = prep.first_ready(lease, now)
+        if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
+            # Its try is at `first`, after now: a reservation ending now gives back no room there, so only
+            # room given back at or after now, or an end that came to lie before its start, lets it go
+            # otherwise (ends that have passed are counted with those still in the table).
+            key = ("ahead", table.gave_back, future, prep.version(lease), ways,
+                   self._ends_until(first) + table.past_ends)
         else:
-            return key, None
-        return key + (self.table.ends.bisect_right(first),), (max(now, first), ways)
+            key = (table.released, future, prep.version(lease), ways, self._ends_until(first))
+        return self._kept_key(cls, key), (max(now, first), ways)
+
+    def _ends_until(self, t: int) -> int:
+        """How many reservations in the table end at or before t (asked once per instant in a pass over the queue,
+        until something is placed: the leases of every image whose transfer would come then ask it)."""
+        found = self._room.get(("ends", t))
+        if found is None:
+            found = self._room[("ends", t)] = self.table.ends.bisect_right(t)
+        return found
+
+    def _kept_key(self, cls, key: tuple) -> tuple:
+        """The key a wait class had before when equal to `key` (the same object), else `key`, kept for next time."""
+        kept = self._keys.get(cls)
+        if kept == key:
+            return kept
+        self._keys[cls] = key
+        return key
 
     def _room_when_ready(self, lease: Lease, t: int, ways: tuple | None) -> bool:
         """A necessary condition for a lease that must start at `t`, as soon as its image (or its memory image) can
-        be there (the one start `VMScheduler.asap` would try): the nodes its image reaches by then (`ways`, as
-        `ImageTransfers.first_ready` names them, or the set of nodes a suspended lease may resume on then; None:
-        every node) have room for it at `t`, and the site as a whole from `t` on."""
-        # The nodes an image reaches first, shared by the leases of that image in this pass, are asked first: what
-        # they have free is added up once, where the site's room is a walk for each lease.
-        if ways is not None and ways != (0,) and not isinstance(ways, frozenset) \
-                and not self._room_on_ways(lease, t, ways):
-            return False
+        be there (the one start `VMScheduler.asap` would try): the site as a whole has room for it from `t` on, and
+        the nodes its image reaches by then (`ways`, as `ImageTransfers.first_ready` names them, or the set of nodes
+        a suspended lease may resume on then; None: every node) have room for it at `t`."""
         resuming = lease.state in SUSPENDED
         if self.opts.runtime_estimate == "requested":
             shape = ("window", resuming, lease.accumulated)     # what it is fixed by while it waits
@@ -231,22 +261,26 @@ class LeaseScheduler(Preemption, Replanning):
                 window = lease.cache[shape] = self.vm.shape(lease, resuming)[-1]
         else:
             window = self.vm.shape(lease, resuming)[-1]
-        # Where the site had no room from an earlier start t0 until r0, it has none from t0 <= t < r0 either while
-        # nothing gave room back (bookings only take it; an end frees only the past): remembered, so that the walk
-        # is not made again.
-        key = (self.table.freed, window)
-        seen = lease.cache.get("room-from")
-        if seen is not None and seen[0] == key and seen[1] <= t < seen[2]:
+        # What the site has free over the window from `t` is the same for every lease that asks in this pass over
+        # the queue (until something is placed): the walk is made once, and each lease compares its need with it.
+        room_key = ("over", t, window)
+        room = self._room.get(room_key)
+        if room is None:
+            room = self._room[room_key] = self.table.room_over(t, window)
+        if not fits(lease.total_demand, room):
             return False
-        room = self.table.earliest_total_room(t, window, lease.total_demand)
-        # with what fixed the window (`process_queue` tests it first, before the window is looked up)
-        lease.cache["room-from"] = (key, t, room, lease.state, lease.accumulated)
-        if room > t:
-            return False
-        # then the nodes its images are on (a suspended lease's own)
+        # then the nodes its image reaches first (shared by the leases of that image in this pass), or the nodes
+        # its images are on (a suspended lease's own)
         if isinstance(ways, frozenset):
-            return fits(lease.total_demand, self.table.free_on(ways, t))
-        return True
+            return fits(lease.total_demand, self.table.free_of(ways, t))
+        return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
+
+    def _short_of_room(self, lease: Lease, t: int) -> bool:
+        """Whether what this pass already found free on the site over the lease's window from `t` is too little
+        for it (`_room_when_ready`'s first test, answered from what it kept; False: not asked yet)."""
+        window = lease.cache.get(("window", lease.state in SUSPENDED, lease.accumulated))
+        room = self._room.get(("over", t, window)) if window is not None else None
+        return room is not None and not fits(lease.total_demand, room)
 
     def _room_on_ways(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether the nodes the given ways bring the lease's image to by `t` have room for it then, added up (once
@@ -276,6 +310,7 @@ class LeaseScheduler(Preemption, Replanning):
     def enqueue(self, lease: Lease) -> None:
         """Insert in arrival order (requeued and suspended leases go back to their place)."""
         lease.cache.pop("failed", None)
+        lease.cache.pop("wait", None)
         key = (lease.req.arrival, lease.id)
         i = len(self.queue)
         while i > 0 and (self.queue[i - 1].req.arrival, self.queue[i - 1].id) > key:
@@ -367,25 +402,27 @@ class LeaseScheduler(Preemption, Replanning):
             earliest[pnode] = now + wait
         return earliest, begin
 
-    def _resume_first(self, lease: Lease, now: int) -> tuple[int, frozenset | None]:
-        """The earliest time `_resume_earliest` gives any node, and, when only some nodes have it (the nodes its
-        images are on, while the link is busy for the copies elsewhere), those nodes (None: every node); without
-        building its dict of every node, at each pass the lease waits."""
+    def _resume_first(self, lease: Lease, now: int) -> tuple[int, bool]:
+        """The earliest time `_resume_earliest` gives any node, and whether only the nodes its images are on have it
+        then (while the link is busy for the copies elsewhere; False: every node), without building its dict of
+        every node, at each pass the lease waits. The same for every lease whose copies take as long."""
         wait = self._copies_wait(lease)
         if self.prep is None or self.opts.migration != "yes" or self.opts.mapper != "greedy" or not wait:
-            return now + wait, None
+            return now + wait, False
         begin = self.prep.first_gap(now, wait)
         if not lease.image_nodes:
-            return begin + wait, None
-        if begin == now:
-            return now + wait, None
+            return begin + wait, False
+        return now + wait, begin != now
+
+    def _image_ways(self, lease: Lease) -> frozenset | None:
+        """The nodes a suspended lease's images are on (None: every node holds some of them)."""
         images, ways = lease.cache.get("image-nodes", (None, None))
         if images is not lease.image_nodes:
             ways = frozenset(lease.image_nodes.values())
             if len(ways) == len(self.table.nodes):
-                ways = None     # every node holds some of its images: they all have it first
+                ways = None
             lease.cache["image-nodes"] = (lease.image_nodes, ways)
-        return now + wait, ways
+        return ways
 
     def move_images(self, lease: Lease, mapping: dict[int, int], now: int) -> None:
         """Images on shared storage (`migration: yes-notransfer`): a lease booked to resume elsewhere just moves

@@ -19,9 +19,10 @@ calls `earliest` before placing a lease, `plan` after (it may refuse), `commit` 
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 from itertools import count
+from operator import sub as _sub
 from typing import NamedTuple
 
 from optlease.domain.lease import LeaseKind
@@ -29,7 +30,9 @@ from optlease.eventlog import EventLog
 from optlease.scheduling.copyrounds import copy_rounds
 from optlease.scheduling.imagecache import ImageCaches
 from optlease.scheduling.records import MIGRATE, RR, TRANSFER, Held, Lease, NotSchedulable
-from optlease.scheduling.slottable import SlotTable
+from optlease.scheduling.slottable import SlotTable, Vec, vsub
+
+FEW_NODES = 3   # `PreparedTable.free_of` adds up at most this many nodes one by one
 
 # How a node gets a lease's image (Haizea's kinds of earliest starting time).
 BY_TRANSFER, FROM_CACHE, PIGGYBACK = "transfer", "cache", "piggyback"
@@ -61,9 +64,8 @@ class PreparationOptions:
 
 
 class PreparedTable(SlotTable):
-    """The slot table of a run with image transfers: it also counts what gives room back in the future (a
-    reservation taken out or moved, a node back), which a reservation that simply ends does not (its usage is in the
-    past). `LeaseScheduler` remembers where a lease had no room until this changes.
+    """The slot table of a run with image transfers: it also says what the site as a whole has free over a stretch
+    (`room_over`), which every waiting lease of a pass over the queue asks about the instant its image can be there.
 
     The copies of a suspended lease's images to the nodes it resumes on that greedy books (`migrate` reservations
     with the link's `extra`) go over the repository's link too: whatever puts one in the table or takes it out
@@ -72,7 +74,6 @@ class PreparedTable(SlotTable):
 
     def __init__(self, site) -> None:
         super().__init__(site)
-        self.freed = 0
         self.link: ImageTransfers | None = None
 
     def add(self, rr) -> None:
@@ -81,7 +82,6 @@ class PreparedTable(SlotTable):
             self.link.copy_on(rr)
 
     def remove(self, rr) -> None:
-        self.freed += 1
         super().remove(rr)
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
@@ -91,9 +91,36 @@ class PreparedTable(SlotTable):
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
 
-    def bring_up(self, node: int) -> None:
-        self.freed += 1
-        super().bring_up(node)
+    def room_over(self, t: int, length: int) -> Vec:
+        """What the site as a whole has free at every instant of [t, t + length) (at t alone when `length` is 0):
+        the least of each resource over the stretch. A need fits it exactly when `earliest_total_room(t, length,
+        need)` is t, and one walk over the stretch answers every lease that asks about it."""
+        times, usage = self.total.t, self.total.u
+        i = bisect_right(times, t) - 1
+        worst = usage[i] if i >= 0 else self.zero
+        end = t + length
+        for i in range(i + 1, len(times)):
+            if times[i] >= end:
+                break
+            worst = tuple(map(max, worst, usage[i]))
+        return vsub(self.total_cap, worst)
+
+
+    def free_of(self, nodes, t: int) -> Vec:
+        """What the given nodes in planning have free at instant t, added up (a node over its capacity adds
+        nothing), as `free_on` gives it: for a handful of nodes (most suspended leases' images are on one to three)
+        node by node, which costs less than counting the profiles they share."""
+        if len(nodes) > FEW_NODES:
+            return self.free_on(nodes, t)
+        free = list(self.zero)
+        profiles, caps, down = self.profiles, self.caps, self.down
+        for n in nodes:
+            if n in down:
+                continue
+            for i, left in enumerate(map(_sub, caps[n], profiles[n].at(t))):
+                if left > 0:
+                    free[i] += left
+        return tuple(free)
 
 
 class Transfer(RR):
