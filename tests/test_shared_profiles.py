@@ -108,13 +108,10 @@ bookings = st.lists(st.tuples(st.sets(st.integers(1, NODES), min_size=1), st.sam
                               st.integers(0, 40), st.integers(1, 30)), max_size=12)
 
 
-@settings(max_examples=200, deadline=None)
-@given(bookings, st.sets(st.integers(1, NODES)), st.integers(0, 80), st.booleans(), st.sampled_from([None, 2, 5]))
-def test_free_on_adds_up_what_each_node_has_free(booked, nodes, t, alike, down):
-    """The free room of a set of nodes at an instant, added up per shared profile, is what asking each node gives:
-    nodes alike or of two sizes, a node out of planning adding nothing, nodes booked past their capacity nothing."""
+def booked_table(kind, booked, alike: bool, down):
+    """A slot table (`kind`) of NODES nodes, alike or of two sizes, with the drawn bookings and one node down."""
     sizes = [{"CPU": 100, "Memory": 64} if alike or n % 2 else {"CPU": 200, "Memory": 32} for n in range(NODES)]
-    table = SlotTable(Site(("CPU", "Memory"), tuple(sizes)))
+    table = kind(Site(("CPU", "Memory"), tuple(sizes)))
     for i, (on, demand, begin, length) in enumerate(booked):
         mapping = {v: n for v, n in enumerate(sorted(on), start=1)}
         lease = SimpleNamespace(id=i, demands=dict.fromkeys(mapping, demand),
@@ -122,6 +119,15 @@ def test_free_on_adds_up_what_each_node_has_free(booked, nodes, t, alike, down):
         table.add(RR(lease, "vm", begin, begin + length, mapping, {n: demand for n in sorted(on)}, table.next_seq()))
     if down is not None:
         table.take_down(down)
+    return table
+
+
+@settings(max_examples=200, deadline=None)
+@given(bookings, st.sets(st.integers(1, NODES)), st.integers(0, 80), st.booleans(), st.sampled_from([None, 2, 5]))
+def test_free_on_adds_up_what_each_node_has_free(booked, nodes, t, alike, down):
+    """The free room of a set of nodes at an instant, added up per shared profile, is what asking each node gives:
+    nodes alike or of two sizes, a node out of planning adding nothing, nodes booked past their capacity nothing."""
+    table = booked_table(SlotTable, booked, alike, down)
     assert table.free_on(nodes, t) == free_node_by_node(table, nodes, t)
 
 
@@ -132,15 +138,7 @@ def test_the_room_a_pass_shares_is_what_each_lease_would_find(booked, nodes, dat
     """What a pass over the queue shares between waiting leases with image transfers (PreparedTable): the room the
     site has over a stretch fits a need exactly when the site-wide walk finds room for it right at the stretch's
     start, and the free room of a few nodes, added up node by node, is what `free_on` gives."""
-    sizes = [{"CPU": 100, "Memory": 64} if alike or n % 2 else {"CPU": 200, "Memory": 32} for n in range(NODES)]
-    table = PreparedTable(Site(("CPU", "Memory"), tuple(sizes)))
-    for i, (on, demand, begin, span) in enumerate(booked):
-        mapping = {v: n for v, n in enumerate(sorted(on), start=1)}
-        lease = SimpleNamespace(id=i, demands=dict.fromkeys(mapping, demand),
-                                total_demand=tuple(len(on) * x for x in demand))
-        table.add(RR(lease, "vm", begin, begin + span, mapping, {n: demand for n in sorted(on)}, table.next_seq()))
-    if down is not None:
-        table.take_down(down)
+    table = booked_table(PreparedTable, booked, alike, down)
     # stretches that begin or end where a booking does, most often
     edges = sorted({x for _, _, begin, span in booked for x in (begin, begin + span)} | {0, 80})
     t = data.draw(st.one_of(st.sampled_from(edges), st.integers(0, 80)))
