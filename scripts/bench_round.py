@@ -6,12 +6,17 @@ time (the greedy pass, snapshot, hint, model, solve, commit; CPU time is what a 
 of the solver alone, every round's status and gap (of the searched neighbourhood: the tails the hint starts after
 the next solved round are held, cpsat.window), and the round objective against greedy's and the completed hint's.
 
+Each round also has its CPU time by phase (`phases`: the greedy pass, the hint's completion, prepare, the window,
+model building, the hint given to the solver, the search, decoding, costing plans, committing; measured by timing
+those functions in this process, and the rest of the round as `other`), and the p50 of each phase per size.
+
 Sizes (default): 144 nodes / 50 queued, 1,000 / 500, 5,000 / 2,000; `--sizes 144x50,1000x500` picks others;
 `--quick`: the first size only.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import random
@@ -37,6 +42,59 @@ SIZES = [(144, 50), (1000, 500), (5000, 2000)]
 VM = {"CPU": 100, "Memory": 1024}
 
 
+def phase_points():
+    """(phase, module or class, function name): what a round's CPU time is split by (the functions as the round's
+    modules call them)."""
+    from ortools.sat.python import cp_model
+
+    from optlease.scheduling import cpsat_round, leasesched
+    from optlease.scheduling.cpsat import objective, prepare, solve
+
+    # (the round imports prepare and plan_cost from their modules when it runs: they are timed there)
+    return [("greedy_pass", leasesched.LeaseScheduler, "schedule"),
+            ("completion", cpsat_round.CpsatRound, "_complete"),
+            ("prepare", prepare, "prepare"),
+            ("window", solve, "hold_outside"),
+            ("build", solve, "build_round"),
+            ("hint", solve, "add_hint"),
+            ("search", cp_model.CpSolver, "solve"),
+            ("decode", solve, "decode"),
+            ("costing", solve, "plan_cost"),
+            ("costing", objective, "plan_cost"),
+            ("commit", cpsat_round.CpsatRound, "_apply")]
+
+
+@contextlib.contextmanager
+def phases(into: dict[str, float]):
+    """Add each phase's CPU time (time.process_time, outermost calls only) to `into` while inside."""
+    saved, depth = [], [0]
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            if depth[0]:
+                return fn(*args, **kwargs)
+            depth[0] += 1
+            t = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                into[name] = into.get(name, 0.0) + time.process_time() - t
+                depth[0] -= 1
+        return wrapper
+
+    for name, owner, attr in phase_points():
+        if isinstance(owner, type):   # timed where the class hierarchy defines it
+            owner = next(c for c in owner.__mro__ if attr in c.__dict__)
+        fn = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        saved.append((owner, attr, fn))
+        setattr(owner, attr, timed(name, fn))
+    try:
+        yield into
+    finally:
+        for owner, attr, fn in reversed(saved):
+            setattr(owner, attr, fn)
+
+
 def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> dict:
     rng = random.Random(seed)
     site = Site.homogeneous(nodes, VM)
@@ -57,16 +115,20 @@ def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> di
                            rng.randint(10, 240) * 60, tuple(dict(VM) for _ in range(vms)))
         sched.request(Lease(req, {v: sched.table.vector(VM) for v in range(1, vms + 1)}), now)
         next_id += 1
-    wall, cpu = time.perf_counter(), time.process_time()
-    planner.plan(now)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    split: dict[str, float] = {}
+    with phases(split):
+        wall, cpu = time.perf_counter(), time.process_time()
+        planner.plan(now)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    split["other"] = cpu - sum(split.values())
     record = planner.records[-1]
     s = record.stats
     return {"round_s": wall, "round_cpu_s": cpu, "solver_s": s.wall_time, "status": s.status, "source": s.source,
             "gap": s.gap,
             "objective": s.objective, "greedy_objective": record.greedy_objective,
             "completion_objective": s.hint_objective, "replanned": record.changed,
-            "capped": s.capped, "held": s.held, "variables": s.num_variables, "constraints": s.num_constraints}
+            "capped": s.capped, "held": s.held, "variables": s.num_variables, "constraints": s.num_constraints,
+            "phases_cpu_s": {k: round(v, 4) for k, v in split.items()}}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -97,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             "round_cpu_p50_s": pct([r["round_cpu_s"] for r in runs], 0.5),
             "round_cpu_p95_s": pct([r["round_cpu_s"] for r in runs], 0.95),
             "solver_p50_s": pct([r["solver_s"] for r in runs], 0.5),
+            "phases_cpu_p50_s": {k: round(pct([r["phases_cpu_s"].get(k, 0.0) for r in runs], 0.5), 4)
+                                 for k in runs[0]["phases_cpu_s"]},
             "solver_p95_s": pct([r["solver_s"] for r in runs], 0.95),
             "gap_mean": statistics.mean(gaps) if gaps else None,
             "statuses": {st: sum(r["status"] == st for r in runs) for st in sorted({r["status"] for r in runs})},

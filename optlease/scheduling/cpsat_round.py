@@ -412,6 +412,7 @@ class CpsatRound(HintCompletion, PlanCommit):
                 self.images.start_hint(now)
             completed = self._complete(now, movable)
         plain = self._plain_nodes(now, movable, runs, leases, ranked)
+        plain_sorted = sorted(plain)
         head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         for lease in movable:
             snap, plan = self._lease_snapshot(lease, now)
@@ -425,8 +426,11 @@ class CpsatRound(HintCompletion, PlanCommit):
                 if self.images is not None:   # and nodes whose cache holds its image, those free first
                     near.update(self.images.near(lease, now, ranked))
                 if not snap.nodes:   # a fresh start may take any plain node too: the model pools them
-                    near.update(plain)
-                snap = replace(snap, allowed_nodes=tuple(sorted(near)))
+                    # (the plain nodes sorted once: the few others merged in, not the thousands sorted per lease)
+                    near = sorted(plain_sorted + sorted(near.difference(plain)))
+                else:
+                    near = sorted(near)
+                snap = replace(snap, allowed_nodes=tuple(near))
             leases.append(snap)
             greedy.append(plan)
             hint.append(filled)

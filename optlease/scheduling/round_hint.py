@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.cpsat.prepare import wait_weight
+from optlease.scheduling.roomindex import RoomIndex
 from optlease.scheduling.records import BOOKED, RR, WAITING, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
@@ -54,6 +55,10 @@ class HintCompletion:
             self.images.start_hint(now, {lease.id for lease in rebook})
         for rr in withdrawn:
             sched.table.remove(rr)
+        table, kept = sched.table, sched.table.touched
+        if kept is None:
+            table.touched = []   # the room index follows the table's changes in its touched log
+        table.room = RoomIndex(table)   # the searches below ask which busy nodes have room, instant after instant
         try:
             if new is not None:
                 try:
@@ -86,6 +91,9 @@ class HintCompletion:
             for rr in withdrawn:
                 sched.table.add(rr)
             log.info_on = quiet
+            table.room = None
+            if kept is None:
+                table.touched = None
         return out, first
 
     def _line(self, now: int, leases: list[Lease]) -> list[Lease]:

@@ -81,6 +81,9 @@ class SlotTable(NodeClasses):
         # bumped; bumped too when a node leaves or re-enters planning (every node is looked at again).
         self.touched: list[int] | None = None
         self.touch_epoch = 0
+        # While set (roomindex.RoomIndex, kept in step with `touched`): what answers busy_groups without a pass over
+        # every busy profile. The CP-SAT round's hint completion sets it for its searches.
+        self.room = None
         self._seq = count()
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
         # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
@@ -282,6 +285,10 @@ class SlotTable(NodeClasses):
         if need is None:
             return list(self.holders.items())
         limit = tuple(map(_sub, cap, need))
+        if self.room is not None:   # an index kept by a caller that asks many instants (roomindex.RoomIndex)
+            found = self.room.groups(limit, t)
+            if found is not None:
+                return found
         out = []
         for prof, nodes in self.holders.items():
             pt = prof.t

@@ -4,6 +4,8 @@ scheduler). Builds reservations; the lease scheduler decides what to commit."""
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right
+
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
 from optlease.formats.timefmt import MAX_SECONDS
@@ -80,17 +82,20 @@ class VMScheduler:
         # the same estimate on every node): the mapper then needs no list of nodes
         everywhere = max(firsts) if earliest is not None and len(earliest) == len(self.table.nodes) else INF
         room_from = -INF   # no candidate before this has room on the site as a whole over its window
+        # (the candidates skip to it at once: `floor`)
+        floor = [room_from]
         # Nothing is booked to start more than a century ahead: each lease and transfer is bounded, but enough of them
         # in line (image transfers one after another on a slow link) would plan past the calendar's end. Such a lease
         # waits in the queue until its start comes within reach.
         horizon = now + MAX_SECONDS
-        for t in self._candidates(now, firsts, allow_in_future, fixed):
+        for t in self._candidates(now, firsts, allow_in_future, fixed, floor):
             if t > horizon:
                 break
             if t < room_from:
                 continue
             room_from = self.table.earliest_total_room(t, window, need)
             if room_from > t:
+                floor[0] = room_from
                 continue
             end = t + duration + shutdown
             if fixed is not None:
@@ -135,13 +140,18 @@ class VMScheduler:
         window = duration + shutdown if strictend else min(duration + shutdown, max(min_duration, 1))
         return remaining, shutdown, duration, min_duration, strictend, window
 
-    def _candidates(self, now: int, firsts: set[int], allow_in_future: bool, fixed: dict[int, int] | None = None):
+    def _candidates(self, now: int, firsts: set[int], allow_in_future: bool, fixed: dict[int, int] | None = None,
+                    floor: list | None = None):
         """Start times to try, in order: now, the nodes' earliest times (`firsts`), and every later end of a
-        reservation (on the lease's own nodes when its placement is fixed)."""
+        reservation (on the lease's own nodes when its placement is fixed). `floor`: a one-item list the caller may
+        raise as it goes; candidates below it are then skipped without being walked (placement not fixed)."""
         first = min(firsts)
         if not allow_in_future:
             # Only now, or as soon as the lease's own preparation (copying its memory image) allows.
             yield max(now, first)
+            return
+        if floor is not None and fixed is None:
+            yield from self._candidates_above(now, sorted(firsts), floor)
             return
         if fixed is not None:
             ends = sorted({rr.end for p in set(fixed.values()) for rr in self.table.by_node[p] if rr.end > now})
@@ -152,6 +162,25 @@ class VMScheduler:
             if t >= first and t != last:
                 last = t
                 yield t
+
+    def _candidates_above(self, now: int, firsts: list[int], floor: list):
+        """`_candidates` with the placement free: `firsts` (sorted) and the ends of reservations after now, each
+        once, in order, from the first of `firsts` on and never below `floor[0]`, each looked up from the last one
+        (or the floor) in the table's sorted ends rather than walked to (the completion of a CP-SAT round's hint
+        asks 500 leases' starts, each past hundreds of ends the site as a whole has no room at)."""
+        ends, last = self.table.ends, None
+        after_now = ends.bisect_right(now)   # (nothing is booked while the caller tries: the ends stay put)
+        while True:
+            if last is None or floor[0] > last:   # from the first of firsts, or the floor, on
+                at = max(firsts[0], floor[0])
+                i, j = bisect_left(firsts, at), ends.bisect_left(at)
+            else:                                  # after the last candidate
+                i, j = bisect_right(firsts, last), ends.bisect_right(last)
+            j = max(j, after_now)
+            last = min(firsts[i] if i < len(firsts) else INF, ends[j] if j < len(ends) else INF)
+            if last == INF:
+                return
+            yield last
 
     def resume_allowance(self, lease: Lease) -> int:
         """The time a booking leaves for resuming: Haizea's estimate (overheads.resume_estimate), never below the

@@ -16,19 +16,24 @@ def add_placement(rm: RoundModel) -> Terms:
     """Every VM of a placed tail runs on exactly one node; a VM resumed off its image's node is a migration."""
     m, migrations, transfer = rm.model, [], []
     for job in rm.data.tails:
+        # the variables the model made for each candidate list: one per node outside the pools, one per pool
+        # (RoundModel.split), in node and pool order
         if job.pooled:
-            counts = [rm.vms_on_node[job.id, n][0] for n in job.candidates[0] if (job.id, n) in rm.vms_on_node]
-            counts += [rm.vms_in_pool[job.id, p][0] for p in range(len(rm.pools)) if (job.id, p) in rm.vms_in_pool]
+            alone, pools = rm.split(job.candidates[0])
+            counts = [rm.vms_on_node[job.id, n][0] for n in alone]
+            counts += [rm.vms_in_pool[job.id, p][0] for p in pools]
             m.add(sum(counts) == job.numvms * rm.present[job.id])
             continue
         for vm, nodes in enumerate(job.candidates):
-            xs = [rm.vm_to_node[job.id, vm, n] for n in nodes if (job.id, vm, n) in rm.vm_to_node]
-            ys = [rm.vm_to_pool[job.id, vm, p] for p in range(len(rm.pools)) if (job.id, vm, p) in rm.vm_to_pool]
+            alone, pools = rm.split(nodes)
+            xs = [rm.vm_to_node[job.id, vm, n] for n in alone]
+            ys = [rm.vm_to_pool[job.id, vm, p] for p in pools]
             m.add(sum(xs) + sum(ys) == rm.present[job.id])
-            for n in nodes:
-                if job.origin and n != job.origin[vm] and (job.id, vm, n) in rm.vm_to_node:
-                    migrations.append(rm.vm_to_node[job.id, vm, n])
-                    transfer.append(job.migrate * rm.vm_to_node[job.id, vm, n])
+            if job.origin:
+                for n, x in zip(alone, xs):
+                    if n != job.origin[vm]:
+                        migrations.append(x)
+                        transfer.append(job.migrate * x)
             if job.origin:   # no image is on a pooled node: a VM resumed there is moved
                 migrations.extend(ys)
                 transfer.extend(job.migrate * y for y in ys)

@@ -68,14 +68,12 @@ def decode(rm: RoundModel, value: Value) -> Plan:
         if not placed:
             nodes = ()
         elif job.pooled:
-            counts = Counter({n: value(rm.vms_on_node[job.id, n][0]) for n in job.candidates[0]
-                              if (job.id, n) in rm.vms_on_node})
+            counts = Counter({n: value(rm.vms_on_node[job.id, n][0]) for n in rm.split(job.candidates[0])[0]})
             counts.update(in_pools.get((job.id, -1), []))
             nodes = pooled_nodes(job, counts)
         else:
             nodes = tuple(in_pools[job.id, vm][0] if (job.id, vm) in in_pools else
-                          next(n for n in cands if (job.id, vm, n) in rm.vm_to_node
-                               and value(rm.vm_to_node[job.id, vm, n]))
+                          next(n for n in rm.split(cands)[0] if value(rm.vm_to_node[job.id, vm, n]))
                           for vm, cands in enumerate(job.candidates))
         start = int(value(rm.start[job.id])) if placed else None
         leases.append(lease_plan(job, data, placed, start, nodes, ends[0] if ends else None))
@@ -148,19 +146,18 @@ def add_hint(rm: RoundModel, plan: Plan) -> int:
                 if count is not used:
                     m.add_hint(count, counts[n])
             in_pool = Counter(rm.pool_of[n] for n in p.nodes if n in rm.pool_of) if placed else Counter()
-            for pool in range(len(rm.pools)):
-                if (job.id, pool) in rm.vms_in_pool:
-                    count, used = rm.vms_in_pool[job.id, pool]
-                    m.add_hint(used, in_pool[pool] > 0)
-                    if count is not used:
-                        m.add_hint(count, in_pool[pool])
+            for pool in rm.split(job.candidates[0])[1]:
+                count, used = rm.vms_in_pool[job.id, pool]
+                m.add_hint(used, in_pool[pool] > 0)
+                if count is not used:
+                    m.add_hint(count, in_pool[pool])
             continue
         for vm, cands in enumerate(job.candidates):
-            for n in rm.split(cands)[0]:
+            alone, pools = rm.split(cands)
+            for n in alone:
                 m.add_hint(rm.vm_to_node[job.id, vm, n], placed and p.nodes[vm] == n)
-            for pool in range(len(rm.pools)):
-                if (job.id, vm, pool) in rm.vm_to_pool:
-                    m.add_hint(rm.vm_to_pool[job.id, vm, pool], placed and rm.pool_of.get(p.nodes[vm]) == pool)
+            for pool in pools:
+                m.add_hint(rm.vm_to_pool[job.id, vm, pool], placed and rm.pool_of.get(p.nodes[vm]) == pool)
     for var, rule in rm.derived:
         try:
             m.add_hint(var, rule(m.value))

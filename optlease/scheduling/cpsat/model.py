@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Callable, Union
 
 from ortools.sat.python import cp_model
@@ -58,11 +59,13 @@ class RoundModel:
     def split(self, nodes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """A candidate list as its nodes outside every pool and the pools it reaches (leases share a few candidate
         lists, so each is split once)."""
-        if nodes not in self._split:
-            alone = tuple(n for n in nodes if n not in self.pool_of)
-            pools = tuple(sorted({self.pool_of[n] for n in nodes if n in self.pool_of}))
-            self._split[nodes] = (alone, pools)
-        return self._split[nodes]
+        got = self._split.get(nodes)
+        if got is None:
+            pool_of = self.pool_of
+            alone = tuple(filterfalse(pool_of.__contains__, nodes)) if pool_of else nodes
+            pools = tuple(sorted(set(map(pool_of.get, nodes)) - {None})) if pool_of else ()
+            got = self._split[nodes] = (alone, pools)
+        return got
 
     def derive(self, var: cp_model.IntVar, rule: Callable) -> None:
         """`rule(value)` is `var`'s value in a hinted plan, `value` reading the hint's value of any expression."""

@@ -103,7 +103,16 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
         offered = tuple(pair for nodes_set, pairs in sets if some in nodes_set for pair in pairs)
         slots = _slots(cap, demand, {})
         ordered = tuple(sorted(nodes))
-        blocks = {n: _staircase(cap, demand, slots, holds.get(n, [])) for n in ordered}
+        # nodes whose fixed holds are alike (most often one running lease of one demand) share one staircase
+        seen: dict[tuple, tuple] = {}
+        blocks = {}
+        for n in ordered:
+            held = holds.get(n, ())
+            key = tuple((e, tuple(d.items())) for e, d in held)
+            stairs = seen.get(key)
+            if stairs is None:
+                stairs = seen[key] = _staircase(cap, demand, slots, held)
+            blocks[n] = stairs
         pools.append(Pool(len(pools), ordered, demand, slots, tuple(sorted(offered)), blocks))
     return tuple(pools)
 

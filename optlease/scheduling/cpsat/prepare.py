@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
 from enum import Enum
+from functools import cached_property
+from operator import lt
 from typing import Any
 
 from optlease.domain.lease import LeaseKind, LeaseRequest
@@ -96,8 +97,9 @@ class RoundData:
     weights: Weights
     link: Any = None   # cpsat.transfers.Link: the repository's link and the leases' images (None: not managed)
 
-    @property
+    @cached_property
     def tails(self) -> tuple[Job, ...]:
+        """The jobs with a tail (asked by every constraint group: found once per round data)."""
         return tuple(j for j in self.jobs if j.has_tail)
 
     def job(self, lease_id: int) -> Job:
@@ -242,7 +244,8 @@ def _auto_lookahead(now: int, jobs: list[Job]) -> int:
 def _interchangeable(snap: RoundSnapshot, jobs: list[Job]) -> tuple[tuple[tuple[int, ...], ...], frozenset[int]]:
     """Identical nodes nothing refers to, each class cut to the number of VMs that could land there; and the cut-off
     nodes (any solution using them has a twin using the kept ones instead)."""
-    touched = {n for lease in snap.leases for n in (*lease.nodes, *lease.planned_nodes, *lease.allowed_nodes)}
+    touched = set().union(*(part for lease in snap.leases
+                            for part in (lease.nodes, lease.planned_nodes, lease.allowed_nodes)))
     if snap.link is not None:   # a node whose cache holds an image, or that a booked transfer reaches, is not alike
         touched |= snap.link.nodes()
     movable_vms = max(1, sum(j.numvms for j in jobs if j.has_tail))
@@ -262,7 +265,7 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
     once per demand, not once per lease)."""
     if not job.has_tail or job.candidates:   # pinned jobs come with their nodes
         return job
-    allowed = frozenset(job.allowed) if job.allowed else None
+    allowed = job.allowed or None
     per_vm = []
     for vm, demand in enumerate(job.demand):
         if job.origin and (migration is Migration.NO or job.stays):
@@ -279,9 +282,18 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
         elif (key, allowed) in cache:
             per_vm.append(cache[key, allowed])
         else:
-            cache[key, allowed] = tuple(sorted(fit & allowed))
-            per_vm.append(cache[key, allowed])
+            # a neighbourhood in node order whose every node holds the VM is its own candidate list (the
+            # snapshot's are: one set operation, not a sort of thousands of nodes per lease)
+            inside = allowed if fit.issuperset(allowed) and _ascending(allowed) \
+                else tuple(sorted(fit.intersection(allowed)))
+            cache[key, allowed] = inside
+            per_vm.append(inside)
     return replace(job, candidates=tuple(per_vm))
+
+
+def _ascending(nodes: tuple[int, ...]) -> bool:
+    """Whether the nodes are in increasing order, each once."""
+    return all(map(lt, nodes, nodes[1:]))
 
 
 def always(value: object) -> bool:
