@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optlease.scheduling.slottable import INF, Profile
+from optlease.scheduling.slottable import INF, Profile, fits, vadd, vsub
 
 CAP = (4, 8)
 
@@ -44,3 +44,32 @@ def test_earliest_room_skips_a_gap_too_short_and_never_fits_an_oversized_need():
     assert prof.earliest_room(0, 3, (1, 0), CAP) == 22
     assert prof.earliest_room(5, 3, (0, 8), CAP) == 5    # memory is free throughout
     assert prof.earliest_room(0, 1, (5, 0), CAP) == INF
+
+
+def widened(prof: Profile) -> Profile:
+    """The same usage with a third resource type that nothing uses (the profile's general path, for any number of
+    types)."""
+    wide = Profile((0, 0, 0))
+    wide.t, wide.u = prof.t[:], [(*v, 0) for v in prof.u]
+    return wide
+
+
+@settings(max_examples=300, deadline=None)
+@given(usages, usages, st.integers(0, 50), st.integers(1, 30), st.tuples(st.integers(0, 4), st.integers(0, 8)))
+def test_two_resource_types_answer_as_any_number_does(usage, taken, a, length, need):
+    """Sites of two resource types (most) take written-out paths in adding usage and asking about room: they give
+    what the general path gives."""
+    prof = profile_of(usage)
+    wide = widened(prof)
+    for start, span, cpu, mem in taken:       # usage added and taken back by both paths
+        for sign in (1, -1):
+            prof.add(start, start + span, (cpu, mem), sign)
+            wide.add(start, start + span, (cpu, mem, 0), sign)
+            assert (prof.t, [(*v, 0) for v in prof.u]) == (wide.t, wide.u)
+    wide_need, wide_cap = (*need, 0), (*CAP, 0)
+    assert prof.earliest_room(a, length, need, CAP) == wide.earliest_room(a, length, wide_need, wide_cap)
+    assert prof.fits_between(a, a + length, need, CAP) == wide.fits_between(a, a + length, wide_need, wide_cap)
+    assert prof.first_exceeding(a, need, CAP) == wide.first_exceeding(a, wide_need, wide_cap)
+    free = vsub(CAP, prof.at(a))
+    assert (*free, 0) == vsub(wide_cap, wide.at(a)) and (*vadd(need, free), 0) == vadd(wide_need, (*free, 0))
+    assert fits(need, free) == fits(wide_need, (*free, 0))

@@ -56,6 +56,9 @@ class AccountingDataCollection:
         self.stats_names: list[str] = []
         self.stats: dict[str, Value] = {}
         self.probes: list[tuple[str, AccountingProbe]] = []
+        # hook -> (name, probe) for the probes whose hook is not the base class's (which does nothing): a run
+        # calls the hooks at every instant
+        self._hooks: dict[str, list[tuple[str, AccountingProbe]]] = {}
         self.stopped = False
 
     # -- what probes call ----------------------------------------------------------------------------------
@@ -125,6 +128,7 @@ class AccountingDataCollection:
             raise ProbeError(f"{name} is not an accounting probe (a subclass of "
                              "optlease.accounting.collection.AccountingProbe)", "[accounting] probes")
         self.probes.append((name, probe))
+        self._hooks.clear()
 
     def start(self, now: int = 0) -> None:
         """Every counter begins at zero at the run's start."""
@@ -153,7 +157,12 @@ class AccountingDataCollection:
         self._each("finalize_accounting")
 
     def _each(self, hook: str, *args: Any) -> None:
-        for name, probe in self.probes:
+        calls = self._hooks.get(hook)
+        if calls is None:
+            base = getattr(AccountingProbe, hook)
+            calls = self._hooks[hook] = [(name, probe) for name, probe in self.probes
+                                         if getattr(getattr(probe, hook), "__func__", None) is not base]
+        for name, probe in calls:
             try:
                 getattr(probe, hook)(*args)
             except Exception as exc:

@@ -112,21 +112,28 @@ def site_cpu(site: Any) -> tuple[int, int]:
     return site.resource_types.index("CPU"), sum(site.capacity(n).get("CPU", 0) for n in site.node_ids)
 
 
-def cpu_in_use(lease_scheduler: Any, now: int, cpu: int, total: int) -> float:
+def cpu_in_use(lease_scheduler: Any, now: int, cpu: int, total: int, held_by: dict | None = None) -> float:
     """The share (0-1) of the site's CPU that running VMs hold at `now`; suspensions, resumptions and migrations
-    count as idle, as in Haizea. `cpu`, `total`: site_cpu(site)."""
+    count as idle, as in Haizea. `cpu`, `total`: site_cpu(site); `held_by`: the CPU each VM reservation holds, as
+    found so far (kept by the caller from one instant to the next: a reservation's demand never changes)."""
+    if held_by is None:
+        held_by = {}
     used = 0
     # the leases whose VMs run, when the scheduler keeps them apart (optlease's does), else every lease in the system
     leases = getattr(lease_scheduler, "running", None)
     if leases is None:
         leases = lease_scheduler.leases
+    active = S.ACTIVE
     for lease in leases.values():
-        if lease.state is S.ACTIVE:   # the cheap test first: most leases in the system wait
-            vmrr = lease.last_vmrr()
+        if lease.state is active:   # the cheap test first: most leases in the system wait
+            vmrrs = lease.vmrrs
+            vmrr = vmrrs[-1] if vmrrs else None
             if vmrr is not None and vmrr.state == "active" and vmrr.start <= now < vmrr.end:
-                held = vmrr.total()   # the lease's VMs summed once, not one node at a time
-                if held is not None:
-                    used += held[cpu]
+                held = held_by.get(vmrr)
+                if held is None:
+                    held = vmrr.total()   # the lease's VMs summed once, not one node at a time
+                    held = held_by[vmrr] = 0 if held is None else held[cpu]
+                used += held
     return used / total if total else 0.0
 
 
@@ -137,12 +144,15 @@ class CPUUtilizationProbe(AccountingProbe):
         super().__init__(accounting)
         accounting.create_counter("CPU utilization", ADC.AVERAGE_TIMEWEIGHTED)
         self._site: tuple[int, int] | None = None
+        self._held: dict = {}    # VM reservation -> the CPU it holds (`cpu_in_use`)
 
     def at_timestep(self, lease_scheduler: Any) -> None:
         if self._site is None:
             self._site = site_cpu(lease_scheduler.site)
+        if len(self._held) > 4096:
+            self._held.clear()      # (reservations that ended stay in it until then)
         self.accounting.append_to_counter("CPU utilization",
-                                          cpu_in_use(lease_scheduler, self.accounting.now, *self._site))
+                                          cpu_in_use(lease_scheduler, self.accounting.now, *self._site, self._held))
 
 
 class DiskUsageProbe(AccountingProbe):

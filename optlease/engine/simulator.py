@@ -77,11 +77,13 @@ class Simulator:
 
     @staticmethod
     def _demands(vms, vector) -> dict[int, tuple]:
-        """vnode -> usage vector. The readers give VMs alike one dict: a wide lease's VMs then take one vector
+        """vnode -> usage vector. VMs that ask alike (most often one dict, as the readers give them) take one vector
         in one step, not one lookup per VM."""
-        first = vms[0] if vms else None
-        if all(vm is first for vm in vms):
-            return dict.fromkeys(range(1, len(vms) + 1), vector(first)) if vms else {}
+        if not vms:
+            return {}
+        first = vms[0]
+        if vms.count(first) == len(vms):
+            return dict.fromkeys(range(1, len(vms) + 1), vector(first))
         return {v: vector(d) for v, d in enumerate(vms, start=1)}
 
     def _done(self, next_arrival: int) -> bool:

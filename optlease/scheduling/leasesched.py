@@ -324,6 +324,9 @@ class LeaseScheduler(Preemption, Replanning):
             self.vm.future_count += 1
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             self.table.add(rr)
+        if vmrr.backfill:
+            # what a premature end asks (Replanning): the booking, by its number (not kept alive), and a mark
+            lease.cache["booked"] = (vmrr.seq, self.table.mark())
         lease.vmrrs.append(vmrr)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
 

@@ -29,7 +29,7 @@ class GreedyMapper:
         table = self.table
         demands = lease.demands
         vnodes = sorted(demands)
-        smallest = None if allow_preemption else min(demands.values())
+        smallest = None if allow_preemption else vms_of(lease)[0]
         if onlynodes is None and self.policies.empty_nodes_alike:
             pnodes = Cached(self._host_runs(lease, start, smallest))
         else:
@@ -189,7 +189,7 @@ class GreedyMapper:
         gone = table.nodes_of(preempting) if preempting else ()
         profiles = table.profiles
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
-        shape = demands[cur] if not preempting and all(map(demands[cur].__eq__, demands.values())) else None
+        shape = None if preempting else vms_of(lease, demands)[1]
         caps = table.caps
         for item in pnodes:
             kind = type(item)
@@ -301,6 +301,25 @@ class GreedyMapper:
                 return None, None
             maxend = min(maxend, latest)
         return dict(mapping), maxend
+
+
+def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | None]:
+    """A lease's smallest demand, and the one demand its VMs all ask (None: they do not ask alike): kept in its
+    cache (a lease's demands never change). `demands`: the lease's own, or others to ask about (not kept)."""
+    cache = getattr(lease, "cache", None)
+    if demands is None or demands is lease.demands:
+        demands = lease.demands
+        found = cache.get("vms") if cache is not None else None
+        if found is not None:
+            return found
+    else:
+        cache = None
+    smallest = min(demands.values())
+    first = demands[min(demands)]
+    found = (smallest, first if all(map(first.__eq__, demands.values())) else None)
+    if cache is not None:
+        cache["vms"] = found
+    return found
 
 
 class Nodes(list):

@@ -172,6 +172,8 @@ class Policies:
         # Whether the host policy gives every node with nothing booked one score (the mapper then need not ask it
         # about each idle node); a policy of the user's says so with the same attribute.
         self.empty_nodes_alike = getattr(self.hosts, "empty_nodes_alike", False) is True
+        # a built-in host policy: its scores at an instant depend on the table from that instant on alone
+        self.builtin_hosts = type(self.hosts) in (GreedyHosts, NoPolicy)
 
     def sort_hosts(self, nodes: list[int], time: int, lease: Lease, table: SlotTable) -> list[int]:
         if isinstance(self.hosts, NoPolicy):

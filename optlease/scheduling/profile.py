@@ -9,15 +9,22 @@ INF = float("inf")
 Vec = tuple[int, ...]
 
 
+# (two resource types, most sites': written out)
 def vadd(a: Vec, b: Vec) -> Vec:
+    if len(a) == 2:
+        return a[0] + b[0], a[1] + b[1]
     return tuple(map(_add, a, b))
 
 
 def vsub(a: Vec, b: Vec) -> Vec:
+    if len(a) == 2:
+        return a[0] - b[0], a[1] - b[1]
     return tuple(map(_sub, a, b))
 
 
 def fits(need: Vec, free: Vec) -> bool:
+    if len(need) == 2:
+        return need[0] <= free[0] and need[1] <= free[1]
     return all(map(_le, need, free))
 
 
@@ -71,9 +78,15 @@ class Profile:
         if j == len(t) or t[j] != b:
             t.insert(j, b)
             u.insert(j, u[j - 1])
-        op = _add if sign > 0 else _sub
-        for k in range(i, j):
-            u[k] = tuple(map(op, u[k], d))
+        if len(d) == 2:     # (most sites have two resource types: the vectors' sums written out)
+            d0, d1 = d if sign > 0 else (-d[0], -d[1])
+            for k in range(i, j):
+                x, y = u[k]
+                u[k] = (x + d0, y + d1)
+        else:
+            op = _add if sign > 0 else _sub
+            for k in range(i, j):
+                u[k] = tuple(map(op, u[k], d))
         if j < len(t) and u[j] == u[j - 1]:
             del t[j]
             del u[j]
@@ -95,10 +108,21 @@ class Profile:
         t, u = self.t, self.u
         i = bisect_right(t, a) - 1
         cur = u[i] if i >= 0 else self.zero
+        n_t = len(t)
+        if len(need) == 2:      # (two resource types: the comparisons written out)
+            l0, l1 = cap[0] - need[0], cap[1] - need[1]
+            if cur[0] > l0 or cur[1] > l1:
+                return False
+            i += 1
+            while i < n_t and t[i] < b:
+                c0, c1 = u[i]
+                if c0 > l0 or c1 > l1:
+                    return False
+                i += 1
+            return True
         if not all(map(_le, map(_add, need, cur), cap)):
             return False
         i += 1
-        n_t = len(t)
         while i < n_t and t[i] < b:
             if not all(map(_le, map(_add, need, u[i]), cap)):
                 return False
@@ -112,6 +136,19 @@ class Profile:
         n_t = len(t)
         i = bisect_right(t, a) - 1
         x = a
+        if len(need) == 2:      # (two resource types: the comparisons written out)
+            l0, l1 = cap[0] - need[0], cap[1] - need[1]
+            while True:
+                c0, c1 = u[i] if i >= 0 else self.zero
+                nxt = t[i + 1] if i + 1 < n_t else INF
+                if c0 <= l0 and c1 <= l1:
+                    if nxt >= x + length:
+                        return x
+                elif nxt == INF:
+                    return INF
+                else:
+                    x = nxt
+                i += 1
         while True:
             cur = u[i] if i >= 0 else self.zero
             nxt = t[i + 1] if i + 1 < n_t else INF
@@ -129,6 +166,15 @@ class Profile:
         t, u = self.t, self.u
         i = bisect_right(t, a) - 1
         cur = u[i] if i >= 0 else self.zero
+        if len(need) == 2:      # (two resource types: the comparisons written out)
+            l0, l1 = cap[0] - need[0], cap[1] - need[1]
+            if cur[0] > l0 or cur[1] > l1:
+                return a
+            for i in range(i + 1, len(t)):
+                c0, c1 = u[i]
+                if c0 > l0 or c1 > l1:
+                    return t[i]
+            return INF
         if not all(map(_le, map(_add, need, cur), cap)):
             return a
         i += 1
@@ -137,6 +183,13 @@ class Profile:
                 return t[i]
             i += 1
         return INF
+
+    def stale(self, before: int) -> bool:
+        """Whether `prune(before)` would change anything."""
+        t = self.t
+        if not t or t[0] > before:
+            return False
+        return bisect_right(t, before) > 1 or self.u[0] == self.zero
 
     def prune(self, before: int) -> None:
         """Forget breakpoints that no query at or after `before` can see."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.records import MIGRATE, RR, Lease, NotSchedulable
+from optlease.scheduling.records import MIGRATE, RESUME, SUSPEND, RR, Lease, NotSchedulable
+from optlease.scheduling.slottable import fits, vsub
 
 S = LeaseState
 
@@ -21,7 +22,7 @@ class Replanning:
             self.table.remove(rr)
             rr.state = "cancelled"
         vmrr.post = []
-        self.table.cut(vmrr, now)
+        self.table.cut(vmrr, now, prune=True)
         self.end_rr(vmrr, now)
         self.finish(lease, now)
         self.reevaluate(now)
@@ -37,6 +38,9 @@ class Replanning:
                   and self._replannable(lease)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
         for lease in future:
+            if self._books_again(lease, now):
+                self._booked_again(lease)
+                continue
             self.cancel_vmrr(lease.last_vmrr(), now)
             lease.vmrrs.pop()
             if lease.state is S.MIGRATING:
@@ -47,6 +51,84 @@ class Replanning:
             except NotSchedulable:
                 lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
                 self.enqueue(lease)
+
+    def _books_again(self, lease: Lease, now: int) -> bool:
+        """Whether booking a lease booked for the future again now would give exactly the booking it has, found
+        without taking it out: a best-effort lease that starts afresh or resumes where its memory image is (images
+        not managed, booked for the time it asked for, by a built-in host policy), whose booking `schedule_lease`
+        made at a mark of the table. That booking begins at s, the first of its tries where the site as a whole
+        had room and the mapper placed it."""
+        vmrr = lease.last_vmrr()
+        seen = lease.cache.get("booked")
+        if seen is None or seen[0] != vmrr.seq or lease.kind is not LeaseKind.BEST_EFFORT or self.prep is not None \
+                or self.opts.runtime_estimate != "requested" or not self.policies.builtin_hosts:
+            return False
+        start, table = vmrr.begin(), self.table
+        limit = self.opts.max_in_future
+        if start <= now or (limit != -1 and self.vm.future_count - 1 >= limit):
+            return False
+        if lease.state is S.SUSPENDED_SCHEDULED:
+            return self._resumes_again(lease, vmrr, seen[1], now)
+        # Starting afresh: when no change since the mark reaches past s, the table from s on is what the mapper
+        # saw (its answer at s depends on nothing earlier); when the site as a whole, without the booking, first
+        # has room from now at s exactly, and a reservation still ends at s, every earlier try fails the site's
+        # room test and the try at s comes.
+        if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start) \
+                or start not in table.ends:
+            return False
+        return table.earliest_total_room_without((vmrr, *vmrr.post), now, self._window(lease, False),
+                                                 lease.total_demand) == start
+
+    def _window(self, lease: Lease, resuming: bool) -> int:
+        """`VMScheduler.shape`'s window, fixed while the lease waits (the time it asked for is booked): kept in its
+        cache under the key the queue's pass uses."""
+        shape = ("window", resuming, lease.accumulated)
+        window = lease.cache.get(shape)
+        if window is None:
+            window = lease.cache[shape] = self.vm.shape(lease, resuming)[-1]
+        return window
+
+    def _resumes_again(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
+        """`_books_again` for a lease that resumes in place. Its tries are at now and at the ends of the
+        reservations on its own nodes, each asks those nodes alone, and a try fails at once where one of them has
+        no room for its VMs at that instant (the site's room test, which a placement on them passes, only skips
+        tries that fail). Every try before s fails when one of its nodes has no room from now until s, or when no
+        change since the mark that reaches past now changed its nodes (each such try was made then, and failed)
+        and one has no room now. The try at s comes, and places it as it did, when a reservation on its nodes
+        still ends at s, the site without the booking has room from s, and no change since the mark that reaches
+        past s changed its nodes."""
+        table = self.table
+        nodes = set(vmrr.mapping.values())
+        # (the log's line names an end the booking does not keep: booked again where it is written)
+        if self.log.info_on or table.down or not self.resumes_in_place(lease) or vmrr.mapping != lease.image_nodes \
+                or any(rr.kind != RESUME for rr in vmrr.pre):
+            return False
+        start, caps, profiles, demand = vmrr.begin(), table.caps, table.profiles, vmrr.demand
+        booking = {*vmrr.pre, vmrr, *vmrr.post}    # (a resume that takes no time ends at s: not a try)
+        if not table.untouched_from(mark, start, nodes) \
+                or not any(rr.end == start and rr not in booking for p in nodes for rr in table.by_node[p]):
+            return False
+        alike = {(profiles[p], caps[p], demand[p]) for p in nodes}     # (nodes alike are asked once)
+        if not any(prof.earliest_room(now, 1, need, cap) >= start for prof, cap, need in alike) and not (
+                table.untouched_from(mark, now, nodes)
+                and not all(fits(need, vsub(cap, prof.at(now))) for prof, cap, need in alike)):
+            return False
+        return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, self._window(lease, True),
+                                                 lease.total_demand) == start
+
+    def _booked_again(self, lease: Lease) -> None:
+        """What booking the lease again leaves that its kept booking does not have: reservations newer than every
+        other, in the order booking makes them (their order at an instant), and the log's line."""
+        vmrr, table = lease.last_vmrr(), self.table
+        for rr in (vmrr, *vmrr.pre, *vmrr.post):
+            rr.seq = table.next_seq()
+        if table.changed is not None:
+            table.changed.add(lease)
+        lease.cache["booked"] = (vmrr.seq, table.mark())
+        if self.log.info_on:    # (a lease that starts afresh: its booking ends where the mapper's placement does)
+            self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s to %s%s" % (
+                lease.id, vmrr.nodes(), self.log.t(vmrr.start), self.log.t(vmrr.post[-1].end),
+                " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
 
     @staticmethod
     def _replannable(lease: Lease) -> bool:

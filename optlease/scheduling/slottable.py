@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 from itertools import count
-from operator import le as _le, sub as _sub
+from operator import attrgetter, le as _le, sub as _sub
 from typing import Iterable
 
 from sortedcontainers import SortedList
@@ -21,6 +21,27 @@ from optlease.scheduling.nodeclasses import NodeClasses
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 
 TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
+EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
+EDIT_NODES_MOST = 64     # a change to more nodes than this is noted as a change to every node (`edit_nodes`)
+
+
+def _less_pruned(prof: Profile, start: int, end: int, d: Vec, before: int) -> None:
+    """Take `d` off the profile over [start, end), then prune it before `before`."""
+    prof.add(start, end, d, -1)
+    prof.prune(before)
+
+
+def _in_order(rrs, state: str) -> list:
+    """The reservations of `rrs` (None: none) in the given state, in the order they were made (`seq`)."""
+    if not rrs:
+        return []
+    if len(rrs) == 1:
+        (rr,) = rrs
+        return [rr] if rr.state == state else []
+    return sorted((rr for rr in rrs if rr.state == state), key=_SEQ)
+
+
+_SEQ = attrgetter("seq")
 
 
 class SlotTable(NodeClasses):
@@ -84,6 +105,14 @@ class SlotTable(NodeClasses):
         # While set (roomindex.RoomIndex, kept in step with `touched`): what answers busy_groups without a pass over
         # every busy profile. The CP-SAT round's hint completion sets it for its searches.
         self.room = None
+        # For each change to the reservations, in order, the end of the time it changes (a reservation's end; what a
+        # cut gives back ends at the old end) and the nodes it changes (`edit_nodes`; None: too many to keep, taken
+        # as every node): from an instant that no change since a mark reaches, every question about the table
+        # (about those nodes) has the answer it had at the mark (`unchanged_from`, `untouched_from`). Emptied when
+        # long, with `edit_epoch` bumped; bumped too when a node leaves or re-enters planning.
+        self.edits: list[int] = []
+        self.edit_nodes: list = []
+        self.edit_epoch = 0
         self._seq = count()
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
         # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
@@ -111,6 +140,7 @@ class SlotTable(NodeClasses):
         self.caps[node] = self.zero
         self.nodes = [n for n in self.site.node_ids if n not in self.down]
         self.touch_epoch += 1
+        self.edit_epoch += 1
 
     def bring_up(self, node: int) -> None:
         """Give a node back to planning with its whole capacity (idempotent)."""
@@ -125,6 +155,7 @@ class SlotTable(NodeClasses):
         self.released += 1      # capacity came back: leases that did not fit may fit now
         self.gave_back += 1
         self.touch_epoch += 1
+        self.edit_epoch += 1
 
     def vector(self, amounts: dict[str, int]) -> Vec:
         return tuple(amounts.get(r, 0) for r in self.types)
@@ -132,28 +163,60 @@ class SlotTable(NodeClasses):
     def next_seq(self) -> int:
         return next(self._seq)
 
+    def mark(self) -> tuple[int, int]:
+        """Where the table's changes are now (`unchanged_from` tells whether any reached past an instant since)."""
+        return self.edit_epoch, len(self.edits)
+
+    def unchanged_from(self, mark: tuple[int, int], t: int) -> bool:
+        """Whether every change to the reservations since `mark` ended by t: from t on, usage, reservations and
+        ends are what they were at the mark."""
+        epoch, pos = mark
+        edits = self.edits
+        return epoch == self.edit_epoch and (pos == len(edits) or max(edits[pos:]) <= t)
+
+    def untouched_from(self, mark: tuple[int, int], t: int, nodes: set[int]) -> bool:
+        """Whether no change to the reservations since `mark` that reaches past t changed any of the given nodes:
+        from t on, their usage and reservations are what they were at the mark."""
+        epoch, pos = mark
+        if epoch != self.edit_epoch:
+            return False
+        ends, changed = self.edits, self.edit_nodes
+        return all(ends[i] <= t or (changed[i] is not None and nodes.isdisjoint(changed[i]))
+                   for i in range(pos, len(ends)))
+
+    def _edit(self, end, nodes) -> None:
+        edits = self.edits
+        if len(edits) >= EDITS_MOST:
+            edits.clear()
+            self.edit_nodes.clear()
+            self.edit_epoch += 1
+        edits.append(end)
+        # (the reservation's own demand, not a copy; a wide one's is not kept alive once the reservation is gone)
+        self.edit_nodes.append(nodes if len(nodes) <= EDIT_NODES_MOST else None)
+
     def add(self, rr) -> None:
         if self.changed is not None:
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
+        self._edit(rr.end, rr.demand)
         self.reservations.add(rr)
-        if self.touched is not None:
-            self._touch(rr.demand)
         by_node = self.by_node
         start, end = rr.start, rr.end
         demand = rr.demand
+        if self.touched is not None and start >= end:
+            self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
         for held in map(by_node.__getitem__, demand):
             held.add(rr)
+        # (a reservation of no length changes no profile, and every change of usage files its nodes: they stay
+        # filed as they are)
         if start < end:
             # (adding usage empties a profile only where a reservation was taken out after its past was pruned:
             # what was left of it, below zero, is made up again)
             self._refile([(self._change(prof, nodes, Profile.add, start, end, d), nodes)
                           for prof, d, nodes in self._groups(demand)])
-        else:
-            self._file(demand)
-        if rr.demand:
-            self.total.add(rr.start, rr.end, rr.total())
+            if demand:
+                self.total.add(start, end, rr.total())
         if rr.backfill:
             self.backfills.add(rr)
         self._index(rr)
@@ -162,11 +225,19 @@ class SlotTable(NodeClasses):
         self._take_out(rr, rr.start, rr.end)
         self.forget(rr)
 
-    def _take_out(self, rr, start: int, end: int) -> None:
-        """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total."""
+    def _take_out(self, rr, start: int, end: int, prune: int | None = None) -> None:
+        """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total (and,
+        given `prune`, prune its nodes' profiles before then in the same change)."""
+        self._edit(end, rr.demand)
+        if start >= end:
+            return      # no usage to take out (a shutdown that takes no time)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
-        self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
-                      for prof, d, nodes in self._groups(rr.demand)])
+        if prune is None:
+            self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
+                          for prof, d, nodes in self._groups(rr.demand)])
+        else:
+            self._refile([(self._change(prof, nodes, _less_pruned, start, end, d, prune), nodes)
+                          for prof, d, nodes in self._groups(rr.demand)])
         if rr.demand:
             self.total.add(start, end, rr.total(), -1)
 
@@ -182,16 +253,22 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
+        self._edit(rr.end, rr.demand)
         self.reservations.discard(rr)
-        if self.touched is not None:
-            self._touch(rr.demand)
         self.backfills.discard(rr)
         by_node = self.by_node
         for held in map(by_node.__getitem__, rr.demand):
             held.discard(rr)
+        all_pruned = False
         if now is not None:
-            self._refile([(self._change(prof, nodes, Profile.prune, now), nodes)
-                          for prof, _, nodes in self._groups(dict.fromkeys(rr.demand))])
+            # (most often pruned already: a shutdown that takes no time ends where its run did)
+            groups = self._groups(dict.fromkeys(rr.demand))
+            stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
+            if stale:
+                self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
+            all_pruned = len(stale) == len(groups)
+        if self.touched is not None and not all_pruned:
+            self._touch(rr.demand)     # (a pruned node is noted by `_change`)
         self.ends.discard(rr.end)
         self.starts.discard(rr.start)
         for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
@@ -215,17 +292,18 @@ class SlotTable(NodeClasses):
         self.starting.setdefault(rr.start, set()).add(rr)
         self.ending.setdefault(rr.end, set()).add(rr)
 
-    def cut(self, rr, end: int) -> None:
+    def cut(self, rr, end: int, prune: bool = False) -> None:
         """End a reservation (in the table) earlier, at `end` (its start or later): what `retime(rr, rr.start, end)`
         leaves in the table, from one subtraction per node rather than a removal and an addition (the profiles
-        hold the same usage either way, and a profile's breakpoints depend on its usage alone)."""
+        hold the same usage either way, and a profile's breakpoints depend on its usage alone). `prune`: `end` is
+        now and the reservation ends at once (`forget(rr, end)` follows): its nodes are pruned in the same change."""
         old = rr.end
         if not rr.start <= end < old:
             self.retime(rr, rr.start, end)
             return
         if self.changed is not None:
             self.changed.add(rr.lease)
-        self._take_out(rr, end, old)
+        self._take_out(rr, end, old, end if prune else None)
         self.released += 1   # capacity given back, as a removal gives it
         self.gave_back += 1
         self.ends.discard(old)
@@ -290,6 +368,14 @@ class SlotTable(NodeClasses):
             if found is not None:
                 return found
         out = []
+        if len(limit) == 2:     # (two resource types: the comparisons written out)
+            l0, l1 = limit
+            for prof, nodes in self.holders.items():
+                pt = prof.t
+                u0, u1 = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
+                if u0 <= l0 and u1 <= l1:
+                    out.append((prof, nodes))
+            return out
         for prof, nodes in self.holders.items():
             pt = prof.t
             used = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
@@ -325,6 +411,14 @@ class SlotTable(NodeClasses):
         """The earliest x >= a at which the site as a whole has `need` free over [x, x + length) (INF: never)."""
         return self.total.earliest_room(a, length, need, self.total_cap)
 
+    def earliest_total_room_without(self, rrs, a: int, length: int, need: Vec) -> float:
+        """`earliest_total_room` as if the given reservations (in the table) were not there."""
+        total = self.total.copy()
+        for rr in rrs:
+            if rr.demand:
+                total.add(rr.start, rr.end, rr.total(), -1)
+        return total.earliest_room(a, length, need, self.total_cap)
+
     def is_full(self, t: int) -> bool:
         """No CPU free anywhere at t."""
         return self.total.at(t)[self.cpu] >= self.total_cap[self.cpu]
@@ -339,15 +433,17 @@ class SlotTable(NodeClasses):
 
     def next_event_after(self, t: int) -> int | None:
         """The next time after t at which a reservation starts or ends."""
-        nxt = [x for x in (next(self.starts.irange(t, inclusive=(False, True)), None),
-                           next(self.ends.irange(t, inclusive=(False, True)), None)) if x is not None]
+        starts, ends = self.starts, self.ends
+        i, j = starts.bisect_right(t), ends.bisect_right(t)
+        nxt = [x for x in (starts[i] if i < len(starts) else None, ends[j] if j < len(ends) else None)
+               if x is not None]
         return min(nxt) if nxt else None
 
     def starting_at(self, t: int) -> list:
-        return sorted((rr for rr in self.starting.get(t, ()) if rr.state == "scheduled"), key=lambda rr: rr.seq)
+        return _in_order(self.starting.get(t), "scheduled")
 
     def ending_at(self, t: int) -> list:
-        return sorted((rr for rr in self.ending.get(t, ()) if rr.state == "active"), key=lambda rr: rr.seq)
+        return _in_order(self.ending.get(t), "active")
 
     def count_leases_at(self, node: int, t: int) -> int:
         rrs = self.by_node[node]

@@ -129,6 +129,12 @@ class VMScheduler:
         books before that (the run and, when resuming, the resume), the least run worth placing, whether it must
         run to its end (it cannot be suspended), and the window the site as a whole must have room over from its
         start."""
+        # fixed while the lease waits, when it books the time it asked for (no estimate learns from others' runs)
+        key = ("shape", resuming, strict, lease.accumulated)
+        if not self.estimates.enabled:
+            found = lease.cache.get(key)
+            if found is not None:
+                return found
         opts = self.opts
         remaining = self.estimates.booked_run(lease)
         shutdown = oh.shutdown_time(lease, opts)
@@ -138,7 +144,10 @@ class VMScheduler:
         # A start that fits the whole booking is taken whatever the threshold (Haizea): the window is never longer
         # than the booking itself.
         window = duration + shutdown if strictend else min(duration + shutdown, max(min_duration, 1))
-        return remaining, shutdown, duration, min_duration, strictend, window
+        found = remaining, shutdown, duration, min_duration, strictend, window
+        if not self.estimates.enabled:
+            lease.cache[key] = found
+        return found
 
     def _candidates(self, now: int, firsts: set[int], allow_in_future: bool, fixed: dict[int, int] | None = None,
                     floor: list | None = None):
