@@ -126,7 +126,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "solver-time-limit": O("float", 10.0, positive=True),
         # whether a round may suspend running preemptible leases at once so that waiting leases run first (no: the
         # round suspends only for ARs)
-        "solver-suspend": O("choice", "no", "no", "for-waiting"),
+        "solver-suspend": O("choice", "for-waiting", "no", "for-waiting"),
         # mapper cpsat and optimize: what one node-second of a refused AR or immediate lease costs, and what one
         # preemption costs, in seconds of waiting of a best-effort lease of weight 1 (models/cpsat-round.md)
         "weight-rejected": O("int", 1000),

@@ -34,7 +34,7 @@ class SchedulingOptions:
     runtime_estimate: str = "requested"     # requested | user-history: how long a best-effort booking holds
     solver_work_limit: float = 0.05         # mapper cpsat: CP-SAT deterministic seconds per search (reproducible)
     solver_time_limit: float = 10.0         # mapper cpsat: a search's wall-clock safety net (s), logged when it fires
-    solver_suspend: str = "no"              # mapper cpsat: no | for-waiting (a round may suspend running leases)
+    solver_suspend: str = "for-waiting"     # mapper cpsat: no | for-waiting (a round may suspend running leases)
     weights: Weights = Weights()            # mapper cpsat and optimize: the round objective's weights
     preparation: PreparationOptions = PreparationOptions()   # disk images: unmanaged, or sent over a link
 
