@@ -126,18 +126,16 @@ def test_every_cpsat_schedule_passes_the_checker(conf):
     for record in hook.records:
         assert record.stats.source in ("greedy", "cpsat")
         assert record.changed == 0 or record.stats.source == "cpsat"
-    # same ARs accepted as greedy, and never a later completion of all best-effort work on these scenarios
+    # the same ARs accepted as greedy, and a mean bounded slowdown never higher on these scenarios
     _, greedy, gdoc = run_conf(conf, "greedy")
-    differs = doc["leases"] != gdoc["leases"]
-    if differs:
+    if doc["leases"] != gdoc["leases"]:
         assert conf.stem in EXPLAINED, "cpsat decides this scenario differently: a test must say what and why"
         assert EXPLAINED[conf.stem] in globals()
     ours, theirs = (run_summary(r.site, r.leases, r.end_time) for r in (result, greedy))
     assert ours["ar"] == theirs["ar"]
-    if not differs or not ours["suspensions"] > theirs["suspensions"]:
-        # a suspension for a waiting lease trades its overheads for the waiting it saves (the test that explains
-        # the scenario says by how much); otherwise all best-effort work never ends later than under greedy
-        assert ours["best_effort"]["bounded_slowdown_avg"] <= theirs["best_effort"]["bounded_slowdown_avg"]
+    assert ours["best_effort"]["bounded_slowdown_avg"] <= theirs["best_effort"]["bounded_slowdown_avg"]
+    # a suspension for a waiting lease trades its overheads for the waiting it saves (the test that explains the
+    # scenario says by how much); without one, all best-effort work never ends later than under greedy
     if theirs["best_effort"]["all_completed_at"] is not None and ours["suspensions"] <= theirs["suspensions"]:
         assert ours["best_effort"]["all_completed_at"] <= theirs["best_effort"]["all_completed_at"]
 
