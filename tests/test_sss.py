@@ -233,7 +233,7 @@ def test_daemon_publishes_its_hosts_as_sss(tmp_path):
     try:
         proxy = d.proxy()
         assert proxy.create_lease(BEST_EFFORT) == 1
-        d.manager.step(0)
+        d.manager.step(d.manager.now())   # at the request's arrival (the real clock may have passed 0)
         doc = proxy.get_hosts_sss()
         listed = run_cli("list-hosts", "-s", d.url, "--format", "sss", timeout=30)
         bad = run_cli("list-hosts", "-s", d.url, "--format", "yaml", timeout=30)
