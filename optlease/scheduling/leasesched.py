@@ -253,14 +253,7 @@ class LeaseScheduler(Preemption, Replanning):
         be there (the one start `VMScheduler.asap` would try): the site as a whole has room for it from `t` on, and
         the nodes its image reaches by then (`ways`, as `ImageTransfers.first_ready` names them, or the set of nodes
         a suspended lease may resume on then; None: every node) have room for it at `t`."""
-        resuming = lease.state in SUSPENDED
-        if self.opts.runtime_estimate == "requested":
-            shape = ("window", resuming, lease.accumulated)     # what it is fixed by while it waits
-            window = lease.cache.get(shape)
-            if window is None:
-                window = lease.cache[shape] = self.vm.shape(lease, resuming)[-1]
-        else:
-            window = self.vm.shape(lease, resuming)[-1]
+        window = self.vm.shape(lease, lease.state in SUSPENDED)[-1]   # (kept while it waits: `VMScheduler.shape`)
         # What the site has free over the window from `t` is the same for every lease that asks in this pass over
         # the queue (until something is placed): the walk is made once, and each lease compares its need with it.
         room_key = ("over", t, window)
@@ -278,8 +271,9 @@ class LeaseScheduler(Preemption, Replanning):
     def _short_of_room(self, lease: Lease, t: int) -> bool:
         """Whether what this pass already found free on the site over the lease's window from `t` is too little
         for it (`_room_when_ready`'s first test, answered from what it kept; False: not asked yet)."""
-        window = lease.cache.get(("window", lease.state in SUSPENDED, lease.accumulated))
-        room = self._room.get(("over", t, window)) if window is not None else None
+        if self.vm.estimates.enabled:
+            return False    # (its window is worked out again at each try: `_room_when_ready` asks)
+        room = self._room.get(("over", t, self.vm.shape(lease, lease.state in SUSPENDED)[-1]))
         return room is not None and not fits(lease.total_demand, room)
 
     def _room_on_ways(self, lease: Lease, t: int, ways: tuple) -> bool:

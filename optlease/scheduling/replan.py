@@ -76,17 +76,8 @@ class Replanning:
         if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start) \
                 or start not in table.ends:
             return False
-        return table.earliest_total_room_without((vmrr, *vmrr.post), now, self._window(lease, False),
+        return table.earliest_total_room_without((vmrr, *vmrr.post), now, self.vm.shape(lease, False)[-1],
                                                  lease.total_demand) == start
-
-    def _window(self, lease: Lease, resuming: bool) -> int:
-        """`VMScheduler.shape`'s window, fixed while the lease waits (the time it asked for is booked): kept in its
-        cache under the key the queue's pass uses."""
-        shape = ("window", resuming, lease.accumulated)
-        window = lease.cache.get(shape)
-        if window is None:
-            window = lease.cache[shape] = self.vm.shape(lease, resuming)[-1]
-        return window
 
     def _resumes_again(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
         """`_books_again` for a lease that resumes in place. Its tries are at now and at the ends of the
@@ -113,7 +104,7 @@ class Replanning:
                 table.untouched_from(mark, now, nodes)
                 and not all(fits(need, vsub(cap, prof.at(now))) for prof, cap, need in alike)):
             return False
-        return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, self._window(lease, True),
+        return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, self.vm.shape(lease, True)[-1],
                                                  lease.total_demand) == start
 
     def _booked_again(self, lease: Lease) -> None:

@@ -232,12 +232,9 @@ class SlotTable(NodeClasses):
         if start >= end:
             return      # no usage to take out (a shutdown that takes no time)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
-        if prune is None:
-            self._refile([(self._change(prof, nodes, Profile.add, start, end, d, -1), nodes)
-                          for prof, d, nodes in self._groups(rr.demand)])
-        else:
-            self._refile([(self._change(prof, nodes, _less_pruned, start, end, d, prune), nodes)
-                          for prof, d, nodes in self._groups(rr.demand)])
+        change, last = (Profile.add, -1) if prune is None else (_less_pruned, prune)
+        self._refile([(self._change(prof, nodes, change, start, end, d, last), nodes)
+                      for prof, d, nodes in self._groups(rr.demand)])
         if rr.demand:
             self.total.add(start, end, rr.total(), -1)
 
