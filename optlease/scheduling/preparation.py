@@ -19,7 +19,7 @@ calls `earliest` before placing a lease, `plan` after (it may refuse), `commit` 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right, insort
+from bisect import insort
 from dataclasses import dataclass, field
 from itertools import count
 from operator import sub as _sub
@@ -30,7 +30,7 @@ from optlease.eventlog import EventLog
 from optlease.scheduling.copyrounds import copy_rounds
 from optlease.scheduling.imagecache import ImageCaches
 from optlease.scheduling.records import MIGRATE, RR, TRANSFER, Held, Lease, NotSchedulable
-from optlease.scheduling.slottable import SlotTable, Vec, vsub
+from optlease.scheduling.slottable import SlotTable, Vec
 
 FEW_NODES = 3   # `PreparedTable.free_of` adds up at most this many nodes one by one
 
@@ -64,8 +64,8 @@ class PreparationOptions:
 
 
 class PreparedTable(SlotTable):
-    """The slot table of a run with image transfers: it also says what the site as a whole has free over a stretch
-    (`room_over`), which every waiting lease of a pass over the queue asks about the instant its image can be there.
+    """The slot table of a run with image transfers: it also adds up what a few nodes have free (`free_of`), which a
+    pass over the queue asks for each suspended lease's own nodes.
 
     The copies of a suspended lease's images to the nodes it resumes on that greedy books (`migrate` reservations
     with the link's `extra`) go over the repository's link too: whatever puts one in the table or takes it out
@@ -90,21 +90,6 @@ class PreparedTable(SlotTable):
         super().forget(rr, now)
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
-
-    def room_over(self, t: int, length: int) -> Vec:
-        """What the site as a whole has free at every instant of [t, t + length) (at t alone when `length` is 0):
-        the least of each resource over the stretch. A need fits it exactly when `earliest_total_room(t, length,
-        need)` is t, and one walk over the stretch answers every lease that asks about it."""
-        times, usage = self.total.t, self.total.u
-        i = bisect_right(times, t) - 1
-        worst = usage[i] if i >= 0 else self.zero
-        end = t + length
-        for i in range(i + 1, len(times)):
-            if times[i] >= end:
-                break
-            worst = tuple(map(max, worst, usage[i]))
-        return vsub(self.total_cap, worst)
-
 
     def free_of(self, nodes, t: int) -> Vec:
         """What the given nodes in planning have free at instant t, added up (a node over its capacity adds
