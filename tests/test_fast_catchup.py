@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
 from datetime import datetime
 
@@ -87,12 +88,19 @@ def test_best_effort_instants_missed_in_mode_fast_run_after_the_restart(tmp_path
         wait_until(lambda: all(a["state"] == "Done" for a in c.leases().values()), 40, "every lease done")
         wait_until(lambda: not any(c.watcher.where(f"lease-{i}-vm-{v}") for i in (1, 3, 4) for v in (1, 2, 3, 4)),
                    10, "every domain stopped")
+        # the daemon booked and counted each its whole time, to the second
+        with sqlite3.connect(c.tmp / "state.db") as db:
+            run = dict(db.execute("SELECT id, accumulated FROM leases WHERE id IN (1, 3, 4)").fetchall())
+        assert run == {1: 900, 3: 300, 4: 600}, run
+        # and the hosts ran it after the restart: what the agents report lags the plan by the enactment's latency
+        # at each end (the restart's reconciliation before the first start), which a loaded machine stretches to
+        # tenths of a real second, each 300 simulated seconds here
         vm1 = "lease-1-vm-1"
         assert first(c.watcher.history(vm1), "running", after=restarted) is not None, c.watcher.history(vm1)
-        assert ran(c, vm1, restarted) >= 300 - TOL                 # the 5 minutes it had left
+        assert ran(c, vm1, restarted) >= 300 - 2 * TOL                 # the 5 minutes it had left
         for lease, duration in ((3, 300), (4, 600)):
             for v in range(1, 5):
-                assert ran(c, f"lease-{lease}-vm-{v}", restarted) >= duration - TOL, (lease, v)
+                assert ran(c, f"lease-{lease}-vm-{v}", restarted) >= duration - 2 * TOL, (lease, v)
         # the journal written by all this replays to the same states
         c.daemon.send_signal(signal.SIGKILL)
         c.daemon.wait(5)
