@@ -245,6 +245,41 @@ def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, mig
     assert document(skipping) == document(trying)
 
 
+def every_lease_tried(reqs, prep, **opts):
+    """The run with every queued lease tried in full at every pass, as Haizea does (no skipping)."""
+    process_queue = LeaseScheduler.process_queue
+
+    def every_lease(self, now):
+        for lease in self.queue:
+            lease.cache.pop("failed", None)
+        return process_queue(self, now)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LeaseScheduler, "process_queue", every_lease)
+        return run(reqs, prep, **opts)
+
+
+def test_a_suspended_lease_is_tried_again_when_the_link_it_waited_for_is_free():
+    """A suspended lease that may resume elsewhere (`migration: yes`) while the link is busy may resume only on its
+    own nodes; once the transfer in the way ends (which gives back no node capacity and changes none of the ends
+    before its start) it may go anywhere, and the queue must try it again. Lease 1 is suspended at 300 for AR 3 on
+    node 1; lease 5's transfer holds the link until 578; node 2 has room for lease 1 all along."""
+    quarter, full = {"CPU": 25, "Memory": 256}, {"CPU": 100, "Memory": 1024}
+    reqs = [LeaseRequest(1, BE, 0, 5000, (quarter,), preemptible=True),
+            LeaseRequest(2, BE, 0, 6000, (quarter,), preemptible=False),
+            LeaseRequest(3, AR, 10, 5000, (full,), preemptible=False, start=300),
+            LeaseRequest(4, BE, 20, 100, (full, full), preemptible=True),   # booked for the future: no other may be
+            LeaseRequest(5, BE, 250, 600, (quarter,), preemptible=True, software=DiskImage("big.img", 4096))]
+    prep = PreparationOptions("imagetransfer", mechanism="multicast", avoid_redundant=False)
+    skipping, _ = run(reqs, prep, nodes=2, migration="yes", backfilling="aggressive")
+    trying, _ = every_lease_tried(reqs, prep, nodes=2, migration="yes", backfilling="aggressive")
+    first = skipping.leases[0]
+    assert [(h.kind, h.start) for h in first.held if h.kind in ("transfer", "migrate")] == [("migrate", 578)]
+    assert first.held[2].mapping == {1: 2}
+    assert document(skipping) == document(trying)
+    assert check_schedule(document(skipping)) == []
+
+
 def test_an_ar_arriving_as_a_suspended_lease_begins_to_resume_sends_it_back_to_the_queue():
     """Found by the property above (with images unmanaged too): the AR takes the nodes at the very instant the
     resume begins; the resume is given up, the lease waits suspended and runs later, and the schedule is valid."""

@@ -203,12 +203,14 @@ class LeaseScheduler(Preemption, Replanning):
         if self.prep is not None and lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
                 and not self.resumes_in_place(lease):
             # Suspended leases whose copies take as long, with images somewhere or not, may resume from the same
-            # instant and wait for the same ends; the nodes it may resume on then are its own.
+            # instant and wait for the same ends; the nodes it may resume on then are its own while the link is busy
+            # for the copies elsewhere, and every node once it is free (a transfer that ends frees the link without
+            # giving back any room: the key says which).
             cls = ("resume", self._copies_wait(lease), not lease.image_nodes)
             found = ready.get(cls)
             if found is None:
                 first, own = self._resume_first(lease, now)
-                key = (self.table.released, future, self.table.ends.bisect_right(first))
+                key = (self.table.released, future, self.table.ends.bisect_right(first), own)
                 found = ready[cls] = (self._kept_key(cls, key), max(now, first), own)
             return cls, found[0], (found[1], self._image_ways(lease) if found[2] else None)
         found = ready.get(PLAIN)
