@@ -210,7 +210,14 @@ class LeaseScheduler(Preemption, Replanning):
             found = ready.get(cls)
             if found is None:
                 first, own = self._resume_first(lease, now)
-                key = (self.table.released, future, self.table.ends.bisect_right(first), own)
+                table = self.table
+                if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
+                    # its try is at `first`, after now, as an image's that must come over the link
+                    # (`_image_attempt`): only room given back at or after now, or an end that came to lie
+                    # before its start, lets it go otherwise
+                    key = ("ahead", table.gave_back, future, self._ends_until(first) + table.past_ends, own)
+                else:
+                    key = (table.released, future, table.ends.bisect_right(first), own)
                 found = ready[cls] = (self._kept_key(cls, key), max(now, first), own)
             return cls, found[0], (found[1], self._image_ways(lease) if found[2] else None)
         found = ready.get(PLAIN)
@@ -230,6 +237,12 @@ class LeaseScheduler(Preemption, Replanning):
             # otherwise (ends that have passed are counted with those still in the table).
             key = ("ahead", table.gave_back, future, prep.version(lease), ways,
                    self._ends_until(first) + table.past_ends)
+        elif first == now and ways == (-1,) and self.opts.runtime_estimate == "requested":
+            # Its try is now, on the nodes whose caches hold its image and on no other (its own transfer and the
+            # rides come later): only room given back on those nodes lets it go otherwise (with no estimate
+            # learning from runs that end elsewhere).
+            key = ("cached", table.released_on(prep.caches.holding(lease.req.software.id)), future,
+                   prep.version(lease), ways, self._ends_until(first))
         else:
             key = (table.released, future, prep.version(lease), ways, self._ends_until(first))
         return self._kept_key(cls, key), (max(now, first), ways)

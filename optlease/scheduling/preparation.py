@@ -75,6 +75,18 @@ class PreparedTable(SlotTable):
     def __init__(self, site) -> None:
         super().__init__(site)
         self.link: ImageTransfers | None = None
+        # per node, bumped whenever room on it comes back (`released`, node by node): a lease whose try looks at
+        # a few nodes alone (those whose caches hold its image) is tried again only when one of them gave some back
+        self.node_released = dict.fromkeys(self.caps, 0)
+
+    def released_on(self, nodes) -> int:
+        """How often room came back on the given nodes (it only grows: unchanged exactly when no node's did)."""
+        return sum(map(self.node_released.__getitem__, nodes))
+
+    def _gave_back_on(self, nodes) -> None:
+        released = self.node_released
+        for n in nodes:
+            released[n] += 1
 
     def add(self, rr) -> None:
         super().add(rr)
@@ -88,8 +100,17 @@ class PreparedTable(SlotTable):
 
     def forget(self, rr, now: int | None = None) -> None:
         super().forget(rr, now)
+        self._gave_back_on(rr.demand)
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
+
+    def cut(self, rr, end: int, prune: bool = False) -> None:
+        super().cut(rr, end, prune)
+        self._gave_back_on(rr.demand)
+
+    def bring_up(self, node: int) -> None:
+        super().bring_up(node)
+        self._gave_back_on((node,))
 
     def free_of(self, nodes, t: int) -> Vec:
         """What the given nodes in planning have free at instant t, added up (a node over its capacity adds
