@@ -215,7 +215,7 @@ class LeaseScheduler(Preemption, Replanning):
                     # its try is at `first`, after now, as an image's that must come over the link
                     # (`_image_attempt`): only room given back at or after now, or an end that came to lie
                     # before its start, lets it go otherwise
-                    key = ("ahead", table.gave_back, future, self._ends_until(first) + table.past_ends, own)
+                    key = ("ahead", table.gave_back, future, self._room_ends_until(first), own)
                 else:
                     key = (table.released, future, table.ends.bisect_right(first), own)
                 found = ready[cls] = (self._kept_key(cls, key), max(now, first), own)
@@ -233,10 +233,10 @@ class LeaseScheduler(Preemption, Replanning):
         first, ways = prep.first_ready(lease, now)
         if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
             # Its try is at `first`, after now: a reservation ending now gives back no room there, so only
-            # room given back at or after now, or an end that came to lie before its start, lets it go
-            # otherwise (ends that have passed are counted with those still in the table).
-            key = ("ahead", table.gave_back, future, prep.version(lease), ways,
-                   self._ends_until(first) + table.past_ends)
+            # room given back at or after now, or an end of a reservation holding node capacity that came to lie
+            # before its start, lets it go otherwise (ends that have passed are counted with those still in the
+            # table; a transfer placed before it moves its start later and gives back no room).
+            key = ("ahead", table.gave_back, future, prep.version(lease), ways, self._room_ends_until(first))
         elif first == now and ways == (-1,) and self.opts.runtime_estimate == "requested":
             # Its try is now, on the nodes whose caches hold its image and on no other (its own transfer and the
             # rides come later): only room given back on those nodes lets it go otherwise (with no estimate
@@ -253,6 +253,15 @@ class LeaseScheduler(Preemption, Replanning):
         found = self._room.get(("ends", t))
         if found is None:
             found = self._room[("ends", t)] = self.table.ends.bisect_right(t)
+        return found
+
+    def _room_ends_until(self, t: int) -> int:
+        """How many reservations that hold node capacity end at or before t, those that have passed included
+        (`PreparedTable.room_ends_until`; asked once per instant in a pass over the queue, as `_ends_until`): a
+        transfer or a copy over the link that ends gives back no room on any node."""
+        found = self._room.get(("room-ends", t))
+        if found is None:
+            found = self._room[("room-ends", t)] = self.table.room_ends_until(t)
         return found
 
     def _kept_key(self, cls, key: tuple) -> tuple:

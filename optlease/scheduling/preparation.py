@@ -25,6 +25,8 @@ from itertools import count
 from operator import sub as _sub
 from typing import NamedTuple
 
+from sortedcontainers import SortedList
+
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
 from optlease.scheduling.copyrounds import copy_rounds
@@ -78,6 +80,12 @@ class PreparedTable(SlotTable):
         # per node, bumped whenever room on it comes back (`released`, node by node): a lease whose try looks at
         # a few nodes alone (those whose caches hold its image) is tried again only when one of them gave some back
         self.node_released = dict.fromkeys(self.caps, 0)
+        # The ends of the reservations that hold node capacity (not transfers, not copies over the link), and how
+        # many of them were dropped because they had passed: a lease that tries at a later instant than now (its
+        # image or its memory image comes first) may fit otherwise only where one of these comes to lie before
+        # its start (`ends` and `past_ends` count the link's too, which give back no room on any node).
+        self.room_ends = SortedList()
+        self.past_room_ends = 0
 
     def released_on(self, nodes) -> int:
         """How often room came back on the given nodes (it only grows: unchanged exactly when no node's did)."""
@@ -88,8 +96,14 @@ class PreparedTable(SlotTable):
         for n in nodes:
             released[n] += 1
 
+    def room_ends_until(self, t: int) -> int:
+        """How many reservations that hold node capacity end at or before t, those that have passed included."""
+        return self.room_ends.bisect_right(t) + self.past_room_ends
+
     def add(self, rr) -> None:
         super().add(rr)
+        if rr.demand:
+            self.room_ends.add(rr.end)
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_on(rr)
 
@@ -100,12 +114,20 @@ class PreparedTable(SlotTable):
 
     def forget(self, rr, now: int | None = None) -> None:
         super().forget(rr, now)
+        if rr.demand:
+            self.room_ends.discard(rr.end)
+            if now is not None and rr.end <= now:
+                self.past_room_ends += 1
         self._gave_back_on(rr.demand)
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
 
     def cut(self, rr, end: int, prune: bool = False) -> None:
+        old = rr.end
         super().cut(rr, end, prune)
+        if rr.demand and rr.start <= end < old:    # (otherwise moved: taken out and added again)
+            self.room_ends.discard(old)
+            self.room_ends.add(end)
         self._gave_back_on(rr.demand)
 
     def bring_up(self, node: int) -> None:
