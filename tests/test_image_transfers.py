@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +27,8 @@ from optlease.scheduling.imagecache import NodeCache
 from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.preparation import PreparationOptions
+from optlease.scheduling.preparation import PreparationOptions, PreparedTable
+from optlease.scheduling.records import RR, TRANSFER
 
 ORIGIN = datetime(2006, 11, 25, 13, 0, 0)
 VM = {"CPU": 100, "Memory": 1024}
@@ -243,6 +245,44 @@ def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, mig
         patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, now, t: True)
         trying, _ = run(reqs, prep, migration=migration, backfilling=backfilling)
     assert document(skipping) == document(trying)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "transfer", "remove", "end", "cut"]), st.integers(0, 9),
+                              st.integers(1, 9), st.integers(0, 9), st.sets(st.integers(1, 3), max_size=3)),
+                    max_size=30))
+def test_a_prepared_table_counts_the_ends_and_the_room_given_back_that_a_waiting_lease_asks_about(ops):
+    """What the queue's keys ask a prepared table (`room_ends_until`, `released_on`) is what its reservations say:
+    the ends, at or before an instant, of the reservations holding node capacity that are in the table or ended
+    there at their end (a transfer holds none and never counts), and, per node, how often room came back on it
+    (a reservation on it ended, was taken out or cut short)."""
+    table = PreparedTable(Site.parse_resources("3 CPU:100 Memory:1024"))
+    owner = SimpleNamespace(id=1, demands={})     # (a reservation's total is then its demand's sum)
+    live, passed, gave_back = [], [], dict.fromkeys((1, 2, 3), 0)
+    for op, a, length, pick, nodes in ops:
+        if op in ("add", "transfer"):
+            demand = {} if op == "transfer" or not nodes else {n: (10, 10) for n in sorted(nodes)}
+            rr = RR(owner, TRANSFER if op == "transfer" else "vm", a, a + length, dict(enumerate(demand, 1)), demand,
+                    table.next_seq())
+            table.add(rr)
+            live.append(rr)
+        elif live:
+            rr = live[pick % len(live)]
+            if op == "cut":
+                if rr.end == rr.start:
+                    continue
+                table.cut(rr, rr.start + length % (rr.end - rr.start))
+            else:
+                live.remove(rr)
+                table.remove(rr) if op == "remove" else table.forget(rr, rr.end)
+                if op == "end" and rr.demand:
+                    passed.append(rr.end)
+            for n in rr.demand:
+                gave_back[n] += 1
+    for t in range(0, 20):
+        assert table.room_ends_until(t) == sum(rr.end <= t for rr in live if rr.demand) + len(passed)
+    assert all(table.released_on({n}) == gave_back[n] for n in gave_back)
+    assert table.released_on({1, 2, 3}) == sum(gave_back.values())
 
 
 def every_lease_tried(reqs, prep, **opts):
