@@ -140,13 +140,13 @@ class LeaseScheduler(Preemption, Replanning):
             # Most leases last did not fit with the very key their wait class has now (`_attempt`): nothing their
             # try depends on changed, and they are passed over at once. The others take the quick tests (no room
             # when they could start), which most fail, and no exception is raised for them; a queued lease whose
-            # image comes at an instant where this pass already found the site short of room for it fails the
-            # first at once.
+            # image comes at an instant where this pass already found the site, or the nodes the image reaches by
+            # then, short of room for it fails them at once.
             found = ready.get(cache.get("wait"))
             if found is not None and cache.get("failed") is found[0]:
                 placed = False
             elif found is not None and len(found) == 2 and found[1] is not None \
-                    and self._short_of_room(lease, found[1][0]):
+                    and self._short_of_room(lease, *found[1]):
                 cache["failed"] = found[0]
                 placed = False
             else:
@@ -210,14 +210,10 @@ class LeaseScheduler(Preemption, Replanning):
             found = ready.get(cls)
             if found is None:
                 first, own = self._resume_first(lease, now)
-                table = self.table
-                if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
-                    # its try is at `first`, after now, as an image's that must come over the link
-                    # (`_image_attempt`): only room given back at or after now, or an end that came to lie
-                    # before its start, lets it go otherwise
-                    key = ("ahead", table.gave_back, future, self._room_ends_until(first), own)
-                else:
-                    key = (table.released, future, table.ends.bisect_right(first), own)
+                # (room given back anywhere counts, not only at or after now as for an image that must come: the
+                # greedy mapper's choice of nodes, and so how long a resume that may be suspended again runs, moves
+                # with what starts on each node, and a later start is not always harder to place)
+                key = (self.table.released, future, self.table.ends.bisect_right(first), own)
                 found = ready[cls] = (self._kept_key(cls, key), max(now, first), own)
             return cls, found[0], (found[1], self._image_ways(lease) if found[2] else None)
         found = ready.get(PLAIN)
@@ -292,13 +288,21 @@ class LeaseScheduler(Preemption, Replanning):
             return fits(lease.total_demand, self.table.free_of(ways, t))
         return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
 
-    def _short_of_room(self, lease: Lease, t: int) -> bool:
-        """Whether what this pass already found free on the site over the lease's window from `t` is too little
-        for it (`_room_when_ready`'s first test, answered from what it kept; False: not asked yet)."""
+    def _short_of_room(self, lease: Lease, t: int, ways: tuple) -> bool:
+        """Whether what this pass already found free on the site over the lease's window from `t`, or on the nodes
+        its image reaches by then (`ways`), is too little for it (`_room_when_ready`'s tests, answered from what it
+        kept; False: not asked yet)."""
         if self.vm.estimates.enabled:
             return False    # (its window is worked out again at each try: `_room_when_ready` asks)
         room = self._room.get(("over", t, self.vm.shape(lease, lease.state in SUSPENDED)[-1]))
-        return room is not None and not fits(lease.total_demand, room)
+        if room is None:
+            return False
+        if not fits(lease.total_demand, room):
+            return True
+        if ways == (0,):
+            return False
+        free = self._room.get(("ways", lease.req.software.id, self.prep.version(lease), ways, t))
+        return free is not None and not fits(lease.total_demand, free)
 
     def _room_on_ways(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether the nodes the given ways bring the lease's image to by `t` have room for it then, added up (once

@@ -198,6 +198,7 @@ class ImageTransfers:
         self._gaps: dict[tuple[int, int], int] = {}        # first_gap's answers while the link is unchanged
         self._firsts: dict[tuple, tuple[int, tuple]] = {}  # first_ready's answers at one instant, likewise
         self._firsts_at = -1
+        self._lengths: dict[tuple[int, int], int] = {}   # duration's answers by image size and copies
         self.open: dict[str, list[Transfer]] = {}         # image -> its transfers booked and not begun
         # per image, bumped when a cache takes it in or a transfer of it is booked: what can let a lease that did
         # not fit start sooner (its nodes' capacity aside)
@@ -212,11 +213,15 @@ class ImageTransfers:
     # -- the link -----------------------------------------------------------------------------------------------
     def duration(self, lease: Lease, copies: int = 1) -> int:
         """One transfer of the lease's image for `copies` VMs (unicast sends each copy in turn)."""
-        if self.opts.force_time is not None:
-            one = self.opts.force_time
-        else:
-            one = math.ceil(lease.req.software.size * 8 / self.opts.bandwidth - 1e-9)
-        return one * (copies if self.opts.mechanism == "unicast" else 1)
+        key = (lease.req.software.size, copies)
+        found = self._lengths.get(key)     # (asked for every image's leases at each pass over the queue)
+        if found is None:
+            if self.opts.force_time is not None:
+                one = self.opts.force_time
+            else:
+                one = math.ceil(lease.req.software.size * 8 / self.opts.bandwidth - 1e-9)
+            found = self._lengths[key] = one * (copies if self.opts.mechanism == "unicast" else 1)
+        return found
 
     def first_gap(self, t: int, length: int) -> int:
         """The earliest start >= t of a free stretch of the link `length` long (remembered until the link
