@@ -67,7 +67,8 @@ class PreparationOptions:
 
 class PreparedTable(SlotTable):
     """The slot table of a run with image transfers: it also adds up what a few nodes have free (`free_of`), which a
-    pass over the queue asks for each suspended lease's own nodes.
+    pass over the queue asks for each suspended lease's own nodes, and counts what the queue's keys ask about a
+    waiting lease that tries a few nodes alone or at a later instant (`released_on`, `room_ends_until`).
 
     The copies of a suspended lease's images to the nodes it resumes on that greedy books (`migrate` reservations
     with the link's `extra`) go over the repository's link too: whatever puts one in the table or takes it out
@@ -82,8 +83,8 @@ class PreparedTable(SlotTable):
         self.node_released = dict.fromkeys(self.caps, 0)
         # The ends of the reservations that hold node capacity (not transfers, not copies over the link), and how
         # many of them were dropped because they had passed: a lease that tries at a later instant than now (its
-        # image or its memory image comes first) may fit otherwise only where one of these comes to lie before
-        # its start (`ends` and `past_ends` count the link's too, which give back no room on any node).
+        # image must come over the link first) may fit otherwise only where one of these comes to lie before its
+        # start (`ends` and `past_ends` count the link's too, which give back no room on any node).
         self.room_ends = SortedList()
         self.past_room_ends = 0
 
