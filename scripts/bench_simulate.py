@@ -5,7 +5,8 @@ Runs, each in a fresh process: 30days.swf with aggressive backfilling, 60days.sw
 and 15days.swf with the 30 % AR injection and suspension on. `--quick` runs 1000requests.swf only.
 `wall_time_s` is the simulation's own; `command_wall_s` is the whole `optlease simulate` command (start-up, reading
 the trace, the summary), and `command_cpu_s` its CPU time (user + system), which other work on the machine
-inflates less than wall time.
+inflates less than wall time; `load_1min` the machine's load average when the run began and when it ended (other
+work inflates CPU time too, by sharing caches and cores: compare runs made side by side at a like load).
 
 `--images` runs 30days.swf with the work_10-dur_2h-size_1small injection in the HPDC'08 VM profiles (suspension,
 migration, 5 % runtime overhead, 20 s boot and shutdown), every request given one of 37 images of 4,096 MB drawn
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -71,6 +73,7 @@ def run(trace: str, injection: str | None, conf: str | None = None, hashes: bool
         path = Path(tmp) / "bench.conf"
         path.write_text(conf)
         schedule = Path(tmp) / "schedule.json"
+        load = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "optlease.cli.main", "simulate", "-c", str(path), "-q",
@@ -84,6 +87,7 @@ def run(trace: str, injection: str | None, conf: str | None = None, hashes: bool
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return {"trace": trace, "injection": injection, "wall_time_s": summary["wall_time_s"],
             "command_wall_s": round(command_wall, 3), "command_cpu_s": round(cpu, 3),
+            "load_1min": [round(load, 2), round(os.getloadavg()[0], 2)],
             "leases": summary["leases"], "ar_accepted": summary["ar"]["accepted"],
             "ar_rejected": summary["ar"]["rejected"], "be_completed": be["completed"],
             "wait_avg_s": round(be["wait_avg"], 1), "bounded_slowdown_avg": round(be["bounded_slowdown_avg"], 2),

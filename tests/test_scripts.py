@@ -14,6 +14,7 @@ def test_bench_simulate_quick_prints_json_figures():
     run = json.loads(out.stdout)["1000requests-aggressive"]
     assert run["be_completed"] == 951 and run["wall_time_s"] > 0
     assert abs(run["wait_avg_s"] - 376.3) / 376.3 < 0.05
+    assert len(run["load_1min"]) == 2 and min(run["load_1min"]) >= 0    # the load it ran at, begun and ended
 
 
 def test_bench_simulate_hashes_the_schedule_it_writes():

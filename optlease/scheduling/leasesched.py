@@ -140,13 +140,13 @@ class LeaseScheduler(Preemption, Replanning):
             # Most leases last did not fit with the very key their wait class has now (`_attempt`): nothing their
             # try depends on changed, and they are passed over at once. The others take the quick tests (no room
             # when they could start), which most fail, and no exception is raised for them; a queued lease whose
-            # image comes at an instant where this pass already found the site short of room for it fails the
-            # first at once.
+            # image comes at an instant where this pass already found the site, or the nodes the image reaches by
+            # then, short of room for it fails them at once.
             found = ready.get(cache.get("wait"))
             if found is not None and cache.get("failed") is found[0]:
                 placed = False
             elif found is not None and len(found) == 2 and found[1] is not None \
-                    and self._short_of_room(lease, found[1][0]):
+                    and self._short_of_room(lease, *found[1]):
                 cache["failed"] = found[0]
                 placed = False
             else:
@@ -203,12 +203,17 @@ class LeaseScheduler(Preemption, Replanning):
         if self.prep is not None and lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
                 and not self.resumes_in_place(lease):
             # Suspended leases whose copies take as long, with images somewhere or not, may resume from the same
-            # instant and wait for the same ends; the nodes it may resume on then are its own.
+            # instant and wait for the same ends; the nodes it may resume on then are its own while the link is busy
+            # for the copies elsewhere, and every node once it is free (a transfer that ends frees the link without
+            # giving back any room: the key says which).
             cls = ("resume", self._copies_wait(lease), not lease.image_nodes)
             found = ready.get(cls)
             if found is None:
                 first, own = self._resume_first(lease, now)
-                key = (self.table.released, future, self.table.ends.bisect_right(first))
+                # (room given back anywhere counts, not only at or after now as for an image that must come: the
+                # greedy mapper's choice of nodes, and so how long a resume that may be suspended again runs, moves
+                # with what starts on each node, and a later start is not always harder to place)
+                key = (self.table.released, future, self.table.ends.bisect_right(first), own)
                 found = ready[cls] = (self._kept_key(cls, key), max(now, first), own)
             return cls, found[0], (found[1], self._image_ways(lease) if found[2] else None)
         found = ready.get(PLAIN)
@@ -224,10 +229,16 @@ class LeaseScheduler(Preemption, Replanning):
         first, ways = prep.first_ready(lease, now)
         if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
             # Its try is at `first`, after now: a reservation ending now gives back no room there, so only
-            # room given back at or after now, or an end that came to lie before its start, lets it go
-            # otherwise (ends that have passed are counted with those still in the table).
-            key = ("ahead", table.gave_back, future, prep.version(lease), ways,
-                   self._ends_until(first) + table.past_ends)
+            # room given back at or after now, or an end of a reservation holding node capacity that came to lie
+            # before its start, lets it go otherwise (ends that have passed are counted with those still in the
+            # table; a transfer placed before it moves its start later and gives back no room).
+            key = ("ahead", table.gave_back, future, prep.version(lease), ways, self._room_ends_until(first))
+        elif first == now and ways == (-1,) and self.opts.runtime_estimate == "requested":
+            # Its try is now, on the nodes whose caches hold its image and on no other (its own transfer and the
+            # rides come later): only room given back on those nodes lets it go otherwise (with no estimate
+            # learning from runs that end elsewhere).
+            key = ("cached", table.released_on(prep.caches.holding(lease.req.software.id)), future,
+                   prep.version(lease), ways, self._ends_until(first))
         else:
             key = (table.released, future, prep.version(lease), ways, self._ends_until(first))
         return self._kept_key(cls, key), (max(now, first), ways)
@@ -238,6 +249,15 @@ class LeaseScheduler(Preemption, Replanning):
         found = self._room.get(("ends", t))
         if found is None:
             found = self._room[("ends", t)] = self.table.ends.bisect_right(t)
+        return found
+
+    def _room_ends_until(self, t: int) -> int:
+        """How many reservations that hold node capacity end at or before t, those that have passed included
+        (`PreparedTable.room_ends_until`; asked once per instant in a pass over the queue, as `_ends_until`): a
+        transfer or a copy over the link that ends gives back no room on any node."""
+        found = self._room.get(("room-ends", t))
+        if found is None:
+            found = self._room[("room-ends", t)] = self.table.room_ends_until(t)
         return found
 
     def _kept_key(self, cls, key: tuple) -> tuple:
@@ -268,13 +288,21 @@ class LeaseScheduler(Preemption, Replanning):
             return fits(lease.total_demand, self.table.free_of(ways, t))
         return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
 
-    def _short_of_room(self, lease: Lease, t: int) -> bool:
-        """Whether what this pass already found free on the site over the lease's window from `t` is too little
-        for it (`_room_when_ready`'s first test, answered from what it kept; False: not asked yet)."""
+    def _short_of_room(self, lease: Lease, t: int, ways: tuple) -> bool:
+        """Whether what this pass already found free on the site over the lease's window from `t`, or on the nodes
+        its image reaches by then (`ways`), is too little for it (`_room_when_ready`'s tests, answered from what it
+        kept; False: not asked yet)."""
         if self.vm.estimates.enabled:
             return False    # (its window is worked out again at each try: `_room_when_ready` asks)
         room = self._room.get(("over", t, self.vm.shape(lease, lease.state in SUSPENDED)[-1]))
-        return room is not None and not fits(lease.total_demand, room)
+        if room is None:
+            return False
+        if not fits(lease.total_demand, room):
+            return True
+        if ways == (0,):
+            return False
+        free = self._room.get(("ways", lease.req.software.id, self.prep.version(lease), ways, t))
+        return free is not None and not fits(lease.total_demand, free)
 
     def _room_on_ways(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether the nodes the given ways bring the lease's image to by `t` have room for it then, added up (once

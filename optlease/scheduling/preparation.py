@@ -25,6 +25,8 @@ from itertools import count
 from operator import sub as _sub
 from typing import NamedTuple
 
+from sortedcontainers import SortedList
+
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
 from optlease.scheduling.copyrounds import copy_rounds
@@ -65,7 +67,8 @@ class PreparationOptions:
 
 class PreparedTable(SlotTable):
     """The slot table of a run with image transfers: it also adds up what a few nodes have free (`free_of`), which a
-    pass over the queue asks for each suspended lease's own nodes.
+    pass over the queue asks for each suspended lease's own nodes, and counts what the queue's keys ask about a
+    waiting lease that tries a few nodes alone or at a later instant (`released_on`, `room_ends_until`).
 
     The copies of a suspended lease's images to the nodes it resumes on that greedy books (`migrate` reservations
     with the link's `extra`) go over the repository's link too: whatever puts one in the table or takes it out
@@ -75,9 +78,33 @@ class PreparedTable(SlotTable):
     def __init__(self, site) -> None:
         super().__init__(site)
         self.link: ImageTransfers | None = None
+        # per node, bumped whenever room on it comes back (`released`, node by node): a lease whose try looks at
+        # a few nodes alone (those whose caches hold its image) is tried again only when one of them gave some back
+        self.node_released = dict.fromkeys(self.caps, 0)
+        # The ends of the reservations that hold node capacity (not transfers, not copies over the link), and how
+        # many of them were dropped because they had passed: a lease that tries at a later instant than now (its
+        # image must come over the link first) may fit otherwise only where one of these comes to lie before its
+        # start (`ends` and `past_ends` count the link's too, which give back no room on any node).
+        self.room_ends = SortedList()
+        self.past_room_ends = 0
+
+    def released_on(self, nodes) -> int:
+        """How often room came back on the given nodes (it only grows: unchanged exactly when no node's did)."""
+        return sum(map(self.node_released.__getitem__, nodes))
+
+    def _gave_back_on(self, nodes) -> None:
+        released = self.node_released
+        for n in nodes:
+            released[n] += 1
+
+    def room_ends_until(self, t: int) -> int:
+        """How many reservations that hold node capacity end at or before t, those that have passed included."""
+        return self.room_ends.bisect_right(t) + self.past_room_ends
 
     def add(self, rr) -> None:
         super().add(rr)
+        if rr.demand:
+            self.room_ends.add(rr.end)
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_on(rr)
 
@@ -88,8 +115,25 @@ class PreparedTable(SlotTable):
 
     def forget(self, rr, now: int | None = None) -> None:
         super().forget(rr, now)
+        if rr.demand:
+            self.room_ends.discard(rr.end)
+            if now is not None and rr.end <= now:
+                self.past_room_ends += 1
+        self._gave_back_on(rr.demand)
         if rr.kind == MIGRATE and rr.extra is not None:
             self.link.copy_off(rr)
+
+    def cut(self, rr, end: int, prune: bool = False) -> None:
+        old = rr.end
+        super().cut(rr, end, prune)
+        if rr.demand and rr.start <= end < old:    # (otherwise moved: taken out and added again)
+            self.room_ends.discard(old)
+            self.room_ends.add(end)
+        self._gave_back_on(rr.demand)
+
+    def bring_up(self, node: int) -> None:
+        super().bring_up(node)
+        self._gave_back_on((node,))
 
     def free_of(self, nodes, t: int) -> Vec:
         """What the given nodes in planning have free at instant t, added up (a node over its capacity adds
@@ -155,6 +199,7 @@ class ImageTransfers:
         self._gaps: dict[tuple[int, int], int] = {}        # first_gap's answers while the link is unchanged
         self._firsts: dict[tuple, tuple[int, tuple]] = {}  # first_ready's answers at one instant, likewise
         self._firsts_at = -1
+        self._lengths: dict[tuple[int, int], int] = {}   # duration's answers by image size and copies
         self.open: dict[str, list[Transfer]] = {}         # image -> its transfers booked and not begun
         # per image, bumped when a cache takes it in or a transfer of it is booked: what can let a lease that did
         # not fit start sooner (its nodes' capacity aside)
@@ -169,11 +214,15 @@ class ImageTransfers:
     # -- the link -----------------------------------------------------------------------------------------------
     def duration(self, lease: Lease, copies: int = 1) -> int:
         """One transfer of the lease's image for `copies` VMs (unicast sends each copy in turn)."""
-        if self.opts.force_time is not None:
-            one = self.opts.force_time
-        else:
-            one = math.ceil(lease.req.software.size * 8 / self.opts.bandwidth - 1e-9)
-        return one * (copies if self.opts.mechanism == "unicast" else 1)
+        key = (lease.req.software.size, copies)
+        found = self._lengths.get(key)     # (asked for every image's leases at each pass over the queue)
+        if found is None:
+            if self.opts.force_time is not None:
+                one = self.opts.force_time
+            else:
+                one = math.ceil(lease.req.software.size * 8 / self.opts.bandwidth - 1e-9)
+            found = self._lengths[key] = one * (copies if self.opts.mechanism == "unicast" else 1)
+        return found
 
     def first_gap(self, t: int, length: int) -> int:
         """The earliest start >= t of a free stretch of the link `length` long (remembered until the link
