@@ -73,6 +73,8 @@ class SlotTable(NodeClasses):
         self.total_cap: Vec = self.zero
         for cap in self.caps.values():
             self.total_cap = vadd(self.total_cap, cap)
+        # every reservation's end (one entry each: how many end by an instant is asked), and the instants at which
+        # some reservation starts (once each; `starting` holds the reservations)
         self.ends: SortedList = SortedList()
         self.starts: SortedList = SortedList()
         self.starting: dict[int, set] = {}
@@ -114,6 +116,8 @@ class SlotTable(NodeClasses):
         self.edit_nodes: list = []
         self.edit_epoch = 0
         self._seq = count()
+        # the reservation `cut` has just cut short and pruned at its new end (its `forget` then prunes nothing)
+        self._pruned = None
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
         # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
         # and gives back runs of them at once), and the others (`busy`).
@@ -199,11 +203,17 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
-        self._edit(rr.end, rr.demand)
-        self.reservations.add(rr)
-        by_node = self.by_node
+        self._pruned = None
         start, end = rr.start, rr.end
         demand = rr.demand
+        edits = self.edits
+        if len(edits) < EDITS_MOST:     # (`_edit`, inlined: every booking passes here)
+            edits.append(end)
+            self.edit_nodes.append(demand if len(demand) <= EDIT_NODES_MOST else None)
+        else:
+            self._edit(end, demand)
+        self.reservations.add(rr)
+        by_node = self.by_node
         if self.touched is not None and start >= end:
             self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
         for held in map(by_node.__getitem__, demand):
@@ -219,7 +229,18 @@ class SlotTable(NodeClasses):
                 self.total.add(start, end, rr.total())
         if rr.backfill:
             self.backfills.add(rr)
-        self._index(rr)
+        self.ends.add(end)      # (`_index`, inlined)
+        bucket = self.starting.get(start)
+        if bucket is None:
+            self.starting[start] = {rr}
+            self.starts.add(start)
+        else:
+            bucket.add(rr)
+        bucket = self.ending.get(end)
+        if bucket is None:
+            self.ending[end] = {rr}
+        else:
+            bucket.add(rr)
 
     def remove(self, rr) -> None:
         self._take_out(rr, rr.start, rr.end)
@@ -228,6 +249,7 @@ class SlotTable(NodeClasses):
     def _take_out(self, rr, start: int, end: int, prune: int | None = None) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total (and,
         given `prune`, prune its nodes' profiles before then in the same change)."""
+        self._pruned = None
         self._edit(end, rr.demand)
         if start >= end:
             return      # no usage to take out (a shutdown that takes no time)
@@ -257,7 +279,10 @@ class SlotTable(NodeClasses):
         for held in map(by_node.__getitem__, rr.demand):
             held.discard(rr)
         all_pruned = False
-        if now is not None:
+        if now is not None and self._pruned is rr and rr.end == now:
+            # cut short and pruned at `now` in one change, just before (`cut`): nothing of it is left to prune
+            all_pruned = not rr.demand
+        elif now is not None:
             # (most often pruned already: a shutdown that takes no time ends where its run did)
             groups = self._groups(dict.fromkeys(rr.demand))
             stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
@@ -267,13 +292,17 @@ class SlotTable(NodeClasses):
         if self.touched is not None and not all_pruned:
             self._touch(rr.demand)     # (a pruned node is noted by `_change`)
         self.ends.discard(rr.end)
-        self.starts.discard(rr.start)
-        for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
-            bucket = index.get(t)
-            if bucket is not None:
-                bucket.discard(rr)
-                if not bucket:
-                    del index[t]
+        bucket = self.starting.get(rr.start)
+        if bucket is not None:
+            bucket.discard(rr)
+            if not bucket:
+                del self.starting[rr.start]
+                self.starts.discard(rr.start)
+        bucket = self.ending.get(rr.end)
+        if bucket is not None:
+            bucket.discard(rr)
+            if not bucket:
+                del self.ending[rr.end]
 
     def _touch(self, nodes) -> None:
         """Note nodes whose reservations or profile change (`touched` is kept)."""
@@ -282,12 +311,6 @@ class SlotTable(NodeClasses):
             log.clear()
             self.touch_epoch += 1
         log.extend(nodes)
-
-    def _index(self, rr) -> None:
-        self.ends.add(rr.end)
-        self.starts.add(rr.start)
-        self.starting.setdefault(rr.start, set()).add(rr)
-        self.ending.setdefault(rr.end, set()).add(rr)
 
     def cut(self, rr, end: int, prune: bool = False) -> None:
         """End a reservation (in the table) earlier, at `end` (its start or later): what `retime(rr, rr.start, end)`
@@ -301,6 +324,8 @@ class SlotTable(NodeClasses):
         if self.changed is not None:
             self.changed.add(rr.lease)
         self._take_out(rr, end, old, end if prune else None)
+        if prune:
+            self._pruned = rr
         self.released += 1   # capacity given back, as a removal gives it
         self.gave_back += 1
         self.ends.discard(old)
@@ -446,9 +471,11 @@ class SlotTable(NodeClasses):
         """The next time after t at which a reservation starts or ends."""
         starts, ends = self.starts, self.ends
         i, j = starts.bisect_right(t), ends.bisect_right(t)
-        nxt = [x for x in (starts[i] if i < len(starts) else None, ends[j] if j < len(ends) else None)
-               if x is not None]
-        return min(nxt) if nxt else None
+        first = starts[i] if i < len(starts) else None
+        if j == len(ends):
+            return first
+        end = ends[j]
+        return end if first is None or end < first else first
 
     def starting_at(self, t: int) -> list:
         return _in_order(self.starting.get(t), "scheduled")
