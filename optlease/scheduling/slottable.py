@@ -7,20 +7,17 @@ them cost nothing per node (nodeclasses.py: nodes alike share a profile and are 
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from itertools import count
 from operator import attrgetter, le as _le, sub as _sub
 from typing import Iterable
 
-from sortedcontainers import SortedList
-
 from optlease.domain.site import Site
-from optlease.scheduling.nodeclasses import NodeClasses
+from optlease.scheduling.nodeclasses import TOUCHED_MOST, NodeClasses
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 
-TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
 EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
 EDIT_NODES_MOST = 64     # a change to more nodes than this is noted as a change to every node (`edit_nodes`)
 
@@ -42,6 +39,37 @@ def _in_order(rrs, state: str) -> list:
 
 
 _SEQ = attrgetter("seq")
+
+
+class Times(list):
+    """Instants in order, each as often as it was added: a plain sorted list with SortedList's few methods the
+    slot table's callers use. A table holds hundreds of reservations at a time, and most come last in time (a
+    booking ends after those before it): an insertion is an append or a short move in C, where a SortedList pays
+    its bookkeeping in Python at every change."""
+
+    __slots__ = ()
+
+    def add(self, t: int) -> None:
+        if not self or t >= self[-1]:
+            self.append(t)
+        else:
+            insort(self, t)
+
+    def discard(self, t: int) -> None:
+        """Take out one occurrence of t (none: nothing happens)."""
+        i = bisect_left(self, t)
+        if i < len(self) and self[i] == t:
+            del self[i]
+
+    def bisect_left(self, t: int) -> int:
+        return bisect_left(self, t)
+
+    def bisect_right(self, t: int) -> int:
+        return bisect_right(self, t)
+
+    def __contains__(self, t) -> bool:
+        i = bisect_left(self, t)
+        return i < len(self) and self[i] == t
 
 
 class SlotTable(NodeClasses):
@@ -75,8 +103,8 @@ class SlotTable(NodeClasses):
             self.total_cap = vadd(self.total_cap, cap)
         # every reservation's end (one entry each: how many end by an instant is asked), and the instants at which
         # some reservation starts (once each; `starting` holds the reservations)
-        self.ends: SortedList = SortedList()
-        self.starts: SortedList = SortedList()
+        self.ends = Times()
+        self.starts = Times()
         self.starting: dict[int, set] = {}
         self.ending: dict[int, set] = {}
         self.reservations: set = set()
@@ -250,7 +278,13 @@ class SlotTable(NodeClasses):
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total (and,
         given `prune`, prune its nodes' profiles before then in the same change)."""
         self._pruned = None
-        self._edit(end, rr.demand)
+        demand = rr.demand
+        edits = self.edits
+        if len(edits) < EDITS_MOST:     # (`_edit`, inlined)
+            edits.append(end)
+            self.edit_nodes.append(demand if len(demand) <= EDIT_NODES_MOST else None)
+        else:
+            self._edit(end, demand)
         if start >= end:
             return      # no usage to take out (a shutdown that takes no time)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
@@ -264,7 +298,8 @@ class SlotTable(NodeClasses):
         """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it;
         given `now`, its nodes are pruned at once, so that a node it leaves idle is filed idle now)."""
         self.released += 1
-        if now is not None and rr.end <= now:
+        start, end, demand = rr.start, rr.end, rr.demand
+        if now is not None and end <= now:
             self.past_ends += 1
         else:
             self.gave_back += 1
@@ -272,37 +307,51 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
-        self._edit(rr.end, rr.demand)
+        edits = self.edits
+        if len(edits) < EDITS_MOST:     # (`_edit`, inlined)
+            edits.append(end)
+            self.edit_nodes.append(demand if len(demand) <= EDIT_NODES_MOST else None)
+        else:
+            self._edit(end, demand)
         self.reservations.discard(rr)
         self.backfills.discard(rr)
         by_node = self.by_node
-        for held in map(by_node.__getitem__, rr.demand):
+        for held in map(by_node.__getitem__, demand):
             held.discard(rr)
         all_pruned = False
-        if now is not None and self._pruned is rr and rr.end == now:
+        if now is None:
+            pass
+        elif self._pruned is rr and end == now:
             # cut short and pruned at `now` in one change, just before (`cut`): nothing of it is left to prune
-            all_pruned = not rr.demand
-        elif now is not None:
+            all_pruned = not demand
+        else:
             # (most often pruned already: a shutdown that takes no time ends where its run did)
-            groups = self._groups(dict.fromkeys(rr.demand))
+            profiles = self.profiles
+            if len(demand) == 1:
+                (node,) = demand
+                prof = profiles[node]
+                groups = ((prof, None, (node,)),)
+            else:
+                groups = self._groups(dict.fromkeys(demand))
             stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
             if stale:
                 self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
             all_pruned = len(stale) == len(groups)
-        if self.touched is not None and not all_pruned:
-            self._touch(rr.demand)     # (a pruned node is noted by `_change`)
-        self.ends.discard(rr.end)
-        bucket = self.starting.get(rr.start)
+        if not all_pruned and self.touched is not None:
+            self._touch(demand)     # (a pruned node is noted by `_change`)
+        self.ends.discard(end)
+        starting = self.starting
+        bucket = starting.get(start)
         if bucket is not None:
             bucket.discard(rr)
             if not bucket:
-                del self.starting[rr.start]
-                self.starts.discard(rr.start)
-        bucket = self.ending.get(rr.end)
+                del starting[start]
+                self.starts.discard(start)
+        bucket = self.ending.get(end)
         if bucket is not None:
             bucket.discard(rr)
             if not bucket:
-                del self.ending[rr.end]
+                del self.ending[end]
 
     def _touch(self, nodes) -> None:
         """Note nodes whose reservations or profile change (`touched` is kept)."""
@@ -461,16 +510,17 @@ class SlotTable(NodeClasses):
 
     def ends_after(self, t: int) -> Iterable[int]:
         """Times after t at which some reservation ends (capacity can only grow at these)."""
-        last = None
-        for x in self.ends.irange(t, inclusive=(False, True)):
-            if x != last:
-                last = x
-                yield x
+        ends = self.ends
+        i = bisect_right(ends, t)
+        while i < len(ends):
+            x = ends[i]
+            yield x
+            i = bisect_right(ends, x, i)
 
     def next_event_after(self, t: int) -> int | None:
         """The next time after t at which a reservation starts or ends."""
         starts, ends = self.starts, self.ends
-        i, j = starts.bisect_right(t), ends.bisect_right(t)
+        i, j = bisect_right(starts, t), bisect_right(ends, t)
         first = starts[i] if i < len(starts) else None
         if j == len(ends):
             return first
