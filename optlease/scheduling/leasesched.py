@@ -89,6 +89,9 @@ class LeaseScheduler(Preemption, Replanning):
 
     # -- one scheduling round -------------------------------------------------------------------------------
     def schedule(self, now: int) -> None:
+        if not self.pending:    # (most instants: no request arrived)
+            self.process_queue(now)
+            return
         pending, self.pending = self.pending, []
         for lease in pending:
             if lease.kind is LeaseKind.BEST_EFFORT:
