@@ -17,6 +17,7 @@ from optlease.domain.site import Site
 from optlease.scheduling.nodeclasses import TOUCHED_MOST, NodeClasses
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
+from optlease.scheduling.records import SHUTDOWN
 
 EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
 EDIT_NODES_MOST = 64     # a change to more nodes than this is noted as a change to every node (`edit_nodes`)
@@ -96,6 +97,9 @@ class SlotTable(NodeClasses):
         caps = set(self.caps.values())
         # the capacity of every node when all nodes are alike (None: they are not)
         self.one_cap: Vec | None = next(iter(caps)) if len(caps) == 1 else None
+        # the reservations on each node, but a shutdown that takes no time: it holds nothing at any instant and
+        # ends where its VM reservation (on the same nodes) does, so no question about a node's reservations
+        # (how many hold it at an instant, which end when) has another answer without it
         self.by_node: dict[int, set] = {n: set() for n in self.nodes}
         self.total = Profile(self.zero)
         self.total_cap: Vec = self.zero
@@ -241,11 +245,12 @@ class SlotTable(NodeClasses):
         else:
             self._edit(end, demand)
         self.reservations.add(rr)
-        by_node = self.by_node
-        if self.touched is not None and start >= end:
-            self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
-        for held in map(by_node.__getitem__, demand):
-            held.add(rr)
+        if start < end or rr.kind != SHUTDOWN:
+            by_node = self.by_node
+            if self.touched is not None and start >= end:
+                self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
+            for held in map(by_node.__getitem__, demand):
+                held.add(rr)
         # (a reservation of no length changes no profile, and every change of usage files its nodes: they stay
         # filed as they are)
         if start < end:
@@ -315,9 +320,11 @@ class SlotTable(NodeClasses):
             self._edit(end, demand)
         self.reservations.discard(rr)
         self.backfills.discard(rr)
-        by_node = self.by_node
-        for held in map(by_node.__getitem__, demand):
-            held.discard(rr)
+        unfiled = start >= end and rr.kind == SHUTDOWN     # (never in `by_node`: `add`)
+        if not unfiled:
+            by_node = self.by_node
+            for held in map(by_node.__getitem__, demand):
+                held.discard(rr)
         all_pruned = False
         if now is None:
             pass
@@ -337,7 +344,7 @@ class SlotTable(NodeClasses):
             if stale:
                 self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
             all_pruned = len(stale) == len(groups)
-        if not all_pruned and self.touched is not None:
+        if not all_pruned and not unfiled and self.touched is not None:
             self._touch(demand)     # (a pruned node is noted by `_change`)
         self.ends.discard(end)
         starting = self.starting
