@@ -97,7 +97,9 @@ class AccountingDataCollection:
         and a row that repeats the previous one (same value, same lease) is not added."""
         if self.stopped:
             raise RuntimeError(f"counter {counter_id!r}: the run's accounting has stopped")
-        rows = self._counter(counter_id)
+        rows = self.counters.get(counter_id)     # (`_counter`, inlined: probes append at every instant)
+        if rows is None:
+            rows = self._counter(counter_id)
         if rows and rows[-1][0] == self.now:
             rows[-1][2] = value
         elif not rows or rows[-1][1] != lease_id or rows[-1][2] != value:
