@@ -36,14 +36,17 @@ GENERATED = ("--ar-share", "0.1", "--immediate-share", "0.05", "--overestimate",
              "--seed", "1")
 
 
-def one(trace: str, backfilling: str, nodes: int) -> dict:
-    """One simulation in this process: its figures."""
+def one(trace: str, backfilling: str, nodes: int, setup_only: bool = False) -> dict:
+    """One simulation in this process: its figures. `setup_only`: everything but the simulation (what a count of
+    the process's instructions subtracts to give the simulation's own)."""
     from optlease.accounting.metrics import run_summary
     from optlease.engine.run import simulate
     from optlease.formats.config import load_config
 
     cfg = load_config(BLUE / "blue.conf", overrides={"scheduling": {"backfilling": backfilling},
                                                      "simulation": {"resources": f"{nodes} CPU:100 Memory:1024"}})
+    if setup_only:
+        return {"trace": trace, "backfilling": backfilling, "nodes": nodes, "setup_only": True}
     began, cpu = time.perf_counter(), time.process_time()
     result = simulate(cfg, tracefile=str(BLUE / trace))
     wall, cpu = time.perf_counter() - began, time.process_time() - cpu
@@ -117,10 +120,12 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=1.15, help="offered load of --generated")
     parser.add_argument("--one", nargs=3, metavar=("TRACE", "BACKFILLING", "NODES"), help=argparse.SUPPRESS)
     parser.add_argument("--one-generated", nargs=2, metavar=("CONF", "BACKFILLING"), help=argparse.SUPPRESS)
+    parser.add_argument("--setup-only", action="store_true",
+                        help="with --one: everything but the simulation (to subtract from an instruction count)")
     args = parser.parse_args()
     if args.one:
         trace, backfilling, nodes = args.one
-        print(json.dumps(one(trace, backfilling, int(nodes))))
+        print(json.dumps(one(trace, backfilling, int(nodes), args.setup_only)))
         return
     if args.one_generated:
         print(json.dumps(one_generated(*args.one_generated)))

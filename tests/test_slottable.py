@@ -73,3 +73,38 @@ def test_two_resource_types_answer_as_any_number_does(usage, taken, a, length, n
     free = vsub(CAP, prof.at(a))
     assert (*free, 0) == vsub(wide_cap, wide.at(a)) and (*vadd(need, free), 0) == vadd(wide_need, (*free, 0))
     assert fits(need, free) == fits(wide_need, (*free, 0))
+
+
+def canonical(bookings, horizon: int = 200) -> tuple[list, list]:
+    """The breakpoints and usage a profile of these (start, end, vector) bookings must hold, from the usage at every
+    instant: a breakpoint wherever usage changes, none before the first use."""
+    t, u, last = [], [], (0, 0)
+    for x in range(horizon):
+        now = (sum(d[0] for s, e, d in bookings if s <= x < e), sum(d[1] for s, e, d in bookings if s <= x < e))
+        if now != last:
+            t.append(x)
+            u.append(now)
+            last = now
+    return t, u
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 10), st.integers(1, 15), st.integers(0, 3),
+                          st.integers(0, 6)), max_size=14))
+def test_bookings_at_the_last_breakpoint_and_tails_taken_back_keep_the_profile_exact(steps):
+    """A booking that starts where usage last went back to zero, and the tail of the last booking taken back (a lease
+    that ends early), change the last breakpoint in place: the profile holds what the usage at every instant says."""
+    prof, bookings = Profile((0, 0)), []
+    for cut, gap, length, cpu, mem in steps:
+        if cut and bookings:
+            start, end, d = bookings[-1]
+            if end - start > 1:
+                at = start + 1 + gap % (end - start - 1)
+                prof.add(at, end, d, -1)
+                bookings[-1] = (start, at, d)
+                assert (prof.t, prof.u) == canonical(bookings)
+                continue
+        start = (prof.t[-1] if prof.t else 0) + (gap if gap > 5 else 0)     # most often at the last breakpoint
+        bookings.append((start, start + length, (cpu, mem)))
+        prof.add(start, start + length, (cpu, mem))
+        assert (prof.t, prof.u) == canonical(bookings)

@@ -97,7 +97,9 @@ class AccountingDataCollection:
         and a row that repeats the previous one (same value, same lease) is not added."""
         if self.stopped:
             raise RuntimeError(f"counter {counter_id!r}: the run's accounting has stopped")
-        rows = self._counter(counter_id)
+        rows = self.counters.get(counter_id)     # (`_counter`, inlined: probes append at every instant)
+        if rows is None:
+            rows = self._counter(counter_id)
         if rows and rows[-1][0] == self.now:
             rows[-1][2] = value
         elif not rows or rows[-1][1] != lease_id or rows[-1][2] != value:
@@ -160,11 +162,12 @@ class AccountingDataCollection:
         calls = self._hooks.get(hook)
         if calls is None:
             base = getattr(AccountingProbe, hook)
-            calls = self._hooks[hook] = [(name, probe) for name, probe in self.probes
+            # (each probe's hook bound once: a run calls them at every instant)
+            calls = self._hooks[hook] = [(name, getattr(probe, hook)) for name, probe in self.probes
                                          if getattr(getattr(probe, hook), "__func__", None) is not base]
-        for name, probe in calls:
+        for name, call in calls:
             try:
-                getattr(probe, hook)(*args)
+                call(*args)
             except Exception as exc:
                 raise _probe_error(name, hook, exc) from None
 
@@ -178,15 +181,19 @@ def with_averages(rows: list[tuple[int, float]], kind: str) -> list[tuple[int, f
     if kind == AccountingDataCollection.AVERAGE_NONE:
         return [(t, v, None) for t, v in rows]
     total = 0.0
-    for i, (t, v) in enumerate(rows):
-        if kind == AccountingDataCollection.AVERAGE_NORMAL:
+    if kind == AccountingDataCollection.AVERAGE_NORMAL:
+        for i, (t, v) in enumerate(rows):
             total += v
             out.append((t, v, total / (i + 1)))
-        else:
-            if i:
-                total += rows[i - 1][1] * (t - rows[i - 1][0])
-            span = t - rows[0][0]
-            out.append((t, v, total / span if span else float(v)))
+        return out
+    first = rows[0][0] if rows else 0
+    prev = None
+    for t, v in rows:
+        if prev is not None:
+            total += prev[1] * (t - prev[0])
+        span = t - first
+        out.append((t, v, total / span if span else float(v)))
+        prev = t, v
     return out
 
 

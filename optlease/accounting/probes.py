@@ -127,13 +127,14 @@ def cpu_in_use(lease_scheduler: Any, now: int, cpu: int, total: int, held_by: di
     for lease in leases.values():
         if lease.state is active:   # the cheap test first: most leases in the system wait
             vmrrs = lease.vmrrs
-            vmrr = vmrrs[-1] if vmrrs else None
-            if vmrr is not None and vmrr.state == "active" and vmrr.start <= now < vmrr.end:
-                held = held_by.get(vmrr)
-                if held is None:
-                    held = vmrr.total()   # the lease's VMs summed once, not one node at a time
-                    held = held_by[vmrr] = 0 if held is None else held[cpu]
-                used += held
+            if vmrrs:
+                vmrr = vmrrs[-1]
+                if vmrr.state == "active" and vmrr.start <= now < vmrr.end:
+                    held = held_by.get(vmrr)
+                    if held is None:
+                        held = vmrr.total()   # the lease's VMs summed once, not one node at a time
+                        held = held_by[vmrr] = 0 if held is None else held[cpu]
+                    used += held
     return used / total if total else 0.0
 
 

@@ -53,7 +53,9 @@ class LeaseScheduler(Preemption, Replanning):
 
     # -- requests -------------------------------------------------------------------------------------------
     def request(self, lease: Lease, now: int) -> None:
-        self.log.info("LSCHED", "Lease #%i has been requested." % lease.id)
+        info = self.log.info_on     # (no line formatted when the log does not write it)
+        if info:
+            self.log.info("LSCHED", "Lease #%i has been requested." % lease.id)
         lease.set_state(S.PENDING)
         reason = self.policies.admission.accept(lease)
         if reason is None and not self._fits_site(lease):
@@ -66,7 +68,8 @@ class LeaseScheduler(Preemption, Replanning):
             self.log.info("LSCHED", "Lease #%i has not been accepted: %s" % (lease.id, reason))
             self.reject(lease, now, reason)
             return
-        self.log.info("LSCHED", "Lease #%i has been marked as pending." % lease.id)
+        if info:
+            self.log.info("LSCHED", "Lease #%i has been marked as pending." % lease.id)
         self.leases[lease.id] = lease
         self.pending.append(lease)
 
@@ -86,13 +89,17 @@ class LeaseScheduler(Preemption, Replanning):
 
     # -- one scheduling round -------------------------------------------------------------------------------
     def schedule(self, now: int) -> None:
+        if not self.pending:    # (most instants: no request arrived)
+            self.process_queue(now)
+            return
         pending, self.pending = self.pending, []
         for lease in pending:
             if lease.kind is LeaseKind.BEST_EFFORT:
                 lease.set_state(S.QUEUED)
                 self.enqueue(lease)
-                self.log.info("LSCHED", "Queued lease request #%i, %i nodes for %s." % (
-                    lease.id, lease.numnodes, format_duration(lease.req.duration)))
+                if self.log.info_on:
+                    self.log.info("LSCHED", "Queued lease request #%i, %i nodes for %s." % (
+                        lease.id, lease.numnodes, format_duration(lease.req.duration)))
         # ARs and immediate leases in one pass, by id, as Haizea walks its lease table
         for lease in sorted(pending, key=lambda lease: lease.id):
             if lease.kind is LeaseKind.BEST_EFFORT:
@@ -557,7 +564,8 @@ class LeaseScheduler(Preemption, Replanning):
             lease.migrations += rr.last
             lease.set_state(S.SUSPENDED_SCHEDULED)
         elif rr.kind == SHUTDOWN:
-            self.log.info("VMSCHED", "Lease %i's VMs have shutdown." % lease.id)
+            if self.log.info_on:
+                self.log.info("VMSCHED", "Lease %i's VMs have shutdown." % lease.id)
             self.finish(lease, now)
 
     def finish(self, lease: Lease, now: int) -> None:

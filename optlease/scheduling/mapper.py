@@ -308,10 +308,11 @@ def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | No
     cache (a lease's demands never change). `demands`: the lease's own, or others to ask about (not kept)."""
     cache = getattr(lease, "cache", None)
     if demands is None or demands is lease.demands:
+        if cache is not None:
+            found = cache.get("vms")
+            if found is not None:
+                return found
         demands = lease.demands
-        found = cache.get("vms") if cache is not None else None
-        if found is not None:
-            return found
     else:
         cache = None
     smallest = min(demands.values())

@@ -10,6 +10,8 @@ from typing import Collection, Iterable
 
 from optlease.scheduling.profile import Profile, Vec, fits
 
+TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
+
 
 class NodeClasses:
     """The slot table's nodes by profile and by idleness (SlotTable sets the state: `profiles`, `empty`, `holders`,
@@ -57,27 +59,32 @@ class NodeClasses:
         is copied first, one copy for all of these; one only these hold is changed in place; a profile left empty
         is `empty`."""
         n = len(nodes)
-        if self.touched is not None:
-            self._touch(nodes)
-        if prof.owners == n and prof is not self.empty:
+        log = self.touched
+        if log is not None:
+            if len(log) > TOUCHED_MOST:
+                self._touch(nodes)
+            else:
+                log.extend(nodes)   # (`SlotTable._touch`, inlined)
+        empty = self.empty
+        if prof.owners == n and prof is not empty:
             change(prof, *args)
             if prof.t:
                 return prof
-            new = self.empty
+            new = empty
         else:
             new = prof.copy()
             change(new, *args)
             if not new.t:
-                new = self.empty
+                new = empty
         prof.owners -= n
         new.owners += n
         holders = self.holders
-        if prof is not self.empty:
+        if prof is not empty:
             held = holders[prof]
             held.difference_update(nodes)
             if not held:
                 del holders[prof]
-        if new is not self.empty:
+        if new is not empty:
             held = holders.get(new)
             if held is None:
                 holders[new] = set(nodes)

@@ -69,6 +69,21 @@ class Profile:
             else:
                 u[-1] = zero
             return
+        # Booking from the last breakpoint on, where usage is back to zero (a lease that starts where the last one
+        # on a node ends): the zero segment becomes the booking, or extends the segment before when that holds
+        # the same usage.
+        if sign > 0 and n >= 2 and a == t[-1] and u[-1] == zero and d != zero:
+            if u[-2] == d:
+                t[-1] = b
+            else:
+                u[-1] = d
+                t.append(b)
+                u.append(zero)
+            return
+        # Taking back the tail of the last booking (a lease that ends early): its end moves to a.
+        if sign < 0 and n >= 2 and t[-1] == b and t[-2] < a < b and u[-1] == zero and u[-2] == d:
+            t[-1] = a
+            return
         # Breakpoints at a and b (inlined: this is the hottest path of a simulation).
         i = bisect_left(t, a)
         if i == len(t) or t[i] != a:

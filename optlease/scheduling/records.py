@@ -105,6 +105,13 @@ class Lease:
     requeues: int = 0
     overruns: int = 0                         # times it ran past the run-time estimate it was booked for
     cache: dict = field(default_factory=dict)  # derived figures that never change (total demand, estimates)
+    # its request's id and kind, read at every turn of the scheduler: plain attributes (a request never changes)
+    id: int = field(init=False, repr=False)
+    kind: LeaseKind = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.id = self.req.id
+        self.kind = self.req.kind
 
     @cached_property
     def total_demand(self) -> tuple:
@@ -115,14 +122,6 @@ class Lease:
             d = tuple(x * n for x in d)
             total = d if total is None else tuple(x + y for x, y in zip(total, d))
         return total
-
-    @property
-    def id(self) -> int:
-        return self.req.id
-
-    @property
-    def kind(self) -> LeaseKind:
-        return self.req.kind
 
     @property
     def numnodes(self) -> int:

@@ -17,7 +17,8 @@ class Replanning:
 
     def premature_end(self, lease: Lease, now: int) -> None:
         vmrr = lease.last_vmrr()
-        self.log.info("VMSCHED", "LEASE-%i The VM has ended prematurely." % lease.id)
+        if self.log.info_on:
+            self.log.info("VMSCHED", "LEASE-%i The VM has ended prematurely." % lease.id)
         for rr in vmrr.post:
             self.table.remove(rr)
             rr.state = "cancelled"

@@ -7,20 +7,18 @@ them cost nothing per node (nodeclasses.py: nodes alike share a profile and are 
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from itertools import count
 from operator import attrgetter, le as _le, sub as _sub
 from typing import Iterable
 
-from sortedcontainers import SortedList
-
 from optlease.domain.site import Site
-from optlease.scheduling.nodeclasses import NodeClasses
+from optlease.scheduling.nodeclasses import TOUCHED_MOST, NodeClasses
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
+from optlease.scheduling.records import SHUTDOWN
 
-TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
 EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
 EDIT_NODES_MOST = 64     # a change to more nodes than this is noted as a change to every node (`edit_nodes`)
 
@@ -42,6 +40,37 @@ def _in_order(rrs, state: str) -> list:
 
 
 _SEQ = attrgetter("seq")
+
+
+class Times(list):
+    """Instants in order, each as often as it was added: a plain sorted list with SortedList's few methods the
+    slot table's callers use. A table holds hundreds of reservations at a time, and most come last in time (a
+    booking ends after those before it): an insertion is an append or a short move in C, where a SortedList pays
+    its bookkeeping in Python at every change."""
+
+    __slots__ = ()
+
+    def add(self, t: int) -> None:
+        if not self or t >= self[-1]:
+            self.append(t)
+        else:
+            insort(self, t)
+
+    def discard(self, t: int) -> None:
+        """Take out one occurrence of t (none: nothing happens)."""
+        i = bisect_left(self, t)
+        if i < len(self) and self[i] == t:
+            del self[i]
+
+    def bisect_left(self, t: int) -> int:
+        return bisect_left(self, t)
+
+    def bisect_right(self, t: int) -> int:
+        return bisect_right(self, t)
+
+    def __contains__(self, t) -> bool:
+        i = bisect_left(self, t)
+        return i < len(self) and self[i] == t
 
 
 class SlotTable(NodeClasses):
@@ -68,13 +97,18 @@ class SlotTable(NodeClasses):
         caps = set(self.caps.values())
         # the capacity of every node when all nodes are alike (None: they are not)
         self.one_cap: Vec | None = next(iter(caps)) if len(caps) == 1 else None
+        # the reservations on each node, but a shutdown that takes no time: it holds nothing at any instant and
+        # ends where its VM reservation (on the same nodes) does, so no question about a node's reservations
+        # (how many hold it at an instant, which end when) has another answer without it
         self.by_node: dict[int, set] = {n: set() for n in self.nodes}
         self.total = Profile(self.zero)
         self.total_cap: Vec = self.zero
         for cap in self.caps.values():
             self.total_cap = vadd(self.total_cap, cap)
-        self.ends: SortedList = SortedList()
-        self.starts: SortedList = SortedList()
+        # every reservation's end (one entry each: how many end by an instant is asked), and the instants at which
+        # some reservation starts (once each; `starting` holds the reservations)
+        self.ends = Times()
+        self.starts = Times()
         self.starting: dict[int, set] = {}
         self.ending: dict[int, set] = {}
         self.reservations: set = set()
@@ -114,6 +148,8 @@ class SlotTable(NodeClasses):
         self.edit_nodes: list = []
         self.edit_epoch = 0
         self._seq = count()
+        # the reservation `cut` has just cut short and pruned at its new end (its `forget` then prunes nothing)
+        self._pruned = None
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
         # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
         # and gives back runs of them at once), and the others (`busy`).
@@ -199,15 +235,22 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
-        self._edit(rr.end, rr.demand)
-        self.reservations.add(rr)
-        by_node = self.by_node
+        self._pruned = None
         start, end = rr.start, rr.end
         demand = rr.demand
-        if self.touched is not None and start >= end:
-            self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
-        for held in map(by_node.__getitem__, demand):
-            held.add(rr)
+        edits = self.edits
+        if len(edits) < EDITS_MOST:     # (`_edit`, inlined: every booking passes here)
+            edits.append(end)
+            self.edit_nodes.append(demand if len(demand) <= EDIT_NODES_MOST else None)
+        else:
+            self._edit(end, demand)
+        self.reservations.add(rr)
+        if start < end or rr.kind != SHUTDOWN:
+            by_node = self.by_node
+            if self.touched is not None and start >= end:
+                self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
+            for held in map(by_node.__getitem__, demand):
+                held.add(rr)
         # (a reservation of no length changes no profile, and every change of usage files its nodes: they stay
         # filed as they are)
         if start < end:
@@ -219,7 +262,18 @@ class SlotTable(NodeClasses):
                 self.total.add(start, end, rr.total())
         if rr.backfill:
             self.backfills.add(rr)
-        self._index(rr)
+        self.ends.add(end)      # (`_index`, inlined)
+        bucket = self.starting.get(start)
+        if bucket is None:
+            self.starting[start] = {rr}
+            self.starts.add(start)
+        else:
+            bucket.add(rr)
+        bucket = self.ending.get(end)
+        if bucket is None:
+            self.ending[end] = {rr}
+        else:
+            bucket.add(rr)
 
     def remove(self, rr) -> None:
         self._take_out(rr, rr.start, rr.end)
@@ -228,7 +282,14 @@ class SlotTable(NodeClasses):
     def _take_out(self, rr, start: int, end: int, prune: int | None = None) -> None:
         """Subtract the reservation's usage over [start, end) from its nodes' profiles and the site's total (and,
         given `prune`, prune its nodes' profiles before then in the same change)."""
-        self._edit(end, rr.demand)
+        self._pruned = None
+        demand = rr.demand
+        edits = self.edits
+        if len(edits) < EDITS_MOST:     # (`_edit`, inlined)
+            edits.append(end)
+            self.edit_nodes.append(demand if len(demand) <= EDIT_NODES_MOST else None)
+        else:
+            self._edit(end, demand)
         if start >= end:
             return      # no usage to take out (a shutdown that takes no time)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
@@ -242,7 +303,8 @@ class SlotTable(NodeClasses):
         """Drop a reservation that has ended: its usage lies in the past, where no query looks (prune clears it;
         given `now`, its nodes are pruned at once, so that a node it leaves idle is filed idle now)."""
         self.released += 1
-        if now is not None and rr.end <= now:
+        start, end, demand = rr.start, rr.end, rr.demand
+        if now is not None and end <= now:
             self.past_ends += 1
         else:
             self.gave_back += 1
@@ -250,30 +312,53 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
-        self._edit(rr.end, rr.demand)
+        edits = self.edits
+        if len(edits) < EDITS_MOST:     # (`_edit`, inlined)
+            edits.append(end)
+            self.edit_nodes.append(demand if len(demand) <= EDIT_NODES_MOST else None)
+        else:
+            self._edit(end, demand)
         self.reservations.discard(rr)
         self.backfills.discard(rr)
-        by_node = self.by_node
-        for held in map(by_node.__getitem__, rr.demand):
-            held.discard(rr)
+        unfiled = start >= end and rr.kind == SHUTDOWN     # (never in `by_node`: `add`)
+        if not unfiled:
+            by_node = self.by_node
+            for held in map(by_node.__getitem__, demand):
+                held.discard(rr)
         all_pruned = False
-        if now is not None:
+        if now is None:
+            pass
+        elif self._pruned is rr and end == now:
+            # cut short and pruned at `now` in one change, just before (`cut`): nothing of it is left to prune
+            all_pruned = not demand
+        else:
             # (most often pruned already: a shutdown that takes no time ends where its run did)
-            groups = self._groups(dict.fromkeys(rr.demand))
+            profiles = self.profiles
+            if len(demand) == 1:
+                (node,) = demand
+                prof = profiles[node]
+                groups = ((prof, None, (node,)),)
+            else:
+                groups = self._groups(dict.fromkeys(demand))
             stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
             if stale:
                 self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
             all_pruned = len(stale) == len(groups)
-        if self.touched is not None and not all_pruned:
-            self._touch(rr.demand)     # (a pruned node is noted by `_change`)
-        self.ends.discard(rr.end)
-        self.starts.discard(rr.start)
-        for index, t in ((self.starting, rr.start), (self.ending, rr.end)):
-            bucket = index.get(t)
-            if bucket is not None:
-                bucket.discard(rr)
-                if not bucket:
-                    del index[t]
+        if not all_pruned and not unfiled and self.touched is not None:
+            self._touch(demand)     # (a pruned node is noted by `_change`)
+        self.ends.discard(end)
+        starting = self.starting
+        bucket = starting.get(start)
+        if bucket is not None:
+            bucket.discard(rr)
+            if not bucket:
+                del starting[start]
+                self.starts.discard(start)
+        bucket = self.ending.get(end)
+        if bucket is not None:
+            bucket.discard(rr)
+            if not bucket:
+                del self.ending[end]
 
     def _touch(self, nodes) -> None:
         """Note nodes whose reservations or profile change (`touched` is kept)."""
@@ -282,12 +367,6 @@ class SlotTable(NodeClasses):
             log.clear()
             self.touch_epoch += 1
         log.extend(nodes)
-
-    def _index(self, rr) -> None:
-        self.ends.add(rr.end)
-        self.starts.add(rr.start)
-        self.starting.setdefault(rr.start, set()).add(rr)
-        self.ending.setdefault(rr.end, set()).add(rr)
 
     def cut(self, rr, end: int, prune: bool = False) -> None:
         """End a reservation (in the table) earlier, at `end` (its start or later): what `retime(rr, rr.start, end)`
@@ -301,6 +380,8 @@ class SlotTable(NodeClasses):
         if self.changed is not None:
             self.changed.add(rr.lease)
         self._take_out(rr, end, old, end if prune else None)
+        if prune:
+            self._pruned = rr
         self.released += 1   # capacity given back, as a removal gives it
         self.gave_back += 1
         self.ends.discard(old)
@@ -436,19 +517,22 @@ class SlotTable(NodeClasses):
 
     def ends_after(self, t: int) -> Iterable[int]:
         """Times after t at which some reservation ends (capacity can only grow at these)."""
-        last = None
-        for x in self.ends.irange(t, inclusive=(False, True)):
-            if x != last:
-                last = x
-                yield x
+        ends = self.ends
+        i = bisect_right(ends, t)
+        while i < len(ends):
+            x = ends[i]
+            yield x
+            i = bisect_right(ends, x, i)
 
     def next_event_after(self, t: int) -> int | None:
         """The next time after t at which a reservation starts or ends."""
         starts, ends = self.starts, self.ends
-        i, j = starts.bisect_right(t), ends.bisect_right(t)
-        nxt = [x for x in (starts[i] if i < len(starts) else None, ends[j] if j < len(ends) else None)
-               if x is not None]
-        return min(nxt) if nxt else None
+        i, j = bisect_right(starts, t), bisect_right(ends, t)
+        first = starts[i] if i < len(starts) else None
+        if j == len(ends):
+            return first
+        end = ends[j]
+        return end if first is None or end < first else first
 
     def starting_at(self, t: int) -> list:
         return _in_order(self.starting.get(t), "scheduled")

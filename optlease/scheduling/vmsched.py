@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
+from collections import Counter
 
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
 from optlease.formats.timefmt import MAX_SECONDS
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.estimate import RunEstimates
-from optlease.scheduling.mapper import GreedyMapper
+from optlease.scheduling.mapper import GreedyMapper, vms_of
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable
@@ -37,7 +38,16 @@ class VMScheduler:
         changed in place: a wide lease's reservations would otherwise each copy them)."""
         if of is not None and of.mapping is mapping and of.lease is lease:
             return RR(lease, kind, start, end, mapping, of.demand, self.table.next_seq())
-        demand: dict[int, tuple] = {}
+        shape = vms_of(lease)[1]
+        if shape is not None and len(mapping) == len(lease.demands):
+            # VMs that all ask alike: a node's demand is the one VM's times the VMs it takes (the same sums)
+            demand = dict.fromkeys(mapping.values(), shape)
+            if len(demand) < len(mapping):
+                for pnode, k in Counter(mapping.values()).items():
+                    if k > 1:
+                        demand[pnode] = tuple(x * k for x in shape)
+            return RR(lease, kind, start, end, dict(mapping), demand, self.table.next_seq())
+        demand = {}
         for vnode, pnode in mapping.items():
             d = lease.demands[vnode]
             demand[pnode] = vadd(demand[pnode], d) if pnode in demand else d
