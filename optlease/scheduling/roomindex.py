@@ -117,6 +117,8 @@ class RoomIndex:
             index = self._build(limit)
         else:
             self._catch_up()
+            # read again: where the touched log was emptied, catching up filed every limit afresh, under new keys
+            index = self.limits[limit]
         holders, profile_of, out = self.table.holders, self.profile_of, []
         for key in index.holding(t):
             prof = profile_of[key]
