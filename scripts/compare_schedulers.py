@@ -7,7 +7,7 @@ Default workload: the Blue Horizon 30days.swf with the work_10-dur_2h-size_1smal
 in the first N days (a quick run), `--from-days N` those from day N on, moved to begin at 0 on an empty site (a cut of
 the middle of a trace); `--modes` picks which schedulers to run, and `--add-mode NAME=BASE:KEY=VALUE,...` makes one
 of another's options with some changed. `--leases-out DIR` writes each mode's best-effort leases, one CSV row each,
-to compare them lease by lease. The greedy modes book what leases ask
+and its log at INFO, to compare them lease by lease. The greedy modes book what leases ask
 for, as Haizea does; cpsat books run-time estimates (`runtime-estimate: user-history`); `--runtime-estimate` sets
 one for every mode. `--images vm+reuse` (or `vm+noreuse`) runs the workload in that HPDC'08 VM profile with image
 transfers (scripts/bench_simulate.py's, every request given one of 37 images of 4,096 MB by scripts/make_imagefile.py
@@ -80,10 +80,11 @@ def cut_from(requests: list, days: float) -> list:
             for r in requests if r.arrival >= shift]
 
 
-def simulate(cfg, opts, site, requests):
+def simulate(cfg, opts, site, requests, log=None):
     sim = Simulator(site, requests, opts, Policies(opts.policy_admission, opts.policy_preemption,
                                                    opts.policy_host_selection),
-                    EventLog(cfg.get("simulation", "starttime"), "STATUS", io.StringIO()))
+                    EventLog(cfg.get("simulation", "starttime"), "STATUS" if log is None else "INFO",
+                             io.StringIO() if log is None else log))
     wall = time.perf_counter()
     result = sim.run()
     return sim, result, time.perf_counter() - wall
@@ -131,9 +132,12 @@ def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | Non
         solver: dict, leases_out: Path | None = None, from_days: float = 0) -> dict:
     sched = {**overrides, **({k: str(v) for k, v in solver.items()} if overrides.get("mapper") == "cpsat" else {})}
     cfg, opts, site, requests = setup(conf, trace, injection, limit_days, sched, from_days)
-    sim, result, wall = simulate(cfg, opts, site, requests)
-    if leases_out is not None:
+    if leases_out is None:
+        sim, result, wall = simulate(cfg, opts, site, requests)
+    else:   # and the run's log at INFO beside it: what each round did to each lease
         leases_out.parent.mkdir(parents=True, exist_ok=True)
+        with leases_out.with_suffix(".log").open("w") as log:
+            sim, result, wall = simulate(cfg, opts, site, requests, log)
         leases_out.write_text(lease_rows(result.leases))
     out = figures(cfg, result.site, result.leases, result.end_time, requests, wall, result.images)
     if result.images is not None:
@@ -244,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a mode of its own: BASE's [scheduling] options with these changed, e.g. "
                     "cpsat-cons=cpsat:backfilling=conservative,solver-suspend=no (then name it in --modes)")
     ap.add_argument("--leases-out", type=Path, default=None,
-                    help="write each mode's best-effort leases, one CSV row each, in this folder (MODE.csv)")
+                    help="write each mode's best-effort leases, one CSV row each, in this folder (MODE.csv), and "
+                    "its log at INFO (MODE.log)")
     ap.add_argument("--images", default=None, choices=["vm+reuse", "vm+noreuse"],
                     help="run in this HPDC'08 VM profile with image transfers (replaces --conf)")
     args = ap.parse_args(argv)

@@ -659,7 +659,7 @@ def test_where_cpsat_differs_it_copies_an_image_while_the_target_node_is_still_b
 def test_compare_schedulers_runs_an_added_mode_on_a_cut_of_the_middle_and_writes_its_leases(tmp_path):
     """--add-mode makes a mode of another's options with some changed, --from-days cuts the middle of the month (its
     requests moved to begin at 0), and --leases-out writes one row per best-effort lease of each mode, whose bounded
-    slowdowns average to the mode's figure."""
+    slowdowns average to the mode's figure, and the mode's log at INFO."""
     import csv
     import json
     import subprocess
@@ -679,6 +679,8 @@ def test_compare_schedulers_runs_an_added_mode_on_a_cut_of_the_middle_and_writes
         assert len(rows) == r["be_completed"] > 0 and r["checker_violations"] == 0
         assert min(int(row["arrival"]) for row in rows) < 86_400 / 2   # moved: the cut begins at 0
         assert mean(float(row["bounded_slowdown"]) for row in rows) == pytest.approx(r["be_bounded_slowdown_avg"])
+        log = (tmp_path / f"{mode}.log").read_text()   # its log at INFO: each lease's story
+        assert all(f"#{row['lease_id']}" in log for row in rows)
     # the added mode is the other's with its run-time estimate changed: its bookings hold estimates, which run out
     assert doc["runtime_estimate"]["hist"] == "user-history"
     assert doc["results"]["greedy-aggressive"]["estimate_overruns"] == 0 < doc["results"]["hist"]["estimate_overruns"]
