@@ -4,7 +4,10 @@ Markdown table on stderr (or in --markdown FILE).
 
 Default workload: the Blue Horizon 30days.swf with the work_10-dur_2h-size_1small AR injection on the Blue site
 (instances/blue/blue.conf: 144 nodes, AR preemption, suspension all). `--limit-days N` keeps the requests that arrive
-in the first N days (a quick run); `--modes` picks which schedulers to run. The greedy modes book what leases ask
+in the first N days (a quick run), `--from-days N` those from day N on, moved to begin at 0 on an empty site (a cut of
+the middle of a trace); `--modes` picks which schedulers to run, and `--add-mode NAME=BASE:KEY=VALUE,...` makes one
+of another's options with some changed. `--leases-out DIR` writes each mode's best-effort leases, one CSV row each,
+and its log at INFO, to compare them lease by lease. The greedy modes book what leases ask
 for, as Haizea does; cpsat books run-time estimates (`runtime-estimate: user-history`); `--runtime-estimate` sets
 one for every mode. `--images vm+reuse` (or `vm+noreuse`) runs the workload in that HPDC'08 VM profile with image
 transfers (scripts/bench_simulate.py's, every request given one of 37 images of 4,096 MB by scripts/make_imagefile.py
@@ -19,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +59,8 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def setup(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, sched: dict):
+def setup(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, sched: dict,
+          from_days: float = 0):
     tracefile = {"tracefile": str(trace), **({"injectionfile": str(injection)} if injection else {})}
     cfg = load_config(conf, overrides={"scheduling": sched, "tracefile": tracefile})
     opts = SchedulingOptions.from_config(cfg)
@@ -63,13 +68,23 @@ def setup(conf: Path, trace: Path, injection: Path | None, limit_days: float | N
     requests = apply_trace_options(cfg, workload.requests)
     if limit_days is not None:
         requests = [r for r in requests if r.arrival < limit_days * 86400]
-    return cfg, opts, site_of(cfg, workload), requests
+    return cfg, opts, site_of(cfg, workload), cut_from(requests, from_days)
 
 
-def simulate(cfg, opts, site, requests):
+def cut_from(requests: list, days: float) -> list:
+    """The requests arriving from `days` on, moved so that the first day kept begins at 0 (an empty site then)."""
+    if not days:
+        return requests
+    shift = int(days * 86400)
+    return [replace(r, arrival=r.arrival - shift, start=None if r.start is None else r.start - shift)
+            for r in requests if r.arrival >= shift]
+
+
+def simulate(cfg, opts, site, requests, log=None):
     sim = Simulator(site, requests, opts, Policies(opts.policy_admission, opts.policy_preemption,
                                                    opts.policy_host_selection),
-                    EventLog(cfg.get("simulation", "starttime"), "STATUS", io.StringIO()))
+                    EventLog(cfg.get("simulation", "starttime"), "STATUS" if log is None else "INFO",
+                             io.StringIO() if log is None else log))
     wall = time.perf_counter()
     result = sim.run()
     return sim, result, time.perf_counter() - wall
@@ -95,11 +110,11 @@ def figures(cfg, site, leases, end_time: int, requests: list, wall: float, image
 
 
 def run_offline(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, solver: dict,
-                time_limit: float) -> dict:
+                time_limit: float, from_days: float = 0) -> dict:
     """The clairvoyant offline optimum (optlease optimize) of the same workload, the greedy-aggressive run as hint."""
     from optlease.scheduling.cpsat.offline import greedy_hint, optimize
 
-    cfg, opts, site, requests = setup(conf, trace, injection, limit_days, MODES["greedy-aggressive"])
+    cfg, opts, site, requests = setup(conf, trace, injection, limit_days, MODES["greedy-aggressive"], from_days)
     _, greedy, _ = simulate(cfg, opts, site, requests)
     wall = time.perf_counter()
     res = optimize(site, requests, opts, time_limit, hint=greedy_hint(greedy.leases))
@@ -114,10 +129,16 @@ def run_offline(conf: Path, trace: Path, injection: Path | None, limit_days: flo
 
 
 def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | None, overrides: dict,
-        solver: dict) -> dict:
+        solver: dict, leases_out: Path | None = None, from_days: float = 0) -> dict:
     sched = {**overrides, **({k: str(v) for k, v in solver.items()} if overrides.get("mapper") == "cpsat" else {})}
-    cfg, opts, site, requests = setup(conf, trace, injection, limit_days, sched)
-    sim, result, wall = simulate(cfg, opts, site, requests)
+    cfg, opts, site, requests = setup(conf, trace, injection, limit_days, sched, from_days)
+    if leases_out is None:
+        sim, result, wall = simulate(cfg, opts, site, requests)
+    else:   # and the run's log at INFO beside it: what each round did to each lease
+        leases_out.parent.mkdir(parents=True, exist_ok=True)
+        with leases_out.with_suffix(".log").open("w") as log:
+            sim, result, wall = simulate(cfg, opts, site, requests, log)
+        leases_out.write_text(lease_rows(result.leases))
     out = figures(cfg, result.site, result.leases, result.end_time, requests, wall, result.images)
     if result.images is not None:
         out["images"] = result.images.figures()
@@ -140,6 +161,37 @@ def run(conf: Path, trace: Path, injection: Path | None, limit_days: float | Non
                    capped_rounds=sum(1 for s in solved if s.capped),
                    admissions=admission_summary(hook.admissions))
     return out
+
+
+def added_mode(spec: str, modes: dict[str, dict]) -> tuple[str, dict | None]:
+    """`NAME=BASE[:KEY=VALUE,...]`: the mode NAME, BASE's options with those changed (None: not of that form)."""
+    name, _, rest = spec.partition("=")
+    base, _, changes = rest.partition(":")
+    if not name or base not in modes:
+        return name, None
+    mode = dict(modes[base])
+    for change in filter(None, changes.split(",")):
+        key, eq, value = change.partition("=")
+        if not eq or not key:
+            return name, None
+        mode[key.strip()] = value.strip()
+    return name, mode
+
+
+def lease_rows(leases) -> str:
+    """One CSV row per best-effort lease: when it arrived, asked, started and ended, and its bounded slowdown."""
+    from optlease.accounting.metrics import bounded_slowdown
+    from optlease.domain.lease import LeaseKind, LeaseState
+
+    out = ["lease_id,arrival,numnodes,requested,real,first_start,end,wait,bounded_slowdown,preemptions"]
+    for lease in sorted(leases, key=lambda lease: lease.id):
+        if lease.kind is not LeaseKind.BEST_EFFORT or lease.state is not LeaseState.DONE:
+            continue
+        out.append(f"{lease.id},{lease.req.arrival},{lease.numnodes},{lease.req.duration},{lease.req.actual_duration},"
+                   f"{lease.first_start},"
+                   f"{lease.end},{lease.first_start - lease.req.arrival},{bounded_slowdown(lease):.6g},"
+                   f"{lease.preemptions}")
+    return "\n".join(out) + "\n"
 
 
 COLUMNS = [("AR accepted", lambda r: f"{round(r['ar_accepted'], 1):g}/{r['ar_total']}"),
@@ -177,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="AR injection file ('none' for the trace alone)")
     ap.add_argument("--conf", type=Path, default=BLUE / "blue.conf", help="site and scheduling options")
     ap.add_argument("--limit-days", type=float, default=None, help="keep requests arriving in the first N days")
+    ap.add_argument("--from-days", type=float, default=0.0,
+                    help="keep requests arriving from day N on, moved to begin at 0 on an empty site (a cut of the "
+                    "middle of a trace; users' run-time histories begin there too)")
     ap.add_argument("--modes", default=",".join([*MODES, "offline"]),
                     help=f"comma-separated, of: {', '.join(MODES)}, offline")
     ap.add_argument("--offline-time-limit", type=float, default=120.0,
@@ -189,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
                     "hold, 'requested' or 'user-history' (the user's last two runs; models/cpsat-round.md); default: "
                     "greedy modes book what leases ask for, as Haizea, and cpsat its estimates")
     ap.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here (default: stderr)")
+    ap.add_argument("--add-mode", action="append", default=[], metavar="NAME=BASE[:KEY=VALUE,...]",
+                    help="a mode of its own: BASE's [scheduling] options with these changed, e.g. "
+                    "cpsat-cons=cpsat:backfilling=conservative,solver-suspend=no (then name it in --modes)")
+    ap.add_argument("--leases-out", type=Path, default=None,
+                    help="write each mode's best-effort leases, one CSV row each, in this folder (MODE.csv), and "
+                    "its log at INFO (MODE.log)")
     ap.add_argument("--images", default=None, choices=["vm+reuse", "vm+noreuse"],
                     help="run in this HPDC'08 VM profile with image transfers (replaces --conf)")
     args = ap.parse_args(argv)
@@ -223,20 +284,28 @@ def _main(args) -> int:
         return 2
     estimate = {"runtime-estimate": args.runtime_estimate} if args.runtime_estimate else {}
     modes = {name: {**sched, **estimate} for name, sched in MODES.items()}
+    for spec in args.add_mode:
+        name, mode = added_mode(spec, modes)
+        if mode is None:
+            print(f"compare_schedulers: --add-mode {spec!r}: expected NAME=BASE[:KEY=VALUE,...] with BASE one of "
+                  f"{', '.join(modes)}", file=sys.stderr)
+            return 2
+        modes[name] = mode
     results = {}
     for mode in args.modes.split(","):
-        if mode not in MODES and mode != "offline":
-            print(f"compare_schedulers: unknown mode {mode!r} (known: {', '.join(MODES)}, offline)", file=sys.stderr)
+        if mode not in modes and mode != "offline":
+            print(f"compare_schedulers: unknown mode {mode!r} (known: {', '.join(modes)}, offline)", file=sys.stderr)
             return 2
         if mode == "offline":
             results[mode] = run_offline(args.conf, args.trace, injection, args.limit_days, solver,
-                                        args.offline_time_limit)
+                                        args.offline_time_limit, args.from_days)
         else:
-            results[mode] = run(args.conf, args.trace, injection, args.limit_days, modes[mode], solver)
+            results[mode] = run(args.conf, args.trace, injection, args.limit_days, modes[mode], solver,
+                                args.leases_out / f"{mode}.csv" if args.leases_out else None, args.from_days)
         print(f"{mode}: done in {results[mode]['wall_time_s']} s", file=sys.stderr)
     doc = {"workload": {"trace": args.trace.name, "injection": injection.name if injection else None,
-                        "limit_days": args.limit_days},
-           "runtime_estimate": {mode: modes[mode].get("runtime-estimate", ESTIMATE.default) for mode in MODES},
+                        "limit_days": args.limit_days, "from_days": args.from_days},
+           "runtime_estimate": {mode: modes[mode].get("runtime-estimate", ESTIMATE.default) for mode in modes},
            "solver": solver, "results": results}
     print(json.dumps(doc, indent=1))
     table = markdown(results)

@@ -654,3 +654,36 @@ def test_where_cpsat_differs_it_copies_an_image_while_the_target_node_is_still_b
     assert (greedy[1].migrations, ours[1].migrations) == (1, 1)
     assert reservations(doc, 1)[4][:3] == ("vm", 432, reservations(gdoc, 1)[4][2] - 64)   # done 64 s sooner
     assert [(r.now, r.stats.source) for r in sim.stepper.planner.records if r.changed] == [(300, "cpsat")]
+
+
+def test_compare_schedulers_runs_an_added_mode_on_a_cut_of_the_middle_and_writes_its_leases(tmp_path):
+    """--add-mode makes a mode of another's options with some changed, --from-days cuts the middle of the month (its
+    requests moved to begin at 0), and --leases-out writes one row per best-effort lease of each mode, whose bounded
+    slowdowns average to the mode's figure, and the mode's log at INFO."""
+    import csv
+    import json
+    import subprocess
+    import sys
+    from statistics import mean
+
+    from conftest import REPO
+
+    script = str(REPO / "scripts" / "compare_schedulers.py")
+    out = subprocess.run([sys.executable, script, "--from-days", "2", "--limit-days", "2.5", "--modes",
+                          "greedy-aggressive,hist", "--add-mode", "hist=greedy-aggressive:runtime-estimate=user-history",
+                          "--leases-out", str(tmp_path)], capture_output=True, text=True, check=True, timeout=300)
+    doc = json.loads(out.stdout)
+    assert doc["workload"]["from_days"] == 2 and set(doc["results"]) == {"greedy-aggressive", "hist"}
+    for mode, r in doc["results"].items():
+        rows = list(csv.DictReader((tmp_path / f"{mode}.csv").open()))
+        assert len(rows) == r["be_completed"] > 0 and r["checker_violations"] == 0
+        assert min(int(row["arrival"]) for row in rows) < 86_400 / 2   # moved: the cut begins at 0
+        assert mean(float(row["bounded_slowdown"]) for row in rows) == pytest.approx(r["be_bounded_slowdown_avg"])
+        log = (tmp_path / f"{mode}.log").read_text()   # its log at INFO: each lease's story
+        assert all(f"#{row['lease_id']}" in log for row in rows)
+    # the added mode is the other's with its run-time estimate changed: its bookings hold estimates, which run out
+    assert doc["runtime_estimate"]["hist"] == "user-history"
+    assert doc["results"]["greedy-aggressive"]["estimate_overruns"] == 0 < doc["results"]["hist"]["estimate_overruns"]
+    for bad in ("hist=nothing:backfilling=conservative", "hist=greedy-aggressive:backfilling"):
+        res = subprocess.run([sys.executable, script, "--add-mode", bad], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and repr(bad) in res.stderr
