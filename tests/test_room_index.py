@@ -93,3 +93,24 @@ def test_a_hole_is_found_at_each_of_its_instants():
         assert [answer(table.busy_groups(need, t)) for _ in range(2)] == [expected, expected]
         assert bool(expected) == (10 <= t < 25 or t >= 40)
 
+
+
+def test_a_question_after_the_touched_log_was_emptied_is_answered():
+    """The slot table empties its touched log when it grows long (a new `touch_epoch`); the index then files every
+    profile afresh, and the question that noticed it is answered from the new filing (it read the old one, whose
+    keys were gone, and failed with a KeyError on the fifth day of the Blue month under cpsat)."""
+    table = SlotTable(Site.homogeneous(3, CAP))
+    table.touched = []
+    index = table.room = RoomIndex(table)
+    lease = SimpleNamespace(id=1)
+    table.add(RR(lease, "vm", 0, 100, {1: 1}, {1: (100, 1024)}, table.next_seq()))
+    need = (50, 64)
+    assert table.busy_groups(need, 150) == table.busy_groups(need, 150)   # now indexed
+    table.touched.clear()
+    table.touch_epoch += 1   # what SlotTable._touch does past TOUCHED_MOST
+    table.add(RR(lease, "vm", 0, 200, {2: 1}, {2: (100, 1024)}, table.next_seq()))
+    table.room = None
+    expected = answer(table.busy_groups(need, 150))
+    table.room = index
+    assert answer(table.busy_groups(need, 150)) == expected
+    assert [sorted(nodes) for _, nodes in expected.values()] == [[1]]

@@ -117,6 +117,7 @@ class RoomIndex:
             index = self._build(limit)
         else:
             self._catch_up()
+            index = self.limits[limit]   # a touched log emptied since is filed afresh, in a new index
         holders, profile_of, out = self.table.holders, self.profile_of, []
         for key in index.holding(t):
             prof = profile_of[key]
