@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from optlease.scheduling.cpsat.pools import find_pools
-from optlease.scheduling.cpsat.prepare import Role, RoundData
-from optlease.scheduling.snapshot import Outcome, Plan
+from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
+from optlease.scheduling.snapshot import LeasePlan, Outcome, Plan
 
 
 # where the round may suspend running leases, the first tails of Smith's line (run over weight, the order the hint
@@ -30,7 +30,7 @@ LINE_HEAD = 16
 
 def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, int]:
     """The round with every tail the hint starts after `now + window` held at the hint, except, where the round
-    may suspend, the head of the line; and how many were held."""
+    may suspend, the head of the line that a suspension could bring forward (`_stuck`); and how many were held."""
     got = hint.by_id
     tails = [j for j in data.jobs if j.has_tail]
     # nodes the model pools (cpsat.pools): a held VM the hint puts there keeps the pooled nodes it may use, so that
@@ -40,17 +40,15 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
     head = {j.id for j in sorted((j for j in tails if j.best_effort),
                                  key=lambda j: (j.remaining / max(1, j.weight), j.id))[:LINE_HEAD]} \
         if suspends else set()
+    outside = {j.id for j in data.jobs if _outside(j, got.get(j.id), data, window)}
+    if head & outside:
+        head -= _stuck(data, got, head & outside, outside - head, pooled)
     jobs, held, used = [], 0, set()
     for job in data.jobs:
-        p = got.get(job.id)
-        if not (job.has_tail and job.role is Role.START and not job.optional and job.fixed_start is None
-                and job.id not in head
-                and p is not None and p.outcome is Outcome.ACCEPTED and p.start is not None
-                and max(data.now + window + 1, job.earliest) <= p.start <= data.horizon
-                and len(p.nodes) == job.numvms
-                and all(n in c for n, c in zip(p.nodes, job.candidates))):
+        if job.id not in outside or job.id in head:
             jobs.append(job)
             continue
+        p = got[job.id]
         held += 1
         # its start's domain is the hint's one second (not an AR's fixed start: its stability is still counted)
         kept = replace(job, earliest=p.start, latest=p.start, deferrable=False)
@@ -64,3 +62,88 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
     # a class of identical nodes is used in order (add_symmetry); a held tail on one of them names it
     classes = tuple(c for c in data.interchangeable if not used.intersection(c))
     return replace(data, jobs=tuple(jobs), interchangeable=classes), held
+
+
+def _outside(job: Job, p: LeasePlan | None, data: RoundData, window: int) -> bool:
+    """Whether a tail may be held: a best-effort start the hint places on its candidates after the window."""
+    return (job.has_tail and job.role is Role.START and not job.optional and job.fixed_start is None
+            and p is not None and p.outcome is Outcome.ACCEPTED and p.start is not None
+            and max(data.now + window + 1, job.earliest) <= p.start <= data.horizon
+            and len(p.nodes) == job.numvms
+            and all(n in c for n, c in zip(p.nodes, job.candidates)))
+
+
+def _stuck(data: RoundData, got: dict[int, LeasePlan], head: set[int], held: set[int],
+           pooled: set[int]) -> set[int]:
+    """The head tails no plan of the neighbourhood can start sooner than the hint does, whatever it suspends or
+    moves: even with every suspendable lease and every free tail gone, no instant from the first suspension's end
+    to the hint's start has room for the whole run among what stays put (running leases that may not be
+    suspended, reservations, and held tails on their nodes, these found stuck included, in hint order). Such a tail
+    could only start later, which a held tail outside the window is not let do either. Room is counted generously
+    (a node is free where no single occupancy leaves too little for one VM), so no tail is held that could move up."""
+    now, by_id = data.now, {j.id: j for j in data.jobs}
+    first = min((j.suspend for j in data.jobs if j.role is Role.SUSPENDABLE), default=0)
+    busy: dict[int, list[tuple[int, int, dict]]] = {}
+    for job in data.jobs:
+        if job.role is Role.FIXED:
+            for vm, node in enumerate(job.origin):
+                busy.setdefault(node, []).append((now, now + job.remaining + job.shutdown, job.demand[vm]))
+        elif job.role is Role.START and job.fixed_start is not None and not job.optional \
+                and all(len(c) == 1 for c in job.candidates):
+            _occupy(busy, job, job.fixed_start, [c[0] for c in job.candidates], pooled)
+        elif job.id in held:
+            _occupy(busy, job, got[job.id].start, got[job.id].nodes, pooled)
+    out = set()
+    for lease_id in sorted(head, key=lambda i: (got[i].start, i)):
+        job, p = by_id[lease_id], got[lease_id]
+        if _room_before(data, job, max(now + first, job.earliest), p.start, busy):
+            continue
+        out.add(lease_id)
+        _occupy(busy, job, p.start, p.nodes, pooled)
+    return out
+
+
+def _occupy(busy: dict, job: Job, start: int, nodes, pooled: set[int]) -> None:
+    """A tail that stays put holds its VMs' nodes from its start (a pooled node is not named: left out)."""
+    end = start + job.resume + job.remaining + job.shutdown
+    for vm, node in enumerate(nodes):
+        if node not in pooled:
+            busy.setdefault(node, []).append((start, end, job.demand[vm]))
+
+
+def _room_before(data: RoundData, job: Job, begin: int, before: int, busy: dict) -> bool:
+    """Whether some instant t in [begin, before) leaves room for all the tail's VMs over [t, t + its run) on its
+    candidate nodes, a node holding as many as fit in it whole unless one occupancy over that span leaves too
+    little for one VM (a generous count: it may say room where there is none, never the other way)."""
+    if begin >= before:
+        return False
+    if any(d != job.demand[0] for d in job.demand):
+        return True   # VMs of several sizes: not counted, the tail stays free
+    length = job.resume + job.remaining + job.shutdown
+    need = job.demand[0]
+    events: list[tuple[int, int]] = []
+    for node in sorted(set().union(*set(job.candidates))):   # (its VMs mostly share one candidate list)
+        cap = data.capacity[node]
+        fit = job.per_node(cap)
+        if fit <= 0:
+            continue
+        # starts t whose span [t, t + length) meets an occupancy that leaves no room: (a - length, b)
+        blocked = sorted((a - length + 1, b) for a, b, d in busy.get(node, ())
+                         if any(d.get(r, 0) + amount > cap.get(r, 0) for r, amount in need.items()))
+        t = begin
+        for lo, hi in blocked:
+            if lo > t:
+                events.append((t, fit))
+                events.append((min(lo, before), -fit))
+            t = max(t, hi)
+            if t >= before:
+                break
+        if t < before:
+            events.append((t, fit))
+            events.append((before, -fit))
+    count = 0
+    for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        count += delta
+        if count >= job.numvms:
+            return True
+    return False
