@@ -43,8 +43,15 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
     outside = {j.id for j in data.jobs if _outside(j, got.get(j.id), data, window)}
     if head & outside:
         head -= _stuck(data, got, head & outside, outside - head, pooled)
+    idle = _idle(data, got, outside - head)
+    if idle and not any(j.role is Role.SUSPENDABLE and j.id not in idle for j in tails):
+        head = set()   # nothing left to suspend: the head is held after the window like any tail
     jobs, held, used = [], 0, set()
     for job in data.jobs:
+        if job.id in idle:   # it runs on: its nodes help no free tail sooner
+            held += 1
+            jobs.append(replace(job, role=Role.FIXED, suspend_ends=(), free_end=None, deferrable=False))
+            continue
         if job.id not in outside or job.id in head:
             jobs.append(job)
             continue
@@ -62,6 +69,27 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
     # a class of identical nodes is used in order (add_symmetry); a held tail on one of them names it
     classes = tuple(c for c in data.interchangeable if not used.intersection(c))
     return replace(data, jobs=tuple(jobs), interchangeable=classes), held
+
+
+def _idle(data: RoundData, got: dict[int, LeasePlan], held: set[int]) -> set[int]:
+    """The leases the round may suspend only for waiting ones (no AR's start ends a suspension), and the hint lets
+    run on, whose suspension frees nodes nothing free could use: every lease to admit (an AR or immediate lease
+    offered to the model) starts before the suspension would be over, and every best-effort start the search may
+    move (not held) is placed by the hint by then too, or cannot be placed on any of the lease's nodes. Such a
+    suspension could only delay the lease, so it runs on: a fixed occupancy, as a running lease that may not be
+    suspended is (its waiting a constant of the neighbourhood, which `solve_round` adds back)."""
+    free = [(j.fixed_start if j.optional else got[j.id].start if j.id in got else None,
+             set().union(*set(j.candidates)))
+            for j in data.jobs if j.role is Role.START and (j.fixed_start is None or j.optional) and j.id not in held]
+    out = set()
+    for job in data.jobs:
+        if job.role is not Role.SUSPENDABLE or job.suspend_ends != (job.free_end,) \
+                or (job.id in got and got[job.id].suspend_at is not None):
+            continue
+        over, nodes = data.now + job.suspend, set(job.origin)
+        if not any((start is None or start >= over) and not nodes.isdisjoint(cands) for start, cands in free):
+            out.add(job.id)
+    return out
 
 
 def _outside(job: Job, p: LeasePlan | None, data: RoundData, window: int) -> bool:
