@@ -7,7 +7,8 @@ unless no suspension can bring it forward (`_stuck`), every tail the hint does n
 something free could use (`_idle`: the others run on) and every AR or immediate lease to admit are free; every
 other tail is *held* where the hint puts it: its start fixed, its presence fixed, and, where the round cannot pool
 its nodes (cpsat.pools: the tails ask more than one VM demand), its nodes fixed too. A held tail still holds its
-capacity in the model, so a free one can only go where the hint's later starts leave room; the plan found is a plan of the whole round, costed by the whole round's objective.
+capacity in the model, so a free one can only go where the hint's later starts leave room; the plan found is a
+plan of the whole round, costed by the whole round's objective.
 
 Why it pays: each start the search moves is propagated through every cumulative it shares with the others, and
 CP-SAT counts that propagation as little deterministic work; on a round of 500 queued leases over 1,000 busy
