@@ -63,26 +63,44 @@ def test_the_window_holds_some_tails_on_pooled_rounds() -> None:
     assert held > 0
 
 
-def test_where_the_round_may_suspend_the_head_of_the_line_is_never_held() -> None:
+def test_where_the_round_may_suspend_the_head_of_the_line_is_held_only_where_nothing_starts_it_sooner() -> None:
     """A short lease the hint starts late, behind a long running one, is what a suspension would start first
     (tests/test_round_suspensions.py shows one): where the round has a lease it may suspend, the first LINE_HEAD
-    best-effort tails by run over weight stay free wherever the hint starts them."""
+    best-effort tails by run over weight stay free wherever the hint starts them, unless no plan of the
+    neighbourhood can start one sooner (window._stuck): then it is held, and the model with it freed and asked
+    to start it sooner has no solution."""
+    from ortools.sat.python import cp_model
+
+    from optlease.scheduling.cpsat.solve import build_round
     from test_cpsat_vs_mip import round_of
 
-    seen = 0
-    for seed in range(1000, 1036, 4):   # ARs preempt everything, and running leases may be suspended for waiting ones
+    free = stuck = 0
+    for seed in range(1000, 1200, 2):   # ARs preempt everything, and running leases may be suspended for waiting ones
         snap = round_of(seed)
         data = prepare(snap, FULL.weights, LOOKAHEAD)
         if not any(j.role is Role.SUSPENDABLE for j in data.jobs):
             continue
         best = solve_round(snap, FULL, None, data)
         held_data, _ = hold_outside(data, best, 0)
+        if not any(j.role is Role.SUSPENDABLE for j in held_data.jobs):
+            continue   # every suspension idle (window._idle, tested below): the window holds as without them
         head = sorted((j for j in data.tails if j.best_effort),
                       key=lambda j: (j.remaining / max(1, j.weight), j.id))[:window.LINE_HEAD]
         for job in head:
-            assert held_data.job(job.id) == job
-            seen += 1
-    assert seen > 0
+            if held_data.job(job.id) == job:
+                free += 1
+                continue
+            if job.role is Role.SUSPENDABLE:
+                continue   # a suspension nothing could use: it runs on (tested below)
+            stuck += 1
+            freed = replace(held_data, jobs=tuple(job if j.id == job.id else j for j in held_data.jobs))
+            rm, _ = build_round(freed)
+            rm.model.add(rm.start[job.id] <= best.by_id[job.id].start - 1)
+            rm.model.add(rm.present[job.id] == 1)
+            solver = cp_model.CpSolver()
+            solver.parameters.num_workers = 1
+            assert solver.solve(rm.model) == cp_model.INFEASIBLE, (seed, job.id)
+    assert free > 0 and stuck > 0
 
 
 @pytest.mark.parametrize("kind,seed,make", SNAPS, ids=[f"{k}-{s}" for k, s, _ in SNAPS])
@@ -108,3 +126,46 @@ def test_a_held_vm_off_the_pools_keeps_only_the_hints_node(kind, seed, make, mon
                 assert node in cands and set(cands) == set(before.candidates[vm]) & pooled
             else:
                 assert cands == (node,)
+
+
+def test_a_lease_whose_suspension_nothing_free_could_use_runs_on_and_loses_the_round_nothing() -> None:
+    """Where the hint lets every suspendable lease run on (as the round's does), a lease whose nodes no free tail
+    or lease to admit could use once its suspension is over is a fixed occupancy of the neighbourhood
+    (window._idle): the neighbourhood's optimum is the same as with it free, the plan found never suspends it,
+    and the round's stats cost the plan whole (its waiting, a constant there, added back)."""
+    from ortools.sat.python import cp_model
+
+    from optlease.scheduling.cpsat.solve import build_round
+    from test_cpsat_vs_mip import round_of
+
+    def optimum(d) -> int:
+        rm, objective = build_round(d)
+        rm.model.minimize(objective)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        assert solver.solve(rm.model) == cp_model.OPTIMAL
+        return round(solver.objective_value)
+
+    idle_seen = 0
+    for seed in range(1000, 1200):
+        snap = round_of(seed)
+        data = prepare(snap, FULL.weights, LOOKAHEAD)
+        if not any(j.role is Role.SUSPENDABLE for j in data.jobs):
+            continue
+        runs_on = replace(data, jobs=tuple(replace(j, role=Role.FIXED, suspend_ends=(), free_end=None)
+                                           if j.role is Role.SUSPENDABLE else j for j in data.jobs))
+        hint = solve_round(snap, FULL, None, runs_on)   # the best plan that suspends nothing
+        for w in (0, 3):
+            held_data, _ = hold_outside(data, hint, w)
+            idle = {j.id for j in data.jobs if j.role is Role.SUSPENDABLE and held_data.job(j.id).role is Role.FIXED}
+            plan = solve_round(snap, replace(FULL, window=w), hint, data)
+            check_plan(snap, plan)
+            assert plan.stats.objective == plan_cost(data, plan) <= plan_cost(data, hint)
+            assert plan.stats.best_bound <= plan.stats.objective
+            assert all(plan.by_id[i].suspend_at is None for i in idle)
+            if idle:
+                idle_seen += 1
+                freed = replace(held_data, jobs=tuple(data.job(j.id) if j.id in idle else j for j in held_data.jobs))
+                constant = plan_cost(data, hint) - plan_cost(held_data, hint)
+                assert optimum(held_data) + constant == optimum(freed)
+    assert idle_seen > 0

@@ -99,14 +99,17 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
                     options.work_limit)
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     hint_cost = plan_cost(data, hint)
-    if not found or hint_cost < round(solver.objective_value):
+    # the whole round's cost of the neighbourhood's plans: a lease the window lets run on (cpsat.window) is a fixed
+    # occupancy there, its waiting a constant the search leaves out
+    offset = hint_cost - plan_cost(search, hint) if search is not data else 0
+    if not found or hint_cost < round(solver.objective_value) + offset:
         log.info("round at %s: solver %s, keeping the hint", snap.now, name)
-        bound = solver.best_objective_bound if found else None
+        bound = solver.best_objective_bound + offset if found else None
         stats = RoundStats(f"HINT ({name})", hint_cost, bound, _gap(hint_cost, bound), solver.wall_time,
                            source="hint", hint_objective=hint_cost, capped=capped, **size)
         return replace(hint, stats=stats)
-    objective_value = round(solver.objective_value)
-    bound = solver.best_objective_bound
+    objective_value = round(solver.objective_value) + offset
+    bound = solver.best_objective_bound + offset
     plan = decode(rm, lambda e: e if isinstance(e, int) else solver.value(e))
     stats = RoundStats(name, objective_value, bound, _gap(objective_value, bound), solver.wall_time,
                        hint_objective=hint_cost, capped=capped, **size)
