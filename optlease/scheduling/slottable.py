@@ -238,12 +238,7 @@ class SlotTable(NodeClasses):
         self._pruned = None
         start, end = rr.start, rr.end
         demand = rr.demand
-        edits = self.edits
-        if len(edits) < EDITS_MOST:     # (`_edit`, inlined: every booking passes here)
-            edits.append(end)
-            self.edit_nodes.append(demand if len(demand) <= EDIT_NODES_MOST else None)
-        else:
-            self._edit(end, demand)
+        self._edit(end, demand)
         self.reservations.add(rr)
         if start < end or rr.kind != SHUTDOWN:
             by_node = self.by_node
@@ -284,12 +279,7 @@ class SlotTable(NodeClasses):
         given `prune`, prune its nodes' profiles before then in the same change)."""
         self._pruned = None
         demand = rr.demand
-        edits = self.edits
-        if len(edits) < EDITS_MOST:     # (`_edit`, inlined)
-            edits.append(end)
-            self.edit_nodes.append(demand if len(demand) <= EDIT_NODES_MOST else None)
-        else:
-            self._edit(end, demand)
+        self._edit(end, demand)
         if start >= end:
             return      # no usage to take out (a shutdown that takes no time)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
@@ -312,12 +302,7 @@ class SlotTable(NodeClasses):
             self.changed.add(rr.lease)
         if self.alike:
             self.alike.clear()
-        edits = self.edits
-        if len(edits) < EDITS_MOST:     # (`_edit`, inlined)
-            edits.append(end)
-            self.edit_nodes.append(demand if len(demand) <= EDIT_NODES_MOST else None)
-        else:
-            self._edit(end, demand)
+        self._edit(end, demand)
         self.reservations.discard(rr)
         self.backfills.discard(rr)
         unfiled = start >= end and rr.kind == SHUTDOWN     # (never in `by_node`: `add`)
@@ -326,12 +311,10 @@ class SlotTable(NodeClasses):
             for held in map(by_node.__getitem__, demand):
                 held.discard(rr)
         all_pruned = False
-        if now is None:
-            pass
-        elif self._pruned is rr and end == now:
+        if now is not None and self._pruned is rr and end == now:
             # cut short and pruned at `now` in one change, just before (`cut`): nothing of it is left to prune
             all_pruned = not demand
-        else:
+        elif now is not None:
             # (most often pruned already: a shutdown that takes no time ends where its run did)
             profiles = self.profiles
             if len(demand) == 1:
