@@ -47,6 +47,10 @@ class LeaseScheduler(Preemption, Replanning):
         self._room: dict = {}
         self._ready: dict = {}     # one pass over the queue: wait class -> what a try of its leases starts from
         self._keys: dict = {}      # wait class -> the key it had when last asked (`_kept_key`)
+        self._enqueued = 0         # leases put in the queue so far (`enqueue`)
+        # (key, enqueued) after a sweep (`_sweep`) found that no lease in the queue could start: the next pass is
+        # skipped while neither changed
+        self._swept: tuple | None = None
         # a planner's last word on an AR or immediate lease this scheduler refused: True if it booked it after all
         # (scheduling.planner; None: Haizea's refusal stands)
         self.on_refusal = None
@@ -124,12 +128,31 @@ class LeaseScheduler(Preemption, Replanning):
             self.reject(lease, now, str(exc))
 
     def process_queue(self, now: int) -> None:
-        kept: list[Lease] = []
+        """One pass over the queue in its order: each lease is tried where what its try depends on changed since it
+        last did not fit, and booked where it fits (FCFS: the pass stops at the first lease that does not)."""
         queue = self.queue
-        # What every lease's try starts from changes only when one is placed (a try that fails books nothing):
-        # asked again only then, not for each of the queue's leases.
-        self._room, self._ready = {}, {}
-        ready = self._ready
+        kept: list[Lease] = []      # the leases passed over, in order (put back in front of the queue at the end)
+        whole = True                # no lease was passed over or placed yet in this pass
+        while queue:
+            # What every lease's try starts from changes only when one is placed (a try that fails books nothing):
+            # asked again only then, not for each of the queue's leases.
+            self._room, self._ready = {}, {}
+            if not self.vm.can_schedule_in_future() and self.prep is None and not self.log.info_on:
+                start = self._sweep(now, whole)
+                if start is None:
+                    break
+                kept += queue[:start]
+                del queue[:start]
+            self._swept = None
+            if not self._visit(now, kept):
+                break
+            whole = False
+        queue[:0] = kept
+
+    def _visit(self, now: int, kept: list[Lease]) -> bool:
+        """`process_queue`'s pass over the leases left in the queue, each tried in turn (or passed over: appended to
+        `kept`), until one is placed (True) or the pass is over (False)."""
+        queue, ready = self.queue, self._ready
         future = self.vm.can_schedule_in_future()
         full = None
         info, table = self.log.info_on, self.table
@@ -139,7 +162,7 @@ class LeaseScheduler(Preemption, Replanning):
                 if full is None:
                     full = table.is_full(now)
                 if full:
-                    break
+                    return False
             lease = queue.pop(0)
             if info:
                 self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
@@ -173,17 +196,42 @@ class LeaseScheduler(Preemption, Replanning):
                     except NotSchedulable:
                         placed = False
                 if placed:
-                    self._room, self._ready = {}, {}
-                    ready = self._ready
-                    future, full = self.vm.can_schedule_in_future(), None
-                    continue
+                    return True
                 cache["failed"], cache["wait"] = attempt, cls
             kept.append(lease)
             if info:
                 self.log.info("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
             if once:
-                break
-        queue[:0] = kept
+                return False
+        return False
+
+    def _sweep(self, now: int, whole: bool) -> int | None:
+        """The first lease left in the queue that the pass would try to book (None: none), found with the pass's
+        own tests and marked as the pass marks them, where every lease is of the plain wait class and must start
+        now (images not managed, no booking for the future allowed) and no log line is written: what `_visit` does
+        up to that lease, in a plain loop with the site's free room read once. `whole`: the queue is whole (no
+        lease was passed over or placed in this pass yet)."""
+        table = self.table
+        key = (table.released, False)
+        if whole and self._swept == (key, self._enqueued):
+            return None     # no lease was queued and no room given back since no lease could start
+        if table.is_full(now):
+            return None
+        key = self._kept_key(PLAIN, key)
+        self._ready[PLAIN] = (key, None)
+        free = self._room["total"] = table.total_free(now)
+        once = self.opts.backfilling == "off"
+        for i, lease in enumerate(self.queue):
+            cache = lease.cache
+            if cache.get("failed") != key:
+                if self.room_now(lease, now) if lease.state in SUSPENDED else fits(lease.total_demand, free):
+                    return i
+                cache["failed"], cache["wait"] = key, PLAIN
+            if once:
+                return None     # (FCFS: the queue's first lease alone)
+        if whole:
+            self._swept = (key, self._enqueued)
+        return None
 
     def _attempt(self, lease: Lease, now: int, future: bool) -> tuple[object, tuple, tuple | None]:
         """What a lease's try depends on (`process_queue` skips a lease whose key did not change since it last did
@@ -340,6 +388,7 @@ class LeaseScheduler(Preemption, Replanning):
         """Insert in arrival order (requeued and suspended leases go back to their place)."""
         lease.cache.pop("failed", None)
         lease.cache.pop("wait", None)
+        self._enqueued += 1
         key = (lease.req.arrival, lease.id)
         i = len(self.queue)
         while i > 0 and (self.queue[i - 1].req.arrival, self.queue[i - 1].id) > key:
