@@ -16,7 +16,7 @@ from optlease.scheduling.preparation import ImageTransfers, PreparedTable
 from optlease.scheduling.records import (MIGRATE, RESUME, SHUTDOWN, SUSPEND, TRANSFER, VM, RR, Held, Lease,
                                         NotSchedulable)
 from optlease.scheduling.replan import Replanning
-from optlease.scheduling.slottable import SlotTable, fits
+from optlease.scheduling.slottable import SlotTable, fits, vadd, vsub
 from optlease.scheduling.vmsched import VMScheduler
 
 S = LeaseState
@@ -39,9 +39,12 @@ class LeaseScheduler(Preemption, Replanning):
         self.pending: list[Lease] = []
         self.leases: dict[int, Lease] = {}     # in the system: not done, rejected or cancelled
         self.finished: list[Lease] = []
-        # leases whose VMs run (a VM reservation started and not ended or cancelled): what the CPU-utilization
-        # probe sums at each instant, without a walk over every lease in the system
+        # leases whose VMs run (a VM reservation started and not ended or cancelled), what each one's VM
+        # reservation holds, and the sum of those (one figure per resource type): what the CPU-utilization probe
+        # reads at each instant, kept up to date as VMs start and stop rather than summed there
         self.running: dict[int, Lease] = {}
+        self._running_held: dict[int, tuple] = {}
+        self.running_use: tuple = (0,) * len(site.resource_types)
         self._empty = GreedyMapper(SlotTable(site), policies)
         self._fits_empty: dict[tuple, bool] = {}
         self._room: dict = {}
@@ -561,7 +564,7 @@ class LeaseScheduler(Preemption, Replanning):
             if self.log.info_on:
                 self.log.info("VMSCHED", "Started VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.set_state(S.ACTIVE)
-            self.running[lease.id] = lease
+            self.runs(lease, rr)
             if lease.first_start is None:
                 lease.first_start = now
             real_end = now + lease.real_remaining()
@@ -590,7 +593,7 @@ class LeaseScheduler(Preemption, Replanning):
             return
         self._hold(rr, rr.start, rr.end)
         if rr.kind == VM:
-            self.running.pop(lease.id, None)
+            self.stops(lease.id)
             if self.log.info_on:
                 self.log.info("VMSCHED", "Stopped VMs for lease %i on nodes %s" % (lease.id, rr.nodes()))
             lease.accumulated += rr.end - rr.start
@@ -624,8 +627,24 @@ class LeaseScheduler(Preemption, Replanning):
         lease.set_state(S.DONE)
         lease.end = now
         self.leases.pop(lease.id, None)
-        self.running.pop(lease.id, None)
+        self.stops(lease.id)
         self.finished.append(lease)
+
+    def runs(self, lease: Lease, vmrr: RR) -> None:
+        """The lease's VMs run, in its VM reservation `vmrr` (`running`, `running_use`)."""
+        self.stops(lease.id)
+        self.running[lease.id] = lease
+        held = vmrr.total()     # (None: no VM; its demand never changes while it runs)
+        if held is not None:
+            self._running_held[lease.id] = held
+            self.running_use = vadd(self.running_use, held)
+
+    def stops(self, lease_id: int) -> None:
+        """The lease's VMs no longer run (if they did): its VM reservation ended or was cancelled."""
+        if self.running.pop(lease_id, None) is not None:
+            held = self._running_held.pop(lease_id, None)
+            if held is not None:
+                self.running_use = vsub(self.running_use, held)
 
     def _hold(self, rr: RR, start: int, end: int, outcome: str | None = None) -> None:
         # the reservation's mapping itself: no reservation's mapping is changed in place
