@@ -6,6 +6,7 @@ import importlib
 from typing import Any, Callable
 
 from optlease.accounting.collection import AccountingDataCollection as ADC, AccountingProbe, ProbeError
+from optlease.accounting.metrics import bounded_slowdown
 from optlease.domain.lease import LeaseKind, LeaseState
 
 S = LeaseState
@@ -75,8 +76,6 @@ class BEProbe(AccountingProbe):
         self.accounting.append_to_counter("Queue size", len(lease_scheduler.queue))
 
     def at_lease_done(self, lease: Any) -> None:
-        from optlease.accounting.metrics import bounded_slowdown
-
         if lease.kind is LeaseKind.BEST_EFFORT and lease.state is S.DONE:
             self.accounting.set_lease_stat("Waiting time", lease.id, lease.first_start - lease.req.arrival)
             self.accounting.set_lease_stat("Slowdown", lease.id, bounded_slowdown(lease))
