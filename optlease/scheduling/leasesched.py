@@ -8,7 +8,7 @@ from optlease.domain.site import Site
 from optlease.eventlog import EventLog
 from optlease.formats.timefmt import MAX_SECONDS, format_duration
 from optlease.scheduling import overheads as oh
-from optlease.scheduling.mapper import GreedyMapper
+from optlease.scheduling.mapper import GreedyMapper, vms_of
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.preemption import Preemption
@@ -81,7 +81,10 @@ class LeaseScheduler(Preemption, Replanning):
         self.pending.append(lease)
 
     def _fits_site(self, lease: Lease) -> bool:
-        key = tuple(map(lease.demands.__getitem__, sorted(lease.demands)))
+        alike = vms_of(lease)[1]
+        # the demands in VM order: the one demand and the count where the VMs ask alike (most leases)
+        key = (alike, len(lease.demands)) if alike is not None else \
+            tuple(map(lease.demands.__getitem__, sorted(lease.demands)))
         if key not in self._fits_empty:
             mapping, _, _ = self._empty.map(lease, 0, 1, strictend=True)
             self._fits_empty[key] = mapping is not None
@@ -224,11 +227,18 @@ class LeaseScheduler(Preemption, Replanning):
         self._ready[PLAIN] = (key, None)
         free = self._room["total"] = table.total_free(now)
         once = self.opts.backfilling == "off"
+        pair = len(free) == 2       # (most sites: CPU and memory, compared inline)
+        first, second = free[0], free[-1]
         for i, lease in enumerate(self.queue):
             cache = lease.cache
             if cache.get("failed") != key:
-                if self.room_now(lease, now) if lease.state in SUSPENDED else fits(lease.total_demand, free):
-                    return i
+                if lease.state in SUSPENDED:
+                    if self.room_now(lease, now):
+                        return i
+                else:
+                    need = lease.total_demand
+                    if (need[0] <= first and need[1] <= second) if pair else fits(need, free):
+                        return i
                 cache["failed"], cache["wait"] = key, PLAIN
             if once:
                 return None     # (FCFS: the queue's first lease alone)
