@@ -255,3 +255,40 @@ def test_any_counter_is_a_step_function_and_its_averages_agree(steps, tail):
     assert rows[-1][2] == pytest.approx(integral / end if end else rows[-1][1])
     normal = acct.counters[ADC.AVERAGE_NORMAL]
     assert normal[-1][2] == pytest.approx(sum(v for _, v, _ in normal) / len(normal))
+
+
+def _first_days(src, dst, days: int, time_field: int) -> str:
+    """The requests of `src` that arrive in its first `days` days (SWF: field 2; old LWF: field 1)."""
+    kept = [line for line in src.read_text().splitlines()
+            if not line.strip() or line.startswith(";") or float(line.split()[time_field]) < days * 86_400]
+    dst.write_text("\n".join(kept) + "\n")
+    return str(dst)
+
+
+@pytest.mark.parametrize("scheduling", [
+    {"backfilling": "aggressive"},
+    {"backfilling": "conservative", "migration": "yes"},
+    {"backfilling": "off", "migration": "yes-notransfer"},
+    {"backfilling": "aggressive", "runtime-estimate": "user-history"},
+], ids=["aggressive", "conservative-migration", "fcfs-notransfer", "aggressive-estimates"])
+def test_cpu_in_use_kept_as_vms_start_and_stop_is_the_sum_over_every_lease(tmp_path, scheduling):
+    # The scheduler keeps what its running VMs hold as they start and stop (ARs preempting best-effort leases,
+    # suspensions, resumes elsewhere, runs past their estimate): at every instant, what summing over every lease in
+    # the system gives.
+    from optlease.accounting.probes import cpu_held, site_cpu
+    from optlease.engine.run import simulate
+    from optlease.formats.config import load_config
+
+    blue = INSTANCES / "blue"
+    cfg = load_config(blue / "blue.conf", overrides={"scheduling": scheduling})
+    seen = []
+
+    def observe(now, sched):
+        cpu, _ = site_cpu(sched.site)
+        seen.append((now, sched.running_use[cpu], cpu_held(sched.leases.values(), now, cpu, {})))
+
+    simulate(cfg, tracefile=_first_days(blue / "30days.swf", tmp_path / "3days.swf", 3, 1),
+             injection=_first_days(blue / "injected" / "work_30-dur_2h-size_1small.lwf", tmp_path / "3days.lwf", 3, 0),
+             observe=observe)
+    assert [row for row in seen if row[1] != row[2]] == []
+    assert max(used for _, used, _ in seen) > 0

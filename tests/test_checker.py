@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optlease.checker import FORMAT, Violation, check_schedule
+from optlease.checker import check_schedule
+from optlease.checker_read import FORMAT, Violation
 from optlease.formats.timefmt import iso
 
 ORIGIN = datetime(2006, 11, 25, 13, 0, 0)

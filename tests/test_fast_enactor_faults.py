@@ -14,7 +14,8 @@ from fake_migfra import FakeMigfra
 from mqtt_broker import Probe, mosquitto  # noqa: F401 - the fixture
 from optlease.enact import fast
 from optlease.enact.base import VmTask, vm_name
-from optlease.enact.mqtt import MqttEnactor, minimal_domain_xml
+from optlease.enact.mqtt import MqttEnactor
+from optlease.enact.mqtt_jobs import minimal_domain_xml
 
 from test_fast_agent_guard import BOMB
 

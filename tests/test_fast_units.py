@@ -9,7 +9,7 @@ from conftest import REPO
 from mqtt_broker import free_port
 from optlease.domain.site import Site
 from optlease.enact.base import HostInfo, VmTask
-from optlease.enact.mqtt import minimal_domain_xml
+from optlease.enact.mqtt_jobs import minimal_domain_xml
 from optlease.engine.daemon_site import site_from_agents
 from optlease.formats.config import parse_config
 from optlease.formats.daemon_config import daemon_config

@@ -15,7 +15,8 @@ from optlease.enact import fast
 from optlease.enact.agent import Agent, Broker, Hypervisor
 from optlease.enact.agent.hypervisor import quiet_libvirt
 from optlease.enact.base import VmTask, vm_name
-from optlease.enact.mqtt import MqttEnactor, minimal_domain_xml
+from optlease.enact.mqtt import MqttEnactor
+from optlease.enact.mqtt_jobs import minimal_domain_xml
 from optlease.formats.config import parse_config
 from optlease.formats.daemon_config import daemon_config
 from optlease.reconcile import ABSENT, RUNNING, SUSPENDED, VmPlacement, reconcile

@@ -12,7 +12,8 @@ from conftest import REPO
 
 PACKAGE = REPO / "optlease"
 # Haizea's scheduler and its policies: they must plan alone (mapper: greedy) and read no CP-SAT state
-GREEDY = ["scheduling/leasesched.py", "scheduling/preemption.py", "scheduling/replan.py", "scheduling/records.py",
+GREEDY = ["scheduling/leasesched.py", "scheduling/queuepass.py", "scheduling/resumes.py", "scheduling/preemption.py",
+          "scheduling/replan.py", "scheduling/records.py",
           "scheduling/policies.py", "scheduling/vmsched.py", "scheduling/slottable.py", "scheduling/profile.py",
           "scheduling/mapper.py"]
 CPSAT_MODULES = ("optlease.scheduling.cpsat", "optlease.scheduling.cpsat_round", "optlease.scheduling.round_commit",

@@ -4,6 +4,8 @@ tells it the time (`now`, seconds from the run's start) and calls its hooks; a p
 line."""
 from __future__ import annotations
 
+from itertools import accumulate
+from operator import mul, sub, truediv
 from typing import Any, Callable
 
 from optlease.errors import InputError
@@ -177,24 +179,19 @@ def with_averages(rows: list[tuple[int, float]], kind: str) -> list[tuple[int, f
     over [first time, this time] of the value as a step function (each value holds until the next row), so the first
     row's average is its value. Times are seconds from the run's start; Haizea divides by that time rather than by
     the time since the first row, which is the same for counters begun at the start (every counter here)."""
-    out: list[tuple[int, float, float | None]] = []
     if kind == AccountingDataCollection.AVERAGE_NONE:
         return [(t, v, None) for t, v in rows]
-    total = 0.0
+    times = [t for t, _ in rows]
+    values = [v for _, v in rows]
+    # the running totals, added up in row order from 0.0 (the same sums, in the same order, as one loop over rows)
     if kind == AccountingDataCollection.AVERAGE_NORMAL:
-        for i, (t, v) in enumerate(rows):
-            total += v
-            out.append((t, v, total / (i + 1)))
-        return out
-    first = rows[0][0] if rows else 0
-    prev = None
-    for t, v in rows:
-        if prev is not None:
-            total += prev[1] * (t - prev[0])
-        span = t - first
-        out.append((t, v, total / span if span else float(v)))
-        prev = t, v
-    return out
+        totals = accumulate(values, initial=0.0)
+        next(totals)
+        return list(zip(times, values, map(truediv, totals, range(1, len(rows) + 1))))
+    # each value times how long it held, until the next row
+    totals = accumulate(map(mul, values, map(sub, times[1:], times)), initial=0.0)
+    first = times[0] if rows else 0
+    return [(t, v, total / (t - first) if t != first else float(v)) for t, v, total in zip(times, values, totals)]
 
 
 def _probe_error(name: str, hook: str, exc: BaseException) -> ProbeError:

@@ -6,6 +6,7 @@ import importlib
 from typing import Any, Callable
 
 from optlease.accounting.collection import AccountingDataCollection as ADC, AccountingProbe, ProbeError
+from optlease.accounting.metrics import bounded_slowdown
 from optlease.domain.lease import LeaseKind, LeaseState
 
 S = LeaseState
@@ -75,8 +76,6 @@ class BEProbe(AccountingProbe):
         self.accounting.append_to_counter("Queue size", len(lease_scheduler.queue))
 
     def at_lease_done(self, lease: Any) -> None:
-        from optlease.accounting.metrics import bounded_slowdown
-
         if lease.kind is LeaseKind.BEST_EFFORT and lease.state is S.DONE:
             self.accounting.set_lease_stat("Waiting time", lease.id, lease.first_start - lease.req.arrival)
             self.accounting.set_lease_stat("Slowdown", lease.id, bounded_slowdown(lease))
@@ -116,15 +115,22 @@ def cpu_in_use(lease_scheduler: Any, now: int, cpu: int, total: int, held_by: di
     """The share (0-1) of the site's CPU that running VMs hold at `now`; suspensions, resumptions and migrations
     count as idle, as in Haizea. `cpu`, `total`: site_cpu(site); `held_by`: the CPU each VM reservation holds, as
     found so far (kept by the caller from one instant to the next: a reservation's demand never changes)."""
-    if held_by is None:
-        held_by = {}
-    used = 0
-    # the leases whose VMs run, when the scheduler keeps them apart (optlease's does), else every lease in the system
+    use = getattr(lease_scheduler, "running_use", None)
+    if use is not None:
+        # optlease's scheduler keeps the sum of what its running VM reservations hold, as VMs start and stop
+        return use[cpu] / total if total else 0.0
+    # another scheduler: the leases whose VMs run, when it keeps them apart, else every lease in the system
     leases = getattr(lease_scheduler, "running", None)
     if leases is None:
         leases = lease_scheduler.leases
+    return cpu_held(leases.values(), now, cpu, {} if held_by is None else held_by) / total if total else 0.0
+
+
+def cpu_held(leases: Any, now: int, cpu: int, held_by: dict) -> int:
+    """The CPU the VM reservations of `leases` that run at `now` hold together (`held_by` as in cpu_in_use)."""
+    used = 0
     active = S.ACTIVE
-    for lease in leases.values():
+    for lease in leases:
         if lease.state is active:   # the cheap test first: most leases in the system wait
             vmrrs = lease.vmrrs
             if vmrrs:
@@ -135,7 +141,7 @@ def cpu_in_use(lease_scheduler: Any, now: int, cpu: int, total: int, held_by: di
                         held = vmrr.total()   # the lease's VMs summed once, not one node at a time
                         held = held_by[vmrr] = 0 if held is None else held[cpu]
                     used += held
-    return used / total if total else 0.0
+    return used
 
 
 class CPUUtilizationProbe(AccountingProbe):

@@ -10,7 +10,7 @@ import typer
 from optlease.cli.app import app
 
 if TYPE_CHECKING:
-    from optlease.checker import Violation
+    from optlease.checker_read import Violation
 
 
 def schedule_size(doc: dict) -> tuple[int, int]:

@@ -69,7 +69,7 @@ def make_enactor(cfg: Config, site: Site):
     except ImportError:
         raise InputError("[general] mode: fast needs the MQTT enactment (optlease.enact.mqtt), which this "
                          "installation does not have", cfg.path) from None
-    from optlease.enact.mqtt import minimal_domain_xml
+    from optlease.enact.mqtt_jobs import minimal_domain_xml
 
     return MqttEnactor.from_config(cfg, domain_xml=minimal_domain_xml)
 

@@ -45,7 +45,13 @@ CANCELLED = 5
 def _numbers(tokens: list[str], where: str) -> list[float]:
     if len(tokens) != len(FIELDS):
         raise InputError(f"SWF line has {len(tokens)} fields, expected {len(FIELDS)}", where)
-    values: list[float] = []
+    try:
+        values = list(map(float, tokens))
+    except ValueError:
+        values = [math.nan]
+    if all(map(math.isfinite, values)):
+        return values   # (every line of a sound file: one conversion each; the others are named field by field)
+    values = []
     for i, token in enumerate(tokens):
         try:
             value = float(token)
@@ -67,6 +73,14 @@ def _token(value: float) -> str:
     return str(int(value)) if value == int(value) else str(value)
 
 
+def _text(token: str, value: float) -> str:
+    """`_token(value)` for the field `token` gave: the token itself where it is a whole number as written (digits,
+    no leading zero, short enough for a float to hold exactly)."""
+    if token.isdigit() and len(token) < 16 and (token[0] != "0" or len(token) == 1):
+        return token
+    return _token(value)
+
+
 def parse_swf(text: str, path: str = "<swf>", *, queues: set[int] | None = None, scale: float = 1.0,
               memory: int = 1024, cpu: int = 100, preemptible: bool = True) -> Workload:
     """The jobs of an SWF text as best-effort lease requests (see the module docstring for the rules)."""
@@ -82,7 +96,8 @@ def parse_swf(text: str, path: str = "<swf>", *, queues: set[int] | None = None,
         if not stripped or stripped.startswith(";"):
             continue
         where = f"{path}:{lineno}"
-        f = _numbers(stripped.split(), where)
+        tokens = stripped.split()
+        f = _numbers(tokens, where)
         if f[SUBMIT] < 0:
             raise InputError(f"field 2 (submit time) is {_token(f[SUBMIT])}, a submit time cannot be negative",
                              where)
@@ -105,11 +120,12 @@ def parse_swf(text: str, path: str = "<swf>", *, queues: set[int] | None = None,
         run = max(1, _seconds(f[RUN], where))
         duration = _seconds(f[REQ_TIME], where) if f[REQ_TIME] > 0 else run
         real = min(run, duration)
-        extra = {"trace-id": _token(f[JOB]), "source": where, "swf-queue": _token(f[QUEUE]),
-                 "swf-user": _token(f[USER]), "swf-wait": _token(f[WAIT])}
+        extra = {"trace-id": _text(tokens[JOB], f[JOB]), "source": where, "swf-queue": _text(tokens[QUEUE], f[QUEUE]),
+                 "swf-user": _text(tokens[USER], f[USER]), "swf-wait": _text(tokens[WAIT], f[WAIT])}
+        # the VMs of a job ask alike: one dict (nothing changes a request's VMs in place)
         requests.append(LeaseRequest(
             id=len(requests) + 1, kind=LeaseKind.BEST_EFFORT, arrival=_seconds(f[SUBMIT], where), duration=duration,
-            vms=tuple({"CPU": cpu, "Memory": memory} for _ in range(nodes)), preemptible=preemptible,
+            vms=({"CPU": cpu, "Memory": memory},) * nodes, preemptible=preemptible,
             real_duration=None if real == duration else real, extra=extra))
     # Requests are served in arrival order (SWF files are sorted by submit time already); ties keep file order.
     requests.sort(key=lambda r: r.arrival)

@@ -56,15 +56,14 @@ def susprem_blocks(lease: Lease, mapping: dict[int, int], t: int, direction: int
             else:
                 per_vnode.append((cur - step, cur, vnode))
                 cur -= step
-    # Operations happening at the same time form one block.
-    for start, end in sorted({(s, e) for s, e, _ in per_vnode}):
-        nodes: dict[int, list[int]] = {}
-        for s, e, vnode in per_vnode:
-            if (s, e) == (start, end):
-                nodes.setdefault(mapping[vnode], []).append(vnode)
-        blocks.append([start, end, nodes])
+    # Operations happening at the same time form one block (its nodes and their VMs in the order above).
+    by_time: dict[tuple[int, int], dict[int, list[int]]] = {}
+    for s, e, vnode in per_vnode:
+        by_time.setdefault((s, e), {}).setdefault(mapping[vnode], []).append(vnode)
+    for start, end in sorted(by_time):
+        blocks.append([start, end, by_time[start, end]])
     for block in blocks:
-        extra = overhead * sum(len(v) for v in block[2].values())
+        extra = overhead * sum(map(len, block[2].values()))
         if direction == FORWARD:
             block[1] += extra
         else:

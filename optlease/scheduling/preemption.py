@@ -14,7 +14,7 @@ S = LeaseState
 
 class Preemption:
     """The preemption half of LeaseScheduler (a mixin: it needs the scheduler's table, VM scheduler, image
-    transfers, options, log, `running`, `enqueue` and `_hold`)."""
+    transfers, options, log, `stops`, `enqueue` and `_hold`)."""
 
     def preempt(self, lease: Lease, t: int, now: int) -> None:
         self.log.info("LSCHED", "Preempting lease #%i..." % lease.id)
@@ -88,7 +88,7 @@ class Preemption:
             if rr.state == "active":
                 self._hold(rr, rr.start, now, outcome="requeued" if rr.kind == VM else "cancelled")
                 if rr.kind == VM:
-                    self.running.pop(rr.lease.id, None)
+                    self.stops(rr.lease.id)
             if rr.state != "done":
                 self.table.remove(rr)
                 rr.state = "cancelled"
