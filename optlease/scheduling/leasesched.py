@@ -74,7 +74,7 @@ class LeaseScheduler(Preemption, Replanning):
         self.pending.append(lease)
 
     def _fits_site(self, lease: Lease) -> bool:
-        key = tuple(map(lease.demands.__getitem__, sorted(lease.demands)))
+        key = lease.demands_key()
         if key not in self._fits_empty:
             mapping, _, _ = self._empty.map(lease, 0, 1, strictend=True)
             self._fits_empty[key] = mapping is not None

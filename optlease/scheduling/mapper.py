@@ -12,7 +12,7 @@ from bisect import bisect_right
 
 from optlease.scheduling.hostscores import BusyScores, Ranks
 from optlease.scheduling.policies import GreedyHosts, Policies
-from optlease.scheduling.records import Lease
+from optlease.scheduling.records import AlikeVMs, Lease, Placement
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
 
 
@@ -28,7 +28,8 @@ class GreedyMapper:
         """(mapping vnode->pnode, the end it holds until, leases to preempt), or (None, None, None)."""
         table = self.table
         demands = lease.demands
-        vnodes = sorted(demands)
+        # (VMs alike: vnodes 1..n as a range, not a list)
+        vnodes = demands.keys() if type(demands) is AlikeVMs else sorted(demands)
         smallest = None if allow_preemption else vms_of(lease)[0]
         if onlynodes is None and self.policies.empty_nodes_alike:
             pnodes = Cached(self._host_runs(lease, start, smallest))
@@ -118,7 +119,7 @@ class GreedyMapper:
         table = self.table
         cap = table.one_cap
         ranks = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
-        node_ids, rank = table.site.node_ids, table.rank
+        node_ids, rank = table.by_rank, table.rank
         keys = sorted(keyed)
 
         def in_order(key: float):
@@ -176,7 +177,9 @@ class GreedyMapper:
 
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):
         table = self.table
-        mapping: dict[int, int] = {}
+        # the pnode of each vnode placed so far, in vnode order (`placed[pos]` is vnodes[pos]'s): a list grows by
+        # runs of nodes in one step, and becomes the mapping at the end (`_mapping`)
+        placed: list[int] = []
         maxend = end
         pos = 0
         cur = vnodes[0]
@@ -205,13 +208,13 @@ class GreedyMapper:
                 left = len(vnodes) - pos
                 took = item[:-(-left // per)]
                 if per == 1:
-                    mapping.update(zip(vnodes[pos:pos + len(took)], took))
+                    placed.extend(took)
                 else:
-                    mapping.update(zip(vnodes[pos:], itertools.chain.from_iterable(
-                        itertools.repeat(n, per) for n in took)))
+                    placed.extend(itertools.islice(itertools.chain.from_iterable(
+                        itertools.repeat(n, per) for n in took), left))
                 pos += min(left, per * len(took))
                 if pos == len(vnodes):
-                    return mapping, maxend
+                    return _mapping(vnodes, placed), maxend
                 cur = vnodes[pos]
                 continue
             if shape is not None:
@@ -230,12 +233,12 @@ class GreedyMapper:
                         continue
                     left = len(vnodes) - pos
                     if k >= left:
-                        mapping.update(zip(vnodes[pos:], itertools.repeat(pnode, left)))
-                        return mapping, ends[left - 1]
+                        placed.extend(itertools.repeat(pnode, left))
+                        return _mapping(vnodes, placed), ends[left - 1]
                     if k == 1:
-                        mapping[vnodes[pos]] = pnode
+                        placed.append(pnode)
                     else:
-                        mapping.update(zip(vnodes[pos:pos + k], itertools.repeat(pnode, k)))
+                        placed.extend(itertools.repeat(pnode, k))
                     pos += k
                 continue
             for pnode in run:
@@ -248,10 +251,10 @@ class GreedyMapper:
                     if fit is None:
                         fit = answers[key] = prof.fits_between(start, maxend, need, cap)
                     if fit:
-                        mapping[cur] = pnode
+                        placed.append(pnode)
                         pos += 1
                         if pos == len(vnodes):
-                            return mapping, maxend
+                            return _mapping(vnodes, placed), maxend
                         cur = vnodes[pos]
                         need = vadd(need, demands[cur])
                         continue
@@ -303,6 +306,13 @@ class GreedyMapper:
         return dict(mapping), maxend
 
 
+def _mapping(vnodes, placed: list[int]):
+    """The mapping vnode -> pnode of vnodes (in order) placed on `placed`: a Placement where they are 1..n."""
+    if vnodes[0] == 1 and vnodes[-1] == len(vnodes):    # (distinct and sorted: exactly 1..n)
+        return Placement(tuple(placed))
+    return dict(zip(vnodes, placed))
+
+
 def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | None]:
     """A lease's smallest demand, and the one demand its VMs all ask (None: they do not ask alike): kept in its
     cache (a lease's demands never change). `demands`: the lease's own, or others to ask about (not kept)."""
@@ -315,6 +325,11 @@ def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | No
         demands = lease.demands
     else:
         cache = None
+    if type(demands) is AlikeVMs:
+        found = (demands.shape, demands.shape)
+        if cache is not None:
+            cache["vms"] = found
+        return found
     smallest = min(demands.values())
     first = demands[min(demands)]
     found = (smallest, first if all(map(first.__eq__, demands.values())) else None)

@@ -15,7 +15,7 @@ TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its re
 
 class NodeClasses:
     """The slot table's nodes by profile and by idleness (SlotTable sets the state: `profiles`, `empty`, `holders`,
-    `idle`, `busy`, `down`, `caps`, `rank`, `site`)."""
+    `idle`, `busy`, `down`, `caps`, `rank`, `by_rank`, `site`)."""
 
 
     def _groups(self, keys: dict) -> Iterable[list]:
@@ -184,6 +184,6 @@ class NodeClasses:
 
     def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
         """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
-        node_ids = self.site.node_ids
+        node_ids = self.by_rank
         ranks = [r for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
         return map(node_ids.__getitem__, iter(ranks[0]) if len(ranks) == 1 else heapq.merge(*ranks))

@@ -82,6 +82,9 @@ class SlotTable(NodeClasses):
         self.zero: Vec = tuple(0 for _ in self.types)
         self.caps: dict[int, Vec] = {n: self.vector(site.capacity(n)) for n in site.node_ids}
         self.nodes: list[int] = list(site.node_ids)
+        # the node of each rank, as one object each: the mappings of a wide lease's reservations point to these
+        # rather than each hold a copy of its nodes' ids
+        self.by_rank: list[int] = list(self.nodes)
         # Nodes with the same usage over time share one Profile (copy on write, SlotTable._change): a lease's VMs
         # booked on nodes alike change one profile, not one per node, and questions about them are answered once.
         # Every node with nothing booked has `empty`.
