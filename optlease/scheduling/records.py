@@ -90,10 +90,10 @@ class AlikeVMs(Mapping):
         return iter(range(1, self.n + 1))
 
     def __contains__(self, vnode) -> bool:
-        return type(vnode) is int and 1 <= vnode <= self.n
+        return vnode in range(1, self.n + 1)    # (as a dict's: a key equal to one of 1..n is in it)
 
     def __getitem__(self, vnode: int) -> tuple:
-        if type(vnode) is int and 1 <= vnode <= self.n:
+        if type(vnode) is int and 1 <= vnode <= self.n or vnode in range(1, self.n + 1):
             return self.shape
         raise KeyError(vnode)
 
@@ -134,11 +134,14 @@ class Placement(Mapping):
         return iter(range(1, len(self.pnodes) + 1))
 
     def __contains__(self, vnode) -> bool:
-        return type(vnode) is int and 1 <= vnode <= len(self.pnodes)
+        return vnode in range(1, len(self.pnodes) + 1)    # (as a dict's: a key equal to one of 1..n is in it)
 
     def __getitem__(self, vnode: int) -> int:
         if type(vnode) is int and 1 <= vnode <= len(self.pnodes):
             return self.pnodes[vnode - 1]
+        vnodes = range(1, len(self.pnodes) + 1)
+        if vnode in vnodes:
+            return self.pnodes[vnodes.index(vnode)]
         raise KeyError(vnode)
 
     def keys(self) -> range:

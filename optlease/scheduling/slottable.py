@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
-from itertools import count
+from itertools import count, repeat
 from operator import attrgetter, le as _le, sub as _sub
 from typing import Iterable
 
@@ -247,8 +247,8 @@ class SlotTable(NodeClasses):
             by_node = self.by_node
             if self.touched is not None and start >= end:
                 self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
-            for held in map(by_node.__getitem__, demand):
-                held.add(rr)
+            # (each node's set, in one pass in C: set.add gives None, so `any` walks them all)
+            any(map(set.add, map(by_node.__getitem__, demand), repeat(rr)))
         # (a reservation of no length changes no profile, and every change of usage files its nodes: they stay
         # filed as they are)
         if start < end:
@@ -311,8 +311,7 @@ class SlotTable(NodeClasses):
         unfiled = start >= end and rr.kind == SHUTDOWN     # (never in `by_node`: `add`)
         if not unfiled:
             by_node = self.by_node
-            for held in map(by_node.__getitem__, demand):
-                held.discard(rr)
+            any(map(set.discard, map(by_node.__getitem__, demand), repeat(rr)))    # (as in `add`)
         all_pruned = False
         if now is not None and self._pruned is rr and end == now:
             # cut short and pruned at `now` in one change, just before (`cut`): nothing of it is left to prune
