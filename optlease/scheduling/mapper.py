@@ -220,26 +220,48 @@ class GreedyMapper:
             if shape is not None:
                 # VMs that ask alike, on nodes whose usage is their profile's: what a node takes (and the end the
                 # mapping holds until after each VM) depends on its profile, capacity and the end so far alone,
-                # so nodes alike are walked once (`_on_node`)
-                for pnode in run:
-                    prof, cap = profiles[pnode], caps[pnode]
-                    key = (prof, maxend, cap)
-                    took = taken.get(key)
-                    if took is None:
-                        took = taken[key] = self._on_node(prof, cap, shape, start, maxend, strictend, len(vnodes))
-                    ends, maxend = took
-                    k = len(ends)
-                    if not k:
-                        continue
-                    left = len(vnodes) - pos
-                    if k >= left:
-                        placed.extend(itertools.repeat(pnode, left))
-                        return _mapping(vnodes, placed), ends[left - 1]
-                    if k == 1:
-                        placed.append(pnode)
-                    else:
-                        placed.extend(itertools.repeat(pnode, k))
-                    pos += k
+                # so nodes alike are walked once (`_on_node`), and a stretch of nodes that share a profile (and a
+                # capacity) where the end stays put takes its VMs in one step
+                one_cap = table.one_cap if not table.down else None
+                stretches = itertools.groupby(run, profiles.__getitem__) if one_cap is not None else \
+                    ((profiles[pnode], (pnode,)) for pnode in run)
+                for prof, stretch in stretches:
+                    nodes = stretch if type(stretch) is tuple else list(stretch)
+                    cap = one_cap if one_cap is not None else caps[nodes[0]]
+                    i = 0
+                    while i < len(nodes):
+                        key = (prof, maxend, cap)
+                        took = taken.get(key)
+                        if took is None:
+                            took = taken[key] = self._on_node(prof, cap, shape, start, maxend, strictend,
+                                                              len(vnodes))
+                        ends, newend = took
+                        k = len(ends)
+                        # the rest of the stretch does as this node when the end stays put (same profile, capacity
+                        # and end: the same answer); else this node alone, and the next is asked at the new end
+                        alike = len(nodes) - i if newend == maxend else 1
+                        maxend = newend
+                        if not k:
+                            i += alike
+                            continue
+                        left = len(vnodes) - pos
+                        full = (left - 1) // k      # nodes that take k VMs before the one that takes the last
+                        if full < alike:
+                            if k == 1:
+                                placed.extend(nodes[i:i + full])
+                            else:
+                                placed.extend(itertools.chain.from_iterable(
+                                    itertools.repeat(n, k) for n in nodes[i:i + full]))
+                            last = left - full * k
+                            placed.extend(itertools.repeat(nodes[i + full], last))
+                            return _mapping(vnodes, placed), ends[last - 1]
+                        if k == 1:
+                            placed.extend(nodes[i:i + alike])
+                        else:
+                            placed.extend(itertools.chain.from_iterable(
+                                itertools.repeat(n, k) for n in nodes[i:i + alike]))
+                        pos += k * alike
+                        i += alike
                 continue
             for pnode in run:
                 prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
