@@ -29,21 +29,8 @@ class NodeClasses:
             # most often one group: a lease's VMs ask alike, on nodes that share a profile (idle ones, or the
             # nodes of one earlier lease)
             nodes = list(keys)
-            profs = set(map(profiles.__getitem__, nodes))
             if len(set(keys.values())) == 1:
-                key = keys[nodes[0]]
-                if len(profs) == 1:
-                    return ([profs.pop(), key, nodes],)
-                # one change on nodes of several profiles: grouped by profile alone, a stretch of nodes that share
-                # one at a time (nodes booked together lie together)
-                by_prof: dict[Profile, list] = {}
-                for prof, stretch in groupby(nodes, profiles.__getitem__):
-                    group = by_prof.get(prof)
-                    if group is None:
-                        by_prof[prof] = [prof, key, list(stretch)]
-                    else:
-                        group[2].extend(stretch)
-                return by_prof.values()
+                return self._by_profile(nodes, keys[nodes[0]])
         groups: dict[tuple, list] = {}
         for node, key in keys.items():
             prof = profiles[node]
@@ -53,6 +40,23 @@ class NodeClasses:
             else:
                 group[2].append(node)
         return groups.values()
+
+    def _by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
+        """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone."""
+        profiles = self.profiles
+        profs = set(map(profiles.__getitem__, nodes))
+        if len(profs) == 1:
+            return ([profs.pop(), key, nodes],)
+        # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
+        # together lie together)
+        by_prof: dict[Profile, list] = {}
+        for prof, stretch in groupby(nodes, profiles.__getitem__):
+            group = by_prof.get(prof)
+            if group is None:
+                by_prof[prof] = [prof, key, list(stretch)]
+            else:
+                group[2].extend(stretch)
+        return by_prof.values()
 
     def _change(self, prof: Profile, nodes: list[int], change, *args) -> Profile:
         """Apply `change(profile, *args)` to the usage of nodes that share `prof`. A profile other nodes share too

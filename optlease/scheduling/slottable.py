@@ -324,7 +324,7 @@ class SlotTable(NodeClasses):
                 prof = profiles[node]
                 groups = ((prof, None, (node,)),)
             else:
-                groups = self._groups(dict.fromkeys(demand))
+                groups = self._by_profile(list(demand))
             stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
             if stale:
                 self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
@@ -558,5 +558,5 @@ class SlotTable(NodeClasses):
     def prune(self, before: int) -> None:
         busy = list(self.busy)
         self._refile([(self._change(prof, nodes, Profile.prune, before), nodes)
-                      for prof, _, nodes in self._groups(dict.fromkeys(busy))])
+                      for prof, _, nodes in self._by_profile(busy)])
         self.total.prune(before)
