@@ -88,6 +88,7 @@ class NodeClasses:
             held.difference_update(nodes)
             if not held:
                 del holders[prof]
+                self.alike.pop(prof, None)    # (no longer asked about)
         if new is not empty:
             held = holders.get(new)
             if held is None:

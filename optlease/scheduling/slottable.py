@@ -93,9 +93,9 @@ class SlotTable(NodeClasses):
         self.empty.owners = len(self.nodes)
         # the nodes that hold each profile other than `empty`: questions about busy nodes are asked per profile
         self.holders: dict[Profile, set[int]] = {}
-        # whether the nodes that hold a profile hold the same reservations (GreedyHosts.score_groups), as long as no
-        # reservation is added or forgotten: until then a profile's holders only lose nodes (changes copy a
-        # profile or change it for all its holders), and a group of alike nodes stays alike
+        # whether the nodes that hold a profile hold the same reservations (GreedyHosts.score_groups), until a
+        # reservation on one of them is added or forgotten (`_unalike`): otherwise a profile's holders only lose
+        # nodes (changes copy a profile or change it for all its holders), and a group of alike nodes stays alike
         self.alike: dict[Profile, bool] = {}
         caps = set(self.caps.values())
         # the capacity of every node when all nodes are alike (None: they are not)
@@ -236,11 +236,11 @@ class SlotTable(NodeClasses):
     def add(self, rr) -> None:
         if self.changed is not None:
             self.changed.add(rr.lease)
-        if self.alike:
-            self.alike.clear()
         self._pruned = None
         start, end = rr.start, rr.end
         demand = rr.demand
+        if self.alike and (start < end or rr.kind != SHUTDOWN):
+            self._unalike(demand)
         self._edit(end, demand)
         self.reservations.add(rr)
         if start < end or rr.kind != SHUTDOWN:
@@ -303,13 +303,13 @@ class SlotTable(NodeClasses):
             self.gave_back += 1
         if self.changed is not None:
             self.changed.add(rr.lease)
-        if self.alike:
-            self.alike.clear()
         self._edit(end, demand)
         self.reservations.discard(rr)
         self.backfills.discard(rr)
         unfiled = start >= end and rr.kind == SHUTDOWN     # (never in `by_node`: `add`)
         if not unfiled:
+            if self.alike:
+                self._unalike(demand)
             by_node = self.by_node
             any(map(set.discard, map(by_node.__getitem__, demand), repeat(rr)))    # (as in `add`)
         all_pruned = False
@@ -344,6 +344,13 @@ class SlotTable(NodeClasses):
             bucket.discard(rr)
             if not bucket:
                 del self.ending[end]
+
+    def _unalike(self, nodes) -> None:
+        """Forget whether the holders of the given nodes' profiles hold the same reservations (their reservations
+        are about to change); every other profile's holders keep theirs, so its answer stands."""
+        alike, profiles = self.alike, self.profiles
+        for prof in set(map(profiles.__getitem__, nodes)):
+            alike.pop(prof, None)
 
     def _touch(self, nodes) -> None:
         """Note nodes whose reservations or profile change (`touched` is kept)."""
