@@ -193,6 +193,8 @@ class GreedyMapper:
         profiles = table.profiles
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
         shape = None if preempting else vms_of(lease, demands)[1]
+        # every VM's demand where they are one vector and a count (no look-up per VM)
+        one = demands.shape if type(demands) is AlikeVMs else None
         caps = table.caps
         for item in pnodes:
             kind = type(item)
@@ -266,7 +268,7 @@ class GreedyMapper:
             for pnode in run:
                 prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
                 cap = table.caps[pnode]
-                need = demands[cur]
+                need = one if one is not None else demands[cur]
                 while True:
                     key = (prof, need, maxend, cap)
                     fit = answers.get(key)
@@ -278,7 +280,7 @@ class GreedyMapper:
                         if pos == len(vnodes):
                             return _mapping(vnodes, placed), maxend
                         cur = vnodes[pos]
-                        need = vadd(need, demands[cur])
+                        need = vadd(need, one if one is not None else demands[cur])
                         continue
                     if strictend:
                         break
@@ -311,8 +313,10 @@ class GreedyMapper:
         """Check a given placement (a lease resuming where its memory image is): (mapping, end) or (None, None)."""
         table = self.table
         per_node: dict[int, tuple] = {}
+        demands = lease.demands
+        one = demands.shape if type(demands) is AlikeVMs else None
         for vnode, pnode in mapping.items():
-            d = lease.demands[vnode]
+            d = one if one is not None else demands[vnode]
             per_node[pnode] = vadd(per_node[pnode], d) if pnode in per_node else d
         maxend = end
         for pnode, need in per_node.items():
