@@ -5,6 +5,7 @@ and scripts/bench_scale.py --hashes)."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 
@@ -39,6 +40,8 @@ def test_a_compact_mapping_reads_as_its_dict(compact, plain):
         compact[len(plain) + 1]
     assert compact != {**plain, len(plain) + 1: plain[1]}
     assert json.dumps(dict(compact)) == json.dumps(plain)
+    # (a daemon's checkpoint and an experiment's results are pickled)
+    assert pickle.loads(pickle.dumps(compact, protocol=pickle.HIGHEST_PROTOCOL)) == plain
 
 
 def test_a_placement_is_built_only_for_vnodes_one_to_n_and_never_shares_the_callers_dict():
