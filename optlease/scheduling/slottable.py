@@ -226,11 +226,11 @@ class SlotTable(NodeClasses, SlotQueries):
         self._pruned = None
         start, end = rr.start, rr.end
         demand = rr.demand
-        if self.alike and (start < end or rr.kind != SHUTDOWN):
-            self._unalike(demand)
         self._edit(end, demand)
         self.reservations.add(rr)
         if start < end or rr.kind != SHUTDOWN:
+            if self.alike and start >= end:
+                self._unalike(demand)     # (with usage: forgotten per group, below)
             by_node = self.by_node
             if self.touched is not None and start >= end:
                 self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
@@ -241,8 +241,12 @@ class SlotTable(NodeClasses, SlotQueries):
         if start < end:
             # (adding usage empties a profile only where a reservation was taken out after its past was pruned:
             # what was left of it, below zero, is made up again)
+            groups = self._groups(demand)
+            if self.alike:      # (`_unalike`, from the groups: their nodes' reservations change)
+                for prof, _, _ in groups:
+                    self.alike.pop(prof, None)
             self._refile([(self._change(prof, nodes, Profile.add, start, end, d), nodes)
-                          for prof, d, nodes in self._groups(demand)])
+                          for prof, d, nodes in groups])
             if demand:
                 self.total.add(start, end, rr.total())
         if rr.backfill:
@@ -294,9 +298,9 @@ class SlotTable(NodeClasses, SlotQueries):
         self.reservations.discard(rr)
         self.backfills.discard(rr)
         unfiled = start >= end and rr.kind == SHUTDOWN     # (never in `by_node`: `add`)
+        # its nodes' reservations change: `_unalike`, from the groups by profile where they are made below
+        unalike = not unfiled and bool(self.alike)
         if not unfiled:
-            if self.alike:
-                self._unalike(demand)
             by_node = self.by_node
             any(map(set.discard, map(by_node.__getitem__, demand), repeat(rr)))    # (as in `add`)
         all_pruned = False
@@ -312,10 +316,16 @@ class SlotTable(NodeClasses, SlotQueries):
                 groups = ((prof, None, (node,)),)
             else:
                 groups = self._by_profile(list(demand))
+            if unalike:
+                for prof, _, _ in groups:
+                    self.alike.pop(prof, None)
+                unalike = False
             stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
             if stale:
                 self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
             all_pruned = len(stale) == len(groups)
+        if unalike:
+            self._unalike(demand)
         if not all_pruned and not unfiled and self.touched is not None:
             self._touch(demand)     # (a pruned node is noted by `_change`)
         self.ends.discard(end)
