@@ -14,6 +14,9 @@ their requested time, on a site of 9,216 nodes (`--generated-sites` for others, 
 with aggressive backfilling. Its defaults (366 days at load 1.15: about 41,000 leases) are the scale target;
 `--horizon-days` shortens it. Each run also says how many VMs its leases have (`vms`): Lublin's widths grow with
 the site, and every VM placed is work.
+
+`--hashes` adds to each run the sha256 of its schedule file (the bytes `optlease simulate --schedule-out` writes,
+computed after the run's times are taken): two versions of optlease decide alike where the hashes agree.
 """
 from __future__ import annotations
 
@@ -36,7 +39,17 @@ GENERATED = ("--ar-share", "0.1", "--immediate-share", "0.05", "--overestimate",
              "--seed", "1")
 
 
-def one(trace: str, backfilling: str, nodes: int, setup_only: bool = False) -> dict:
+def schedule_sha256(result, cfg) -> str:
+    """The sha256 of the run's schedule file (the bytes write_schedule puts there)."""
+    import hashlib
+
+    from optlease.formats.schedule_json import schedule_document
+
+    text = json.dumps(schedule_document(result.site, result.leases, cfg.get("simulation", "starttime")), indent=1)
+    return hashlib.sha256((text + "\n").encode()).hexdigest()
+
+
+def one(trace: str, backfilling: str, nodes: int, setup_only: bool = False, hashes: bool = False) -> dict:
     """One simulation in this process: its figures. `setup_only`: everything but the simulation (what a count of
     the process's instructions subtracts to give the simulation's own)."""
     from optlease.accounting.metrics import run_summary
@@ -52,14 +65,17 @@ def one(trace: str, backfilling: str, nodes: int, setup_only: bool = False) -> d
     wall, cpu = time.perf_counter() - began, time.process_time() - cpu
     be = run_summary(result.site, result.leases, result.end_time)["best_effort"]
     # ru_maxrss is in kilobytes on Linux
-    return {"trace": trace, "backfilling": backfilling, "nodes": nodes, "leases": len(result.leases),
-            "be_completed": be["completed"], "wait_avg_s": round(be["wait_avg"], 1),
-            "events": result.rounds, "wall_time_s": round(wall, 3), "cpu_time_s": round(cpu, 3),
-            "events_per_s": round(result.rounds / wall, 1), "us_per_event": round(1e6 * wall / result.rounds, 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    out = {"trace": trace, "backfilling": backfilling, "nodes": nodes, "leases": len(result.leases),
+           "be_completed": be["completed"], "wait_avg_s": round(be["wait_avg"], 1),
+           "events": result.rounds, "wall_time_s": round(wall, 3), "cpu_time_s": round(cpu, 3),
+           "events_per_s": round(result.rounds / wall, 1), "us_per_event": round(1e6 * wall / result.rounds, 1),
+           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if hashes:
+        out["schedule_sha256"] = schedule_sha256(result, cfg)
+    return out
 
 
-def one_generated(conf: str, backfilling: str) -> dict:
+def one_generated(conf: str, backfilling: str, hashes: bool = False) -> dict:
     """One simulation of a generated workload's configuration in this process: its figures."""
     from optlease.accounting.metrics import run_summary
     from optlease.engine.run import simulate
@@ -70,7 +86,7 @@ def one_generated(conf: str, backfilling: str) -> dict:
     result = simulate(cfg)
     wall, cpu = time.perf_counter() - began, time.process_time() - cpu
     summary = run_summary(result.site, result.leases, result.end_time)
-    return {"backfilling": backfilling, "nodes": len(result.site.node_ids), "leases": len(result.leases),
+    out = {"backfilling": backfilling, "nodes": len(result.site.node_ids), "leases": len(result.leases),
             "vms": sum(lease.numnodes for lease in result.leases),
             "ar_accepted": summary["ar"]["accepted"], "ar_rejected": summary["ar"]["rejected"],
             "immediate_accepted": summary["immediate"]["accepted"],
@@ -81,15 +97,19 @@ def one_generated(conf: str, backfilling: str) -> dict:
             "events_per_s": round(result.rounds / wall, 1), "us_per_event": round(1e6 * wall / result.rounds, 1),
             "us_per_vm": round(1e6 * wall / max(1, sum(lease.numnodes for lease in result.leases)), 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if hashes:
+        out["schedule_sha256"] = schedule_sha256(result, cfg)
+    return out
 
 
-def run(trace: str, backfilling: str, nodes: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--one", trace, backfilling, str(nodes)],
+def run(trace: str, backfilling: str, nodes: int, hashes: bool = False) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", trace, backfilling, str(nodes),
+                          *(["--hashes"] if hashes else [])],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout)
 
 
-def generated(sites: list[int], load: float, days: int) -> list[dict]:
+def generated(sites: list[int], load: float, days: int, hashes: bool = False) -> list[dict]:
     """The generated workload on each site size, with FCFS and aggressive backfilling, each run a fresh process."""
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,7 +120,8 @@ def generated(sites: list[int], load: float, days: int) -> list[dict]:
                             "--horizon", f"{days}:00:00:00", *GENERATED], capture_output=True, text=True,
                            check=True, cwd=ROOT)
             for mode in MODES:
-                out = subprocess.run([sys.executable, __file__, "--one-generated", str(conf), mode],
+                out = subprocess.run([sys.executable, __file__, "--one-generated", str(conf), mode,
+                                      *(["--hashes"] if hashes else [])],
                                      capture_output=True, text=True, check=True, cwd=ROOT)
                 runs.append({"workload": f"generated {days} days at load {load}", **json.loads(out.stdout)})
     for r in runs:
@@ -122,22 +143,23 @@ def main() -> None:
     parser.add_argument("--one-generated", nargs=2, metavar=("CONF", "BACKFILLING"), help=argparse.SUPPRESS)
     parser.add_argument("--setup-only", action="store_true",
                         help="with --one: everything but the simulation (to subtract from an instruction count)")
+    parser.add_argument("--hashes", action="store_true", help="add each run's schedule file sha256")
     args = parser.parse_args()
     if args.one:
         trace, backfilling, nodes = args.one
-        print(json.dumps(one(trace, backfilling, int(nodes), args.setup_only)))
+        print(json.dumps(one(trace, backfilling, int(nodes), args.setup_only, args.hashes)))
         return
     if args.one_generated:
-        print(json.dumps(one_generated(*args.one_generated)))
+        print(json.dumps(one_generated(*args.one_generated, args.hashes)))
         return
     if args.generated:
         sites = sorted(int(n) for n in args.generated_sites.split(","))
-        json.dump({"runs": generated(sites, args.load, args.horizon_days)}, sys.stdout, indent=1)
+        json.dump({"runs": generated(sites, args.load, args.horizon_days, args.hashes)}, sys.stdout, indent=1)
         print()
         return
     plan = [("1000requests.swf", "off", n) for n in SITES[:2]] if args.quick else \
         [(t, m, n) for t in TRACES for m in MODES for n in SITES]
-    runs = [run(*spec) for spec in plan]
+    runs = [run(*spec, hashes=args.hashes) for spec in plan]
     for r in runs:
         base = next(b for b in runs if b["trace"] == r["trace"] and b["backfilling"] == r["backfilling"]
                     and b["nodes"] == SITES[0])

@@ -26,6 +26,15 @@ def test_bench_simulate_hashes_the_schedule_it_writes():
     assert run["schedule_sha256"] == "35ebd4131a74952e08bd31ba960a628c323de0cb76e800da4120299187884832"
 
 
+def test_bench_scale_hashes_the_schedule_of_a_run():
+    """`bench_scale.py --hashes` adds the run's schedule sha256: the digest tests/test_schedule_hashes.py keeps for
+    1000requests.swf with FCFS on 144 nodes."""
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_scale.py"), "--one", "1000requests.swf",
+                          "off", "144", "--hashes"], capture_output=True, text=True, check=True, timeout=300)
+    run = json.loads(out.stdout)
+    assert run["schedule_sha256"] == "a6fd6b496bf6f467507e426d719e28eee6c8d8126d78369cc9c916f60c06df4b"
+
+
 def test_bench_restart_prints_its_replay_figures():
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_restart.py"), "--entries", "200"],
                          capture_output=True, text=True, check=True, timeout=300)

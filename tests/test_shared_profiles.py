@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optlease.domain.site import Site
+from optlease.scheduling.policies import GreedyHosts
 from optlease.scheduling.preparation import PreparedTable
 from optlease.scheduling.records import RR
 from optlease.scheduling.slottable import Profile, SlotTable, fits
@@ -93,6 +94,15 @@ def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
             if prof is not table.empty:
                 held.setdefault(prof, set()).add(n)
         assert table.holders == held
+        # whether a profile's holders hold the same reservations, as the greedy policy keeps it between changes
+        # (SlotTable.alike, forgotten only for the profiles of the nodes a change reaches): asked after every step,
+        # a kept "alike" is never wrong (its nodes are then scored once); a kept "not alike" may be, where nodes with
+        # other reservations have since left the profile, and costs only a score per node
+        asker = SimpleNamespace(req=SimpleNamespace(duration=10))
+        GreedyHosts().score_groups(list(table.holders.items()), now, asker, table)
+        for prof, same in table.alike.items():
+            if same:
+                assert len({frozenset(table.by_node[n]) for n in table.holders[prof]}) == 1, prof
 
 
 def free_node_by_node(table: SlotTable, nodes, t: int) -> tuple:

@@ -112,3 +112,16 @@ class LeaseRequest:
 
     def memory_of(self, vnode: int) -> int:
         return self.vms[vnode - 1].get("Memory", 0)
+
+    def alike(self) -> dict[str, int] | None:
+        """The one demand every VM asks, None when they differ (or there are none): one comparison per VM, made in
+        C (the readers give VMs alike as one dict, so most are the same object)."""
+        return alike_vm(self.vms)
+
+
+def alike_vm(vms) -> dict[str, int] | None:
+    """The one demand every VM of `vms` asks, None when they differ (or there are none)."""
+    if not vms:
+        return None
+    first = vms[0]
+    return first if vms.count(first) == len(vms) else None

@@ -303,7 +303,7 @@ class Store:
                         lease.end, lease.reason))
             db.execute("DELETE FROM reservations WHERE lease_id=?", (lease.id,))
             db.executemany("INSERT INTO reservations VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(lease.id, n, rr.kind, rr.start, rr.end, rr.state, json.dumps(rr.mapping))
+                           [(lease.id, n, rr.kind, rr.start, rr.end, rr.state, json.dumps(dict(rr.mapping.items())))
                             for n, rr in enumerate(reservations_of(lease))])
 
     def _tx(self):

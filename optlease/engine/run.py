@@ -135,7 +135,8 @@ def site_of(cfg: Config, workload: Workload) -> Site:
 def check_demands(site: Site, requests: list[LeaseRequest]) -> None:
     known = set(site.resource_types)
     for req in requests:
-        for vm in req.vms:
+        one = req.alike()
+        for vm in req.vms if one is None else (one,):     # (VMs alike: asked once)
             if known.issuperset(vm):    # (what nearly every VM asks: no list built)
                 continue
             unknown = [r for r in vm if r not in site.resource_types]

@@ -18,7 +18,7 @@ from optlease.engine.loop import Stepper
 from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import Lease
+from optlease.scheduling.records import AlikeVMs, Lease
 
 @dataclass
 class SimulationResult:
@@ -82,8 +82,8 @@ class Simulator:
         if not vms:
             return {}
         first = vms[0]
-        if vms.count(first) == len(vms):
-            return dict.fromkeys(range(1, len(vms) + 1), vector(first))
+        if vms.count(first) == len(vms):     # (one vector and a count: no entry per VM)
+            return AlikeVMs(len(vms), vector(first))
         return {v: vector(d) for v, d in enumerate(vms, start=1)}
 
     def _done(self, next_arrival: int) -> bool:

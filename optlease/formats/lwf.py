@@ -102,14 +102,20 @@ class _Reader:
 
     def nodes(self, elem: etree._Element) -> list[dict[str, int]]:
         """A <nodes> element as one capacity dict per node."""
+        return [dict(capacity) for count, capacity in self.node_sets(elem) for _ in range(count)]
+
+    def node_sets(self, elem: etree._Element) -> list[tuple[int, dict[str, int]]]:
+        """A <nodes> element as (how many nodes, their capacity) per <node-set>."""
         sets = [c for c in elem if c.tag == "node-set"]
         if not sets:
             raise self.error(elem, "<nodes> has no <node-set>")
-        out: list[dict[str, int]] = []
+        out: list[tuple[int, dict[str, int]]] = []
+        total = 0
         for node_set in sets:
             count = self.positive_int(node_set, "numnodes", high=None)    # check_vm_count says how many
-            if check_vm_count(len(out) + count):
-                raise self.error(node_set, check_vm_count(len(out) + count))
+            total += count
+            if check_vm_count(total):
+                raise self.error(node_set, check_vm_count(total))
             capacity: dict[str, int] = {}
             for res in node_set:
                 if res.tag != "res":
@@ -120,7 +126,7 @@ class _Reader:
                 capacity[rtype] = self.positive_int(res, "amount")
             if not capacity:
                 raise self.error(node_set, "<node-set> has no <res>")
-            out.extend(dict(capacity) for _ in range(count))
+            out.append((count, capacity))
         return out
 
     def site(self, elem: etree._Element) -> Site:
@@ -142,8 +148,12 @@ class _Reader:
             raise self.error(elem, "<lease> has no <nodes>")
         # VMs alike share one demand (a wide lease holds thousands of VMs, each a dict otherwise; nothing changes
         # a request's demands in place)
+        # (one per <node-set>, repeated: no work per VM)
         alike: dict[tuple, dict[str, int]] = {}
-        vms = tuple(alike.setdefault(tuple(vm.items()), vm) for vm in self.nodes(nodes_el))
+        vms: list[dict[str, int]] = []
+        for count, capacity in self.node_sets(nodes_el):
+            vms.extend([alike.setdefault(tuple(capacity.items()), capacity)] * count)
+        vms = tuple(vms)
         dur_el = elem.find("duration")
         if dur_el is None:
             raise self.error(elem, "<lease> has no <duration>")

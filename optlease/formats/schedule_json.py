@@ -9,7 +9,7 @@ from typing import Any
 from optlease.domain.site import Site
 from optlease.errors import InputError
 from optlease.formats.timefmt import iso
-from optlease.scheduling.records import Lease
+from optlease.scheduling.records import Lease, Placement
 
 FORMAT = "optlease-schedule/1"
 
@@ -19,6 +19,8 @@ def schedule_document(site: Site, leases: list[Lease], origin: datetime,
     """The schedule as a document; `images` (the run's scheduling.preparation.ImageTransfers, None when images are
     not managed) adds each lease's disk image, the repository's link and what the node caches held."""
     def keyed(mapping: dict[int, int]) -> dict[str, int]:
+        if type(mapping) is Placement:      # vnodes 1..n in order: the pnodes as they are kept, no sort
+            return dict(zip(map(str, range(1, len(mapping) + 1)), mapping.pnodes))
         return {str(v): p for v, p in sorted(mapping.items())}
 
     doc_leases = []
@@ -42,7 +44,8 @@ def schedule_document(site: Site, leases: list[Lease], origin: datetime,
             "arrival": iso(origin, req.arrival),
             "requested_start": iso(origin, req.start) if req.start is not None else None,
             "duration": req.duration, "real_duration": req.actual_duration,
-            "vms": {str(v): dict(d) for v, d in enumerate(req.vms, start=1)},
+            # (each VM's demand as it is, not a copy each: the same JSON)
+            "vms": dict(zip(map(str, range(1, len(req.vms) + 1)), req.vms)),
             "state": lease.state.value, "reservations": reservations,
         }
         if lease.reason:

@@ -8,6 +8,8 @@ not the number of busy nodes. The scores are the policy's own (`GreedyHosts.scor
 """
 from __future__ import annotations
 
+from itertools import groupby
+
 from sortedcontainers import SortedList
 
 from optlease.scheduling.records import Lease
@@ -84,13 +86,20 @@ class BusyScores:
     def _update(self, view: _View, nodes: set[int], start: int, lease: Lease, smallest) -> None:
         """Score again the given nodes (those the table changed since the view was last brought up to date)."""
         key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
+        gone: dict[float, list[int]] = {}     # -score -> the ranks that leave it
         for node in nodes:
             old = key_of.pop(node, None)
             if old is not None:
-                held = nodes_at[old]
-                held.discard(rank[node])
-                if not held:
-                    del nodes_at[old]
+                gone.setdefault(old, []).append(rank[node])
+        for old, ranks in gone.items():
+            held = nodes_at[old]
+            if len(ranks) == len(held):
+                del nodes_at[old]
+            elif 8 * len(ranks) > len(held):     # many: the rest kept in one sort, not a removal each
+                nodes_at[old] = SortedList(set(held).difference(ranks))
+            else:
+                for r in ranks:
+                    held.discard(r)
         # the busy ones (keyed asks only when no node is down) where `smallest` fits, as busy_groups picks them
         table = self.table
         busy = [n for n in nodes if table.profiles[n] is not table.empty]
@@ -98,10 +107,28 @@ class BusyScores:
 
     def _score(self, view: _View, nodes: list[int], start: int, lease: Lease) -> None:
         key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
+        table = self.table
+        profiles, by_node = table.profiles, table.by_node
+        # A node's score depends on its profile and its reservations alone: nodes that share a profile (they come
+        # in stretches: booked together) and hold the same reservations are scored once, for all of them.
+        by_prof: dict = {}
+        for prof, stretch in groupby(nodes, profiles.__getitem__):
+            group = by_prof.get(prof)
+            if group is None:
+                by_prof[prof] = list(stretch)
+            else:
+                group.extend(stretch)
         new: dict[float, list[int]] = {}
-        for score, node in self.hosts.score_many(nodes, start, lease, self.table):
-            key_of[node] = -score
-            new.setdefault(-score, []).append(rank[node])
+        for group in by_prof.values():
+            ref = by_node[group[0]]
+            if len(group) > 1 and all(map(ref.__eq__, map(by_node.__getitem__, group))):
+                ((score, _),) = self.hosts.score_many(group[:1], start, lease, table)
+                scored = ((score, group),)
+            else:
+                scored = ((score, (node,)) for score, node in self.hosts.score_many(group, start, lease, table))
+            for score, members in scored:
+                key_of.update(dict.fromkeys(members, -score))
+                new.setdefault(-score, []).extend(map(rank.__getitem__, members))
         for key, ranks in new.items():
             held = nodes_at.get(key)
             if held is None:

@@ -8,7 +8,7 @@ from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.domain.site import Site
 from optlease.eventlog import EventLog
 from optlease.formats.timefmt import MAX_SECONDS, format_duration
-from optlease.scheduling.mapper import GreedyMapper, vms_of
+from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.preemption import Preemption
@@ -80,10 +80,7 @@ class LeaseScheduler(QueuePass, Resumes, Preemption, Replanning):
         self.pending.append(lease)
 
     def _fits_site(self, lease: Lease) -> bool:
-        alike = vms_of(lease)[1]
-        # the demands in VM order: the one demand and the count where the VMs ask alike (most leases)
-        key = (alike, len(lease.demands)) if alike is not None else \
-            tuple(map(lease.demands.__getitem__, sorted(lease.demands)))
+        key = lease.demands_key()
         if key not in self._fits_empty:
             mapping, _, _ = self._empty.map(lease, 0, 1, strictend=True)
             self._fits_empty[key] = mapping is not None

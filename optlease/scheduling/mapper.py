@@ -12,7 +12,7 @@ from bisect import bisect_right
 
 from optlease.scheduling.hostscores import BusyScores, Ranks
 from optlease.scheduling.policies import GreedyHosts, Policies
-from optlease.scheduling.records import Lease
+from optlease.scheduling.records import AlikeVMs, Lease, Placement
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
 
 
@@ -28,7 +28,8 @@ class GreedyMapper:
         """(mapping vnode->pnode, the end it holds until, leases to preempt), or (None, None, None)."""
         table = self.table
         demands = lease.demands
-        vnodes = sorted(demands)
+        # (VMs alike: vnodes 1..n as a range, not a list)
+        vnodes = demands.keys() if type(demands) is AlikeVMs else sorted(demands)
         smallest = None if allow_preemption else vms_of(lease)[0]
         if onlynodes is None and self.policies.empty_nodes_alike:
             pnodes = Cached(self._host_runs(lease, start, smallest))
@@ -118,7 +119,7 @@ class GreedyMapper:
         table = self.table
         cap = table.one_cap
         ranks = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
-        node_ids, rank = table.site.node_ids, table.rank
+        node_ids, rank = table.by_rank, table.rank
         keys = sorted(keyed)
 
         def in_order(key: float):
@@ -176,7 +177,9 @@ class GreedyMapper:
 
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):
         table = self.table
-        mapping: dict[int, int] = {}
+        # the pnode of each vnode placed so far, in vnode order (`placed[pos]` is vnodes[pos]'s): a list grows by
+        # runs of nodes in one step, and becomes the mapping at the end (`_mapping`)
+        placed: list[int] = []
         maxend = end
         pos = 0
         cur = vnodes[0]
@@ -190,6 +193,8 @@ class GreedyMapper:
         profiles = table.profiles
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
         shape = None if preempting else vms_of(lease, demands)[1]
+        # every VM's demand where they are one vector and a count (no look-up per VM)
+        one = demands.shape if type(demands) is AlikeVMs else None
         caps = table.caps
         for item in pnodes:
             kind = type(item)
@@ -205,55 +210,77 @@ class GreedyMapper:
                 left = len(vnodes) - pos
                 took = item[:-(-left // per)]
                 if per == 1:
-                    mapping.update(zip(vnodes[pos:pos + len(took)], took))
+                    placed.extend(took)
                 else:
-                    mapping.update(zip(vnodes[pos:], itertools.chain.from_iterable(
-                        itertools.repeat(n, per) for n in took)))
+                    placed.extend(itertools.islice(itertools.chain.from_iterable(
+                        itertools.repeat(n, per) for n in took), left))
                 pos += min(left, per * len(took))
                 if pos == len(vnodes):
-                    return mapping, maxend
+                    return _mapping(vnodes, placed), maxend
                 cur = vnodes[pos]
                 continue
             if shape is not None:
                 # VMs that ask alike, on nodes whose usage is their profile's: what a node takes (and the end the
                 # mapping holds until after each VM) depends on its profile, capacity and the end so far alone,
-                # so nodes alike are walked once (`_on_node`)
-                for pnode in run:
-                    prof, cap = profiles[pnode], caps[pnode]
-                    key = (prof, maxend, cap)
-                    took = taken.get(key)
-                    if took is None:
-                        took = taken[key] = self._on_node(prof, cap, shape, start, maxend, strictend, len(vnodes))
-                    ends, maxend = took
-                    k = len(ends)
-                    if not k:
-                        continue
-                    left = len(vnodes) - pos
-                    if k >= left:
-                        mapping.update(zip(vnodes[pos:], itertools.repeat(pnode, left)))
-                        return mapping, ends[left - 1]
-                    if k == 1:
-                        mapping[vnodes[pos]] = pnode
-                    else:
-                        mapping.update(zip(vnodes[pos:pos + k], itertools.repeat(pnode, k)))
-                    pos += k
+                # so nodes alike are walked once (`_on_node`), and a stretch of nodes that share a profile (and a
+                # capacity) where the end stays put takes its VMs in one step
+                one_cap = table.one_cap if not table.down else None
+                stretches = itertools.groupby(run, profiles.__getitem__) if one_cap is not None else \
+                    ((profiles[pnode], (pnode,)) for pnode in run)
+                for prof, stretch in stretches:
+                    nodes = stretch if type(stretch) is tuple else list(stretch)
+                    cap = one_cap if one_cap is not None else caps[nodes[0]]
+                    i = 0
+                    while i < len(nodes):
+                        key = (prof, maxend, cap)
+                        took = taken.get(key)
+                        if took is None:
+                            took = taken[key] = self._on_node(prof, cap, shape, start, maxend, strictend,
+                                                              len(vnodes))
+                        ends, newend = took
+                        k = len(ends)
+                        # the rest of the stretch does as this node when the end stays put (same profile, capacity
+                        # and end: the same answer); else this node alone, and the next is asked at the new end
+                        alike = len(nodes) - i if newend == maxend else 1
+                        maxend = newend
+                        if not k:
+                            i += alike
+                            continue
+                        left = len(vnodes) - pos
+                        full = (left - 1) // k      # nodes that take k VMs before the one that takes the last
+                        if full < alike:
+                            if k == 1:
+                                placed.extend(nodes[i:i + full])
+                            else:
+                                placed.extend(itertools.chain.from_iterable(
+                                    itertools.repeat(n, k) for n in nodes[i:i + full]))
+                            last = left - full * k
+                            placed.extend(itertools.repeat(nodes[i + full], last))
+                            return _mapping(vnodes, placed), ends[last - 1]
+                        if k == 1:
+                            placed.extend(nodes[i:i + alike])
+                        else:
+                            placed.extend(itertools.chain.from_iterable(
+                                itertools.repeat(n, k) for n in nodes[i:i + alike]))
+                        pos += k * alike
+                        i += alike
                 continue
             for pnode in run:
                 prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
                 cap = table.caps[pnode]
-                need = demands[cur]
+                need = one if one is not None else demands[cur]
                 while True:
                     key = (prof, need, maxend, cap)
                     fit = answers.get(key)
                     if fit is None:
                         fit = answers[key] = prof.fits_between(start, maxend, need, cap)
                     if fit:
-                        mapping[cur] = pnode
+                        placed.append(pnode)
                         pos += 1
                         if pos == len(vnodes):
-                            return mapping, maxend
+                            return _mapping(vnodes, placed), maxend
                         cur = vnodes[pos]
-                        need = vadd(need, demands[cur])
+                        need = vadd(need, one if one is not None else demands[cur])
                         continue
                     if strictend:
                         break
@@ -286,8 +313,10 @@ class GreedyMapper:
         """Check a given placement (a lease resuming where its memory image is): (mapping, end) or (None, None)."""
         table = self.table
         per_node: dict[int, tuple] = {}
+        demands = lease.demands
+        one = demands.shape if type(demands) is AlikeVMs else None
         for vnode, pnode in mapping.items():
-            d = lease.demands[vnode]
+            d = one if one is not None else demands[vnode]
             per_node[pnode] = vadd(per_node[pnode], d) if pnode in per_node else d
         maxend = end
         for pnode, need in per_node.items():
@@ -303,6 +332,13 @@ class GreedyMapper:
         return dict(mapping), maxend
 
 
+def _mapping(vnodes, placed: list[int]):
+    """The mapping vnode -> pnode of vnodes (in order) placed on `placed`: a Placement where they are 1..n."""
+    if vnodes[0] == 1 and vnodes[-1] == len(vnodes):    # (distinct and sorted: exactly 1..n)
+        return Placement(tuple(placed))
+    return dict(zip(vnodes, placed))
+
+
 def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | None]:
     """A lease's smallest demand, and the one demand its VMs all ask (None: they do not ask alike): kept in its
     cache (a lease's demands never change). `demands`: the lease's own, or others to ask about (not kept)."""
@@ -315,6 +351,11 @@ def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | No
         demands = lease.demands
     else:
         cache = None
+    if type(demands) is AlikeVMs:
+        found = (demands.shape, demands.shape)
+        if cache is not None:
+            cache["vms"] = found
+        return found
     smallest = min(demands.values())
     first = demands[min(demands)]
     found = (smallest, first if all(map(first.__eq__, demands.values())) else None)

@@ -15,7 +15,7 @@ TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its re
 
 class NodeClasses:
     """The slot table's nodes by profile and by idleness (SlotTable sets the state: `profiles`, `empty`, `holders`,
-    `idle`, `busy`, `down`, `caps`, `rank`, `site`)."""
+    `idle`, `busy`, `down`, `caps`, `rank`, `by_rank`, `site`)."""
 
 
     def _groups(self, keys: dict) -> Iterable[list]:
@@ -29,21 +29,8 @@ class NodeClasses:
             # most often one group: a lease's VMs ask alike, on nodes that share a profile (idle ones, or the
             # nodes of one earlier lease)
             nodes = list(keys)
-            profs = set(map(profiles.__getitem__, nodes))
             if len(set(keys.values())) == 1:
-                key = keys[nodes[0]]
-                if len(profs) == 1:
-                    return ([profs.pop(), key, nodes],)
-                # one change on nodes of several profiles: grouped by profile alone, a stretch of nodes that share
-                # one at a time (nodes booked together lie together)
-                by_prof: dict[Profile, list] = {}
-                for prof, stretch in groupby(nodes, profiles.__getitem__):
-                    group = by_prof.get(prof)
-                    if group is None:
-                        by_prof[prof] = [prof, key, list(stretch)]
-                    else:
-                        group[2].extend(stretch)
-                return by_prof.values()
+                return self._by_profile(nodes, keys[nodes[0]])
         groups: dict[tuple, list] = {}
         for node, key in keys.items():
             prof = profiles[node]
@@ -53,6 +40,23 @@ class NodeClasses:
             else:
                 group[2].append(node)
         return groups.values()
+
+    def _by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
+        """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone."""
+        profiles = self.profiles
+        profs = set(map(profiles.__getitem__, nodes))
+        if len(profs) == 1:
+            return ([profs.pop(), key, nodes],)
+        # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
+        # together lie together)
+        by_prof: dict[Profile, list] = {}
+        for prof, stretch in groupby(nodes, profiles.__getitem__):
+            group = by_prof.get(prof)
+            if group is None:
+                by_prof[prof] = [prof, key, list(stretch)]
+            else:
+                group[2].extend(stretch)
+        return by_prof.values()
 
     def _change(self, prof: Profile, nodes: list[int], change, *args) -> Profile:
         """Apply `change(profile, *args)` to the usage of nodes that share `prof`. A profile other nodes share too
@@ -84,6 +88,7 @@ class NodeClasses:
             held.difference_update(nodes)
             if not held:
                 del holders[prof]
+                self.alike.pop(prof, None)    # (no longer asked about)
         if new is not empty:
             held = holders.get(new)
             if held is None:
@@ -184,6 +189,6 @@ class NodeClasses:
 
     def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
         """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
-        node_ids = self.site.node_ids
+        node_ids = self.by_rank
         ranks = [r for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
         return map(node_ids.__getitem__, iter(ranks[0]) if len(ranks) == 1 else heapq.merge(*ranks))

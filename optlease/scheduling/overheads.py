@@ -6,6 +6,7 @@ block, and each block is charged `enactment-overhead` per VM in it. With global 
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from optlease.scheduling.copyrounds import copy_rounds
@@ -90,7 +91,9 @@ def _estimate(lease: Lease, opts: SchedulingOptions, suspend: bool) -> int:
     if override is not None:
         return override
     rate = opts.suspend_rate if suspend else opts.resume_rate
-    memory = max(lease.req.memory_of(v) for v in lease.demands)
+    one = lease.req.alike() if len(lease.demands) == lease.req.numnodes else None
+    # (VMs alike: the one VM's memory, not a look at each)
+    memory = one.get("Memory", 0) if one is not None else max(lease.req.memory_of(v) for v in lease.demands)
     return lease.numnodes * (op_time(memory, rate) + opts.enactment_overhead)
 
 
@@ -98,6 +101,10 @@ def serial_time(lease: Lease, opts: SchedulingOptions, suspend: bool) -> int:
     """The longest a suspension or resumption can take wherever the VMs are: one VM after another."""
     override = opts.override_suspend if suspend else opts.override_resume
     rate = opts.suspend_rate if suspend else opts.resume_rate
+    one = lease.req.alike() if len(lease.demands) == lease.req.numnodes else None
+    if one is not None:     # VMs alike: the same terms, summed in the same order, with no look at each VM
+        each = override if override is not None else op_time(one.get("Memory", 0), rate)
+        return sum(itertools.repeat(each, len(lease.demands))) + len(lease.demands) * opts.enactment_overhead
     per_vm = [override if override is not None else op_time(lease.req.memory_of(v), rate) for v in lease.demands]
     return sum(per_vm) + len(per_vm) * opts.enactment_overhead
 

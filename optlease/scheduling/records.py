@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat
 
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState, check_transition
 
@@ -62,10 +64,117 @@ class RR:
         return total
 
     def nodes(self) -> list[int]:
-        return [self.mapping[v] for v in sorted(self.mapping)]
+        mapping = self.mapping
+        if type(mapping) is Placement:
+            return list(mapping.pnodes)
+        return [mapping[v] for v in sorted(mapping)]
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"RR({self.kind} lease={self.lease.id} {self.start}-{self.end} {self.mapping})"
+
+
+class AlikeVMs(Mapping):
+    """vnode -> usage vector for vnodes 1..n that all ask one vector: a lease's demands, read as a dict, with no
+    entry per VM (a wide lease's VMs most often ask alike)."""
+
+    __slots__ = ("n", "shape")
+
+    def __init__(self, n: int, shape: tuple) -> None:
+        self.n = n
+        self.shape = shape
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return iter(range(1, self.n + 1))
+
+    def __contains__(self, vnode) -> bool:
+        return vnode in range(1, self.n + 1)    # (as a dict's: a key equal to one of 1..n is in it)
+
+    def __getitem__(self, vnode: int) -> tuple:
+        if type(vnode) is int and 1 <= vnode <= self.n or vnode in range(1, self.n + 1):
+            return self.shape
+        raise KeyError(vnode)
+
+    def keys(self) -> range:
+        return range(1, self.n + 1)
+
+    def values(self):
+        return repeat(self.shape, self.n)
+
+    def items(self):
+        return zip(range(1, self.n + 1), repeat(self.shape))
+
+    def __eq__(self, other) -> bool:
+        if type(other) is AlikeVMs:
+            return self.n == other.n and (self.shape == other.shape or not self.n)
+        return Mapping.__eq__(self, other)
+
+    __hash__ = None     # (a dict's: not hashable)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"AlikeVMs({self.n} x {self.shape})"
+
+
+class Placement(Mapping):
+    """vnode -> pnode for vnodes 1..n, kept as the pnodes in vnode order: a reservation's mapping with one pointer
+    per VM, read as a dict (a dict's entries cost five times that, and a wide lease's reservations are kept for its
+    whole history). Never changed in place."""
+
+    __slots__ = ("pnodes",)
+
+    def __init__(self, pnodes: tuple) -> None:
+        self.pnodes = pnodes
+
+    def __len__(self) -> int:
+        return len(self.pnodes)
+
+    def __iter__(self):
+        return iter(range(1, len(self.pnodes) + 1))
+
+    def __contains__(self, vnode) -> bool:
+        return vnode in range(1, len(self.pnodes) + 1)    # (as a dict's: a key equal to one of 1..n is in it)
+
+    def __getitem__(self, vnode: int) -> int:
+        if type(vnode) is int and 1 <= vnode <= len(self.pnodes):
+            return self.pnodes[vnode - 1]
+        vnodes = range(1, len(self.pnodes) + 1)
+        if vnode in vnodes:
+            return self.pnodes[vnodes.index(vnode)]
+        raise KeyError(vnode)
+
+    def keys(self) -> range:
+        return range(1, len(self.pnodes) + 1)
+
+    def values(self) -> tuple:
+        return self.pnodes
+
+    def items(self):
+        return zip(range(1, len(self.pnodes) + 1), self.pnodes)
+
+    def __eq__(self, other) -> bool:
+        if type(other) is Placement:
+            return self.pnodes == other.pnodes
+        return Mapping.__eq__(self, other)
+
+    __hash__ = None     # (a dict's: not hashable)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+def placement(mapping, n: int) -> Mapping:
+    """A reservation's own mapping from the mapping vnode -> pnode it is given: a Placement where it places vnodes
+    1..n, else a copy (the caller's mapping may change afterwards; a Placement never does)."""
+    if type(mapping) is Placement:
+        return mapping
+    if len(mapping) == n:
+        try:
+            return Placement(tuple(map(mapping.__getitem__, range(1, n + 1))))
+        except KeyError:
+            pass
+    return dict(mapping)
 
 
 @dataclass
@@ -117,6 +226,8 @@ class Lease:
     def total_demand(self) -> tuple:
         """The usage of all its VMs together (its demands never change: computed once)."""
         # counted by shape: a wide lease's VMs most often ask alike, and integer sums do not depend on the order
+        if type(self.demands) is AlikeVMs:
+            return tuple(x * self.demands.n for x in self.demands.shape)
         total = None
         for d, n in Counter(self.demands.values()).items():
             d = tuple(x * n for x in d)
@@ -126,6 +237,14 @@ class Lease:
     @property
     def numnodes(self) -> int:
         return self.req.numnodes
+
+    def demands_key(self) -> tuple:
+        """What names its demands, for caches of answers that depend on them alone (VMs alike: the vector and a
+        count, not a look at each VM)."""
+        demands = self.demands
+        if type(demands) is AlikeVMs:
+            return ("alike", demands.n, demands.shape)
+        return tuple(map(demands.__getitem__, sorted(demands)))
 
     def set_state(self, new: LeaseState) -> None:
         check_transition(self.id, self.state, new)

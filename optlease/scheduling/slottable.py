@@ -8,9 +8,7 @@ them cost nothing per node (nodeclasses.py: nodes alike share a profile and are 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections import Counter
-from itertools import count
-from operator import attrgetter, le as _le, sub as _sub
+from itertools import count, repeat
 from typing import Iterable
 
 from optlease.domain.site import Site
@@ -18,6 +16,7 @@ from optlease.scheduling.nodeclasses import TOUCHED_MOST, NodeClasses
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 from optlease.scheduling.records import SHUTDOWN
+from optlease.scheduling.slotqueries import SlotQueries
 
 EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
 EDIT_NODES_MOST = 64     # a change to more nodes than this is noted as a change to every node (`edit_nodes`)
@@ -27,19 +26,6 @@ def _less_pruned(prof: Profile, start: int, end: int, d: Vec, before: int) -> No
     """Take `d` off the profile over [start, end), then prune it before `before`."""
     prof.add(start, end, d, -1)
     prof.prune(before)
-
-
-def _in_order(rrs, state: str) -> list:
-    """The reservations of `rrs` (None: none) in the given state, in the order they were made (`seq`)."""
-    if not rrs:
-        return []
-    if len(rrs) == 1:
-        (rr,) = rrs
-        return [rr] if rr.state == state else []
-    return sorted((rr for rr in rrs if rr.state == state), key=_SEQ)
-
-
-_SEQ = attrgetter("seq")
 
 
 class Times(list):
@@ -73,8 +59,9 @@ class Times(list):
         return i < len(self) and self[i] == t
 
 
-class SlotTable(NodeClasses):
-    """Reservations per node; `rr.demand` maps physical node -> usage vector. Pure bookkeeping, no policy."""
+class SlotTable(NodeClasses, SlotQueries):
+    """Reservations per node; `rr.demand` maps physical node -> usage vector. Pure bookkeeping, no policy (its
+    questions: slotqueries.py)."""
 
     def __init__(self, site: Site) -> None:
         self.site = site
@@ -82,6 +69,9 @@ class SlotTable(NodeClasses):
         self.zero: Vec = tuple(0 for _ in self.types)
         self.caps: dict[int, Vec] = {n: self.vector(site.capacity(n)) for n in site.node_ids}
         self.nodes: list[int] = list(site.node_ids)
+        # the node of each rank, as one object each: the mappings of a wide lease's reservations point to these
+        # rather than each hold a copy of its nodes' ids
+        self.by_rank: list[int] = list(self.nodes)
         # Nodes with the same usage over time share one Profile (copy on write, SlotTable._change): a lease's VMs
         # booked on nodes alike change one profile, not one per node, and questions about them are answered once.
         # Every node with nothing booked has `empty`.
@@ -90,9 +80,9 @@ class SlotTable(NodeClasses):
         self.empty.owners = len(self.nodes)
         # the nodes that hold each profile other than `empty`: questions about busy nodes are asked per profile
         self.holders: dict[Profile, set[int]] = {}
-        # whether the nodes that hold a profile hold the same reservations (GreedyHosts.score_groups), as long as no
-        # reservation is added or forgotten: until then a profile's holders only lose nodes (changes copy a
-        # profile or change it for all its holders), and a group of alike nodes stays alike
+        # whether the nodes that hold a profile hold the same reservations (GreedyHosts.score_groups), until a
+        # reservation on one of them is added or forgotten (`_unalike`): otherwise a profile's holders only lose
+        # nodes (changes copy a profile or change it for all its holders), and a group of alike nodes stays alike
         self.alike: dict[Profile, bool] = {}
         caps = set(self.caps.values())
         # the capacity of every node when all nodes are alike (None: they are not)
@@ -233,26 +223,30 @@ class SlotTable(NodeClasses):
     def add(self, rr) -> None:
         if self.changed is not None:
             self.changed.add(rr.lease)
-        if self.alike:
-            self.alike.clear()
         self._pruned = None
         start, end = rr.start, rr.end
         demand = rr.demand
         self._edit(end, demand)
         self.reservations.add(rr)
         if start < end or rr.kind != SHUTDOWN:
+            if self.alike and start >= end:
+                self._unalike(demand)     # (with usage: forgotten per group, below)
             by_node = self.by_node
             if self.touched is not None and start >= end:
                 self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
-            for held in map(by_node.__getitem__, demand):
-                held.add(rr)
+            # (each node's set, in one pass in C: set.add gives None, so `any` walks them all)
+            any(map(set.add, map(by_node.__getitem__, demand), repeat(rr)))
         # (a reservation of no length changes no profile, and every change of usage files its nodes: they stay
         # filed as they are)
         if start < end:
             # (adding usage empties a profile only where a reservation was taken out after its past was pruned:
             # what was left of it, below zero, is made up again)
+            groups = self._groups(demand)
+            if self.alike:      # (`_unalike`, from the groups: their nodes' reservations change)
+                for prof, _, _ in groups:
+                    self.alike.pop(prof, None)
             self._refile([(self._change(prof, nodes, Profile.add, start, end, d), nodes)
-                          for prof, d, nodes in self._groups(demand)])
+                          for prof, d, nodes in groups])
             if demand:
                 self.total.add(start, end, rr.total())
         if rr.backfill:
@@ -300,16 +294,15 @@ class SlotTable(NodeClasses):
             self.gave_back += 1
         if self.changed is not None:
             self.changed.add(rr.lease)
-        if self.alike:
-            self.alike.clear()
         self._edit(end, demand)
         self.reservations.discard(rr)
         self.backfills.discard(rr)
         unfiled = start >= end and rr.kind == SHUTDOWN     # (never in `by_node`: `add`)
+        # its nodes' reservations change: `_unalike`, from the groups by profile where they are made below
+        unalike = not unfiled and bool(self.alike)
         if not unfiled:
             by_node = self.by_node
-            for held in map(by_node.__getitem__, demand):
-                held.discard(rr)
+            any(map(set.discard, map(by_node.__getitem__, demand), repeat(rr)))    # (as in `add`)
         all_pruned = False
         if now is not None and self._pruned is rr and end == now:
             # cut short and pruned at `now` in one change, just before (`cut`): nothing of it is left to prune
@@ -322,11 +315,17 @@ class SlotTable(NodeClasses):
                 prof = profiles[node]
                 groups = ((prof, None, (node,)),)
             else:
-                groups = self._groups(dict.fromkeys(demand))
+                groups = self._by_profile(list(demand))
+            if unalike:
+                for prof, _, _ in groups:
+                    self.alike.pop(prof, None)
+                unalike = False
             stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
             if stale:
                 self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
             all_pruned = len(stale) == len(groups)
+        if unalike:
+            self._unalike(demand)
         if not all_pruned and not unfiled and self.touched is not None:
             self._touch(demand)     # (a pruned node is noted by `_change`)
         self.ends.discard(end)
@@ -342,6 +341,13 @@ class SlotTable(NodeClasses):
             bucket.discard(rr)
             if not bucket:
                 del self.ending[end]
+
+    def _unalike(self, nodes) -> None:
+        """Forget whether the holders of the given nodes' profiles hold the same reservations (their reservations
+        are about to change); every other profile's holders keep theirs, so its answer stands."""
+        alike, profiles = self.alike, self.profiles
+        for prof in set(map(profiles.__getitem__, nodes)):
+            alike.pop(prof, None)
 
     def _touch(self, nodes) -> None:
         """Note nodes whose reservations or profile change (`touched` is kept)."""
@@ -383,178 +389,8 @@ class SlotTable(NodeClasses):
         rr.start, rr.end = start, end
         self.add(rr)
 
-    def nodes_with_room(self, need: Vec, t: int, nodes) -> list[int]:
-        """The nodes (in the given order) where `need` fits at instant t."""
-        caps, profiles = self.caps, self.profiles
-        # what may be in use on a node of each capacity for `need` to fit: one comparison of vectors per node
-        limits: dict[Vec, Vec] = {}
-        # the answer for each profile (and capacity) met: nodes that share a profile are asked once
-        answers: dict[Profile, tuple[Vec, bool]] = {}
-        out = []
-        append = out.append
-        for n in nodes:   # this runs for every node of every fit test: Profile.at, inlined
-            prof = profiles[n]
-            cap = caps[n]
-            seen = answers.get(prof)
-            if seen is not None and seen[0] == cap:
-                if seen[1]:
-                    append(n)
-                continue
-            pt = prof.t
-            if not pt or t < pt[0]:
-                used = prof.zero
-            else:
-                used = prof.u[bisect_right(pt, t) - 1]
-            limit = limits.get(cap)
-            if limit is None:
-                limit = limits[cap] = tuple(map(_sub, cap, need))
-            room = all(map(_le, used, limit))
-            answers[prof] = (cap, room)
-            if room:
-                append(n)
-        return out
-
-    def busy_groups(self, need: Vec | None, t: int) -> list[tuple[Profile, set[int]]] | None:
-        """The busy nodes where `need` fits at instant t (None: all busy nodes), as (profile, the nodes that hold
-        it), in no particular order: asked once per profile. None where the nodes are not all alike or some are
-        out of planning (nodes_with_room then asks node by node)."""
-        cap = self.one_cap
-        if cap is None or self.down:
-            return None
-        if need is None:
-            return list(self.holders.items())
-        limit = tuple(map(_sub, cap, need))
-        if self.room is not None:   # an index kept by a caller that asks many instants (roomindex.RoomIndex)
-            found = self.room.groups(limit, t)
-            if found is not None:
-                return found
-        out = []
-        if len(limit) == 2:     # (two resource types: the comparisons written out)
-            l0, l1 = limit
-            for prof, nodes in self.holders.items():
-                pt = prof.t
-                u0, u1 = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
-                if u0 <= l0 and u1 <= l1:
-                    out.append((prof, nodes))
-            return out
-        for prof, nodes in self.holders.items():
-            pt = prof.t
-            used = prof.zero if t < pt[0] else prof.u[bisect_right(pt, t) - 1]
-            if all(map(_le, used, limit)):
-                out.append((prof, nodes))
-        return out
-
-    def free_at(self, node: int, t: int) -> Vec:
-        return vsub(self.caps[node], self.profiles[node].at(t))
-
-    def free_on(self, nodes: Iterable[int], t: int) -> Vec:
-        """What the given nodes in planning have free at instant t, added up (a node over its capacity adds
-        nothing): asked once per profile and capacity the nodes hold, not node by node."""
-        profiles, caps, down = self.profiles, self.caps, self.down
-        if self.one_cap is not None and not down:
-            groups = Counter(map(profiles.__getitem__, nodes))
-            shared = self.one_cap
-            counted = ((prof, shared, k) for prof, k in groups.items())
-        else:
-            pairs = Counter((profiles[n], caps[n]) for n in nodes if n not in down)
-            counted = ((prof, cap, k) for (prof, cap), k in pairs.items())
-        free = list(self.zero)
-        for prof, cap, k in counted:
-            for i, left in enumerate(map(_sub, cap, prof.at(t))):
-                if left > 0:
-                    free[i] += k * left
-        return tuple(free)
-
-    def total_free(self, t: int) -> Vec:
-        return vsub(self.total_cap, self.total.at(t))
-
-    def earliest_total_room(self, a: int, length: int, need: Vec) -> float:
-        """The earliest x >= a at which the site as a whole has `need` free over [x, x + length) (INF: never)."""
-        return self.total.earliest_room(a, length, need, self.total_cap)
-
-    def room_over(self, t: int, length: int) -> Vec:
-        """What the site as a whole has free at every instant of [t, t + length) (at t alone when `length` is 0):
-        the least of each resource over the stretch. A need fits it exactly when `earliest_total_room(t, length,
-        need)` is t, and one walk over the stretch answers every lease that asks about it."""
-        times, usage = self.total.t, self.total.u
-        i = bisect_right(times, t) - 1
-        worst = usage[i] if i >= 0 else self.zero
-        end = t + length
-        for i in range(i + 1, len(times)):
-            if times[i] >= end:
-                break
-            worst = tuple(map(max, worst, usage[i]))
-        return vsub(self.total_cap, worst)
-
-    def earliest_total_room_without(self, rrs, a: int, length: int, need: Vec) -> float:
-        """`earliest_total_room` as if the given reservations (in the table) were not there."""
-        total = self.total.copy()
-        for rr in rrs:
-            if rr.demand:
-                total.add(rr.start, rr.end, rr.total(), -1)
-        return total.earliest_room(a, length, need, self.total_cap)
-
-    def is_full(self, t: int) -> bool:
-        """No CPU free anywhere at t."""
-        return self.total.at(t)[self.cpu] >= self.total_cap[self.cpu]
-
-    def ends_after(self, t: int) -> Iterable[int]:
-        """Times after t at which some reservation ends (capacity can only grow at these)."""
-        ends = self.ends
-        i = bisect_right(ends, t)
-        while i < len(ends):
-            x = ends[i]
-            yield x
-            i = bisect_right(ends, x, i)
-
-    def next_event_after(self, t: int) -> int | None:
-        """The next time after t at which a reservation starts or ends."""
-        starts, ends = self.starts, self.ends
-        i, j = bisect_right(starts, t), bisect_right(ends, t)
-        first = starts[i] if i < len(starts) else None
-        if j == len(ends):
-            return first
-        end = ends[j]
-        return end if first is None or end < first else first
-
-    def starting_at(self, t: int) -> list:
-        return _in_order(self.starting.get(t), "scheduled")
-
-    def ending_at(self, t: int) -> list:
-        return _in_order(self.ending.get(t), "active")
-
-    def count_leases_at(self, node: int, t: int) -> int:
-        rrs = self.by_node[node]
-        if not rrs:
-            return 0
-        if len(rrs) == 1:
-            rr = next(iter(rrs))
-            return 1 if rr.start <= t < rr.end else 0
-        return len({rr.lease.id for rr in rrs if rr.start <= t < rr.end})
-
-    def leases_between(self, a: int, b: int) -> list:
-        seen: dict = {}
-        for rr in self.reservations:
-            if rr.start < b and a < rr.end and rr.demand:
-                seen.setdefault(rr.lease.id, rr.lease)
-        return [seen[k] for k in sorted(seen)]
-
-    def nodes_of(self, leases: Iterable) -> set[int]:
-        """The nodes where the given leases' reservations hold anything."""
-        ids = {lease.id for lease in leases}
-        return {n for rr in self.reservations if rr.lease.id in ids for n in rr.demand}
-
-    def usage_of(self, leases: Iterable, node: int, a: int) -> Profile:
-        """The node's usage from a on, as if the given leases' reservations were not there (for preemption)."""
-        ids = {lease.id for lease in leases}
-        prof = Profile(self.zero)
-        for rr in self.by_node[node]:
-            if rr.lease.id not in ids and rr.end > a:
-                prof.add(rr.start, rr.end, rr.demand[node])
-        return prof
-
     def prune(self, before: int) -> None:
         busy = list(self.busy)
         self._refile([(self._change(prof, nodes, Profile.prune, before), nodes)
-                      for prof, _, nodes in self._groups(dict.fromkeys(busy))])
+                      for prof, _, nodes in self._by_profile(busy)])
         self.total.prune(before)

@@ -15,7 +15,7 @@ from optlease.scheduling.estimate import RunEstimates
 from optlease.scheduling.mapper import GreedyMapper, vms_of
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable
+from optlease.scheduling.records import RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable, placement
 from optlease.scheduling.slottable import INF, SlotTable, vadd
 
 class VMScheduler:
@@ -39,19 +39,21 @@ class VMScheduler:
         if of is not None and of.mapping is mapping and of.lease is lease:
             return RR(lease, kind, start, end, mapping, of.demand, self.table.next_seq())
         shape = vms_of(lease)[1]
-        if shape is not None and len(mapping) == len(lease.demands):
+        # (VMs 1..n: one pointer per VM, not a dict entry)
+        placed = placement(mapping, len(lease.demands))
+        if shape is not None and len(placed) == len(lease.demands):
             # VMs that all ask alike: a node's demand is the one VM's times the VMs it takes (the same sums)
-            demand = dict.fromkeys(mapping.values(), shape)
-            if len(demand) < len(mapping):
-                for pnode, k in Counter(mapping.values()).items():
+            demand = dict.fromkeys(placed.values(), shape)
+            if len(demand) < len(placed):
+                for pnode, k in Counter(placed.values()).items():
                     if k > 1:
                         demand[pnode] = tuple(x * k for x in shape)
-            return RR(lease, kind, start, end, dict(mapping), demand, self.table.next_seq())
+            return RR(lease, kind, start, end, placed, demand, self.table.next_seq())
         demand = {}
-        for vnode, pnode in mapping.items():
+        for vnode, pnode in placed.items():
             d = lease.demands[vnode]
             demand[pnode] = vadd(demand[pnode], d) if pnode in demand else d
-        return RR(lease, kind, start, end, dict(mapping), demand, self.table.next_seq())
+        return RR(lease, kind, start, end, placed, demand, self.table.next_seq())
 
     def schedule(self, lease: Lease, now: int, earliest: dict[int, int] | None, resuming: bool,
                  fixed: dict[int, int] | None = None, preempting: bool = True) -> tuple[RR, list[Lease]]:
