@@ -97,6 +97,15 @@ class PreparedTable(SlotTable):
         for n in nodes:
             released[n] += 1
 
+    def count_as_rebooked(self, rrs) -> None:
+        """Reservations a premature end keeps, booking them again giving them back unchanged: counted as taken out
+        (`remove`: room given back, on their nodes too), so that every key the queue asks is the one booking them
+        again would give."""
+        for rr in rrs:
+            self.released += 1
+            self.gave_back += 1
+            self._gave_back_on(rr.demand)
+
     def room_ends_until(self, t: int) -> int:
         """How many reservations that hold node capacity end at or before t, those that have passed included."""
         return self.room_ends.bisect_right(t) + self.past_room_ends
@@ -184,6 +193,7 @@ class Plan:
     own: dict[int, int] = field(default_factory=dict)                  # vnode -> node
     start: int = 0
     end: int = 0
+    ready: Earliest | None = None      # when each node could have the image, as the booking was placed
 
 
 class ImageTransfers:
@@ -205,6 +215,9 @@ class ImageTransfers:
         # not fit start sooner (its nodes' capacity aside)
         self.changes: dict[str, int] = {}
         self.sources: dict[int, tuple[int, int]] = {}   # lease id -> VMs booked from a cache, by a transfer
+        # lease id -> (its booking made for the future, by number; when each node could have its image then):
+        # what a premature end asks before keeping the booking (`placed_from`)
+        self.placed: dict[int, tuple[int, dict[int, int]]] = {}
         self.transfers = 0      # transfers completed
         self.volume = 0         # MB sent over the link by them
         self.seconds = 0        # link time they took
@@ -224,20 +237,21 @@ class ImageTransfers:
             found = self._lengths[key] = one * (copies if self.opts.mechanism == "unicast" else 1)
         return found
 
-    def first_gap(self, t: int, length: int) -> int:
+    def first_gap(self, t: int, length: int, without=()) -> int:
         """The earliest start >= t of a free stretch of the link `length` long (remembered until the link
-        changes: every lease in the queue asks at the same instant)."""
+        changes: every lease in the queue asks at the same instant); `without`: as if these were off the link."""
         key = (t, length)
-        found = self._gaps.get(key)
+        found = None if without else self._gaps.get(key)
         if found is None:
             found = t
             for _, _, x in self.link:
-                if x.end <= found:
+                if x.end <= found or x in without:
                     continue
                 if x.start >= found + length:
                     break
                 found = x.end
-            self._gaps[key] = found
+            if not without:
+                self._gaps[key] = found
         return found
 
     def last_gap(self, deadline: int, length: int, now: int) -> int | None:
@@ -310,12 +324,13 @@ class ImageTransfers:
     def _changed(self, image: str) -> None:
         self.changes[image] = self.changes.get(image, 0) + 1
 
-    def earliest(self, lease: Lease, now: int) -> Earliest:
+    def earliest(self, lease: Lease, now: int, without=()) -> Earliest:
         """When each node could have the lease's image: by a transfer in the link's first free stretch, from its
-        cache, or riding on a transfer of the same image that has not begun."""
+        cache, or riding on a transfer of the same image that has not begun (`without`: as if the given transfers
+        were off the link)."""
         image = lease.req.software.id
         length = self.duration(lease, lease.numnodes)
-        start = self.first_gap(now, length)
+        start = self.first_gap(now, length, without)
         times = dict.fromkeys(self.table.nodes, start + length)
         ready = Earliest(times, start, {})
         if self.caches is not None:
@@ -325,7 +340,7 @@ class ImageTransfers:
                     ready.how[n] = Ready(now, FROM_CACHE)
         if self.opts.avoid_redundant:
             for t in self.open.get(image, ()):
-                if t.end <= now:
+                if t.end <= now or t in without:
                     continue
                 # a multicast reaches one more node at no cost; a unicast only the nodes it already goes to
                 nodes = times.keys() if self.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
@@ -376,7 +391,7 @@ class ImageTransfers:
 
     def plan(self, lease: Lease, vmrr: RR, ready: Earliest | None, now: int) -> Plan:
         """How the booking `vmrr` gets its images; NotSchedulable when an AR's cannot arrive by its start."""
-        plan = Plan(lease)
+        plan = Plan(lease, ready=ready)
         image = lease.req.software.id
         for vnode, pnode in sorted(vmrr.mapping.items()):
             if lease.kind is LeaseKind.AR:
@@ -426,8 +441,21 @@ class ImageTransfers:
             waiting.append(t)
             self._changed(image.id)
         self.sources[lease.id] = (len(plan.hits), len(plan.rides) + len(plan.own))
+        if vmrr.backfill and plan.ready is not None:
+            self.placed[lease.id] = (vmrr.seq, plan.ready.times)
         if not waiting:
             del self.waiting[lease.id]
+
+    def placed_from(self, vmrr: RR) -> dict[int, int] | None:
+        """When each node could have the lease's image as its booking `vmrr`, made for the future, was placed
+        (None: not known)."""
+        found = self.placed.get(vmrr.lease.id)
+        return found[1] if found is not None and found[0] == vmrr.seq else None
+
+    def given_up(self, lease: Lease) -> set[Transfer]:
+        """The transfers `release` would take off the link: those that feed the lease alone."""
+        return {t for t in self.waiting.get(lease.id, ()) if t.state in ("scheduled", "active")
+                and all(f[0] is lease for f in t.feeds)}
 
     def release(self, lease: Lease) -> None:
         """The lease's booking is given up: it no longer waits for transfers (one that feeds nobody else is taken
@@ -439,6 +467,7 @@ class ImageTransfers:
                 self.table.remove(t)
                 t.state = "cancelled"
         self.sources.pop(lease.id, None)
+        self.placed.pop(lease.id, None)
         self._unpin(lease)
 
     def reinstate(self, t: Transfer, state: str) -> None:
@@ -456,6 +485,7 @@ class ImageTransfers:
         """The lease's VMs started: they run from their own copies, so the cached images they came from are free
         to be evicted again. The booking counts toward the caches' hit rate (one that is given up does not)."""
         hits, misses = self.sources.pop(lease.id, (0, 0))
+        self.placed.pop(lease.id, None)
         if self.caches is not None:
             self.caches.hits += hits
             self.caches.misses += misses

@@ -4,6 +4,7 @@ later best-effort bookings in the way go back to the queue). Part of Haizea's le
 from __future__ import annotations
 
 from optlease.domain.lease import LeaseKind, LeaseState
+from optlease.formats.timefmt import MAX_SECONDS
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.records import MIGRATE, RESUME, SUSPEND, RR, Lease, NotSchedulable
 from optlease.scheduling.slottable import fits, vsub
@@ -40,7 +41,7 @@ class Replanning:
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
         for lease in future:
             if self._books_again(lease, now):
-                self._booked_again(lease)
+                self._booked_again(lease, now)
                 continue
             self.cancel_vmrr(lease.last_vmrr(), now)
             lease.vmrrs.pop()
@@ -55,13 +56,14 @@ class Replanning:
 
     def _books_again(self, lease: Lease, now: int) -> bool:
         """Whether booking a lease booked for the future again now would give exactly the booking it has, found
-        without taking it out: a best-effort lease that starts afresh or resumes where its memory image is (images
-        not managed, booked for the time it asked for, by a built-in host policy), whose booking `schedule_lease`
-        made at a mark of the table. That booking begins at s, the first of its tries where the site as a whole
-        had room and the mapper placed it."""
+        without taking it out: a best-effort lease that starts afresh (its image's transfers, when images are
+        managed, aside: `_booked_again` books them again for real) or resumes where its memory image is (images not
+        managed), booked for the time it asked for, by a built-in host policy, whose booking `schedule_lease` made
+        at a mark of the table. That booking begins at s, the first of its tries where the site as a whole had room
+        and the mapper placed it."""
         vmrr = lease.last_vmrr()
         seen = lease.cache.get("booked")
-        if seen is None or seen[0] != vmrr.seq or lease.kind is not LeaseKind.BEST_EFFORT or self.prep is not None \
+        if seen is None or seen[0] != vmrr.seq or lease.kind is not LeaseKind.BEST_EFFORT \
                 or self.opts.runtime_estimate != "requested" or not self.policies.builtin_hosts:
             return False
         start, table = vmrr.begin(), self.table
@@ -69,16 +71,40 @@ class Replanning:
         if start <= now or (limit != -1 and self.vm.future_count - 1 >= limit):
             return False
         if lease.state is S.SUSPENDED_SCHEDULED:
-            return self._resumes_again(lease, vmrr, seen[1], now)
+            return self.prep is None and self._resumes_again(lease, vmrr, seen[1], now)
         # Starting afresh: when no change since the mark reaches past s, the table from s on is what the mapper
         # saw (its answer at s depends on nothing earlier); when the site as a whole, without the booking, first
         # has room from now at s exactly, and a reservation still ends at s, every earlier try fails the site's
         # room test and the try at s comes.
-        if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start) \
-                or start not in table.ends:
+        if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start):
             return False
-        return table.earliest_total_room_without((vmrr, *vmrr.post), now, self.vm.shape(lease, False)[-1],
-                                                 lease.total_demand) == start
+        if self.prep is not None and self.prep.needs(lease):
+            return self._starts_again_with_image(lease, vmrr, now)
+        return start in table.ends and table.earliest_total_room_without(
+            (vmrr, *vmrr.post), now, self.vm.shape(lease, False)[-1], lease.total_demand) == start
+
+    def _starts_again_with_image(self, lease: Lease, vmrr: RR, now: int) -> bool:
+        """`_books_again` for a lease that starts afresh and whose image is managed, once no change since the mark
+        reaches past its start s. Booking it again gives up its transfers (those that feed it alone leave the
+        link), then tries from the earliest time any node could have its image (`ImageTransfers.earliest`), each
+        try on the nodes that could have it by then. The try at s places it as it did when the nodes that could
+        have its image by s are the ones that could when it was placed (the mapper is asked what it was asked,
+        of the same table from s on); it comes when s is not one of those times (the booking stays one for the
+        future) but a reservation other than its own still ends at s; and every earlier try fails when the site
+        as a whole, without the booking, first has room from the earliest of those times at s."""
+        prep, table, start = self.prep, self.table, vmrr.start
+        before = prep.placed_from(vmrr)
+        if before is None or start > now + MAX_SECONDS:
+            return False
+        gone = prep.given_up(lease)
+        times = prep.earliest(lease, now, gone).times
+        if start in times.values() or _reach(times, start) != _reach(before, start):
+            return False
+        booking = {vmrr, *vmrr.post, *gone}
+        if all(rr in booking for rr in table.ending.get(start, ())):
+            return False
+        return table.earliest_total_room_without((vmrr, *vmrr.post), min(times.values()),
+                                                 self.vm.shape(lease, False)[-1], lease.total_demand) == start
 
     def _resumes_again(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
         """`_books_again` for a lease that resumes in place. Its tries are at now and at the ends of the
@@ -108,12 +134,22 @@ class Replanning:
         return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, self.vm.shape(lease, True)[-1],
                                                  lease.total_demand) == start
 
-    def _booked_again(self, lease: Lease) -> None:
+    def _booked_again(self, lease: Lease, now: int) -> None:
         """What booking the lease again leaves that its kept booking does not have: reservations newer than every
-        other, in the order booking makes them (their order at an instant), and the log's line."""
-        vmrr, table = lease.last_vmrr(), self.table
+        other, in the order booking makes them (their order at an instant), and the log's line. With images
+        managed, the room its reservations would give back is counted, and a lease that starts afresh gets its
+        image's transfers booked again for real, after its reservations (they may move: an earlier stretch of the
+        link, a cache that took its image in, a transfer to ride on)."""
+        vmrr, table, prep = lease.last_vmrr(), self.table, self.prep
+        afresh = prep is not None and lease.state is S.SCHEDULED and prep.needs(lease)
+        if prep is not None:
+            table.count_as_rebooked((vmrr, *vmrr.pre, *vmrr.post))
+        if afresh:
+            prep.release(lease)
         for rr in (vmrr, *vmrr.pre, *vmrr.post):
             rr.seq = table.next_seq()
+        if afresh:
+            prep.commit(prep.plan(lease, vmrr, prep.earliest(lease, now), now), vmrr)
         if table.changed is not None:
             table.changed.add(lease)
         lease.cache["booked"] = (vmrr.seq, table.mark())
@@ -189,3 +225,8 @@ class Replanning:
         vmrr = lease.last_vmrr()
         return lease.kind is LeaseKind.BEST_EFFORT and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED) \
             and vmrr is not None and all(rr.state == "scheduled" for rr in (*vmrr.pre, vmrr, *vmrr.post))
+
+
+def _reach(times: dict[int, int], t: int) -> set[int]:
+    """The nodes that could have an image by t."""
+    return {n for n, e in times.items() if e <= t}
