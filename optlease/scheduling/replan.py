@@ -71,7 +71,9 @@ class Replanning:
         if start <= now or (limit != -1 and self.vm.future_count - 1 >= limit):
             return False
         if lease.state is S.SUSPENDED_SCHEDULED:
-            return self.prep is None and self._resumes_again(lease, vmrr, seen[1], now)
+            if self.prep is not None:
+                return self._resumes_again_over_link(lease, vmrr, seen[1], now)
+            return self._resumes_again(lease, vmrr, seen[1], now)
         # Starting afresh: when no change since the mark reaches past s, the table from s on is what the mapper
         # saw (its answer at s depends on nothing earlier); when the site as a whole, without the booking, first
         # has room from now at s exactly, and a reservation still ends at s, every earlier try fails the site's
@@ -134,6 +136,40 @@ class Replanning:
         return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, self.vm.shape(lease, True)[-1],
                                                  lease.total_demand) == start
 
+    def _resumes_again_over_link(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
+        """`_books_again` for a lease that resumes on other nodes than its images are on, after copies of them over
+        the repository's link (`migration: yes`, greedy, images managed). Booking it again takes its copies off the
+        link and tries from when its copies could be over on its own nodes (now plus their estimate), each try on
+        the nodes it may resume on by then: those nodes alone until a stretch of the link long enough for the copies
+        is over, every node from then on. It was placed at s (its resume's start) with every node in the running
+        (placed elsewhere before the copies could be over, it is booked again from then on every node). The try at
+        s places it as it did when the copies, begun in the link's first such stretch without its own, are over by
+        s (every node is in the running, and the mapper is asked what it was asked, of the same table from s on);
+        it comes when s is not one of its times (the booking stays one for the future) but a reservation other than
+        its own still ends at s; every earlier try fails when the site as a whole, without the booking, first has
+        room from now plus the estimate at s. Its copies are then booked again for real (`_booked_again`)."""
+        table = self.table
+        # (the log's line names the mapper's end, which the booking does not keep: booked again where it is written)
+        if self.log.info_on or self.opts.migration != "yes" or self.opts.mapper != "greedy" \
+                or vmrr.mapping == lease.image_nodes or any(rr.state != "scheduled" for rr in vmrr.pre):
+            return False
+        copies = [rr for rr in vmrr.pre if rr.kind == MIGRATE]
+        resumes = [rr for rr in vmrr.pre if rr.kind == RESUME]
+        if not copies or not resumes or len(copies) + len(resumes) != len(vmrr.pre):
+            return False
+        start = resumes[0].start
+        if start > now + MAX_SECONDS or not table.unchanged_from(mark, start):
+            return False
+        wait = self._copies_wait(lease)
+        ready = (self.prep.first_gap(now, wait, set(copies)) if wait else now) + wait
+        if ready > start or start in (now + wait, ready):
+            return False
+        booking = (*vmrr.pre, vmrr, *vmrr.post)
+        if all(rr in booking for rr in table.ending.get(start, ())):
+            return False
+        return table.earliest_total_room_without(booking, now + wait, self.vm.shape(lease, True)[-1],
+                                                 lease.total_demand) == start
+
     def _booked_again(self, lease: Lease, now: int) -> None:
         """What booking the lease again leaves that its kept booking does not have: reservations newer than every
         other, in the order booking makes them (their order at an instant), and the log's line. With images
@@ -142,14 +178,23 @@ class Replanning:
         link, a cache that took its image in, a transfer to ride on)."""
         vmrr, table, prep = lease.last_vmrr(), self.table, self.prep
         afresh = prep is not None and lease.state is S.SCHEDULED and prep.needs(lease)
+        copies = [rr for rr in vmrr.pre if rr.kind == MIGRATE]
+        for rr in copies:
+            table.remove(rr)
+            rr.state = "cancelled"
+        vmrr.pre = [rr for rr in vmrr.pre if rr.kind != MIGRATE]
         if prep is not None:
             table.count_as_rebooked((vmrr, *vmrr.pre, *vmrr.post))
-        if afresh:
             prep.release(lease)
         for rr in (vmrr, *vmrr.pre, *vmrr.post):
             rr.seq = table.next_seq()
         if afresh:
             prep.commit(prep.plan(lease, vmrr, prep.earliest(lease, now), now), vmrr)
+        if copies:      # (after the resume's reservations, as booking makes them, from the link's first stretch)
+            self.copy_in_rounds(vmrr, self._resume_earliest(lease, now)[1])
+            for rr in vmrr.pre:
+                if rr.kind == MIGRATE:
+                    table.add(rr)
         if table.changed is not None:
             table.changed.add(lease)
         lease.cache["booked"] = (vmrr.seq, table.mark())
