@@ -150,3 +150,39 @@ def test_keeping_image_bookings_changes_no_decision(reqs, prep, migration, backf
     assert fast_log == slow_log
     for what in ("image", "resume"):
         event(f"{what} bookings kept: {min(kept[what], 3)}{'+' if kept[what] >= 3 else ''}")
+
+
+@st.composite
+def resume_workloads(draw):
+    """Preemptible best-effort leases with images, suspended by ARs and resumed (often elsewhere), among leases
+    that end before their time."""
+    out = []
+    n = draw(st.integers(4, 10))
+    for i in range(1, n + 1):
+        duration = draw(st.integers(10, 40)) * 60
+        real = draw(st.one_of(st.none(), *[st.integers(60, duration)] * 4))
+        out.append(LeaseRequest(i, LeaseKind.BEST_EFFORT, draw(st.integers(0, 10)) * 60, duration,
+                                draw(st.sampled_from([(VM,), (HALF,), (HALF, HALF)])), preemptible=True,
+                                real_duration=real, software=draw(st.sampled_from(IMAGES))))
+    for i in range(n + 1, n + 1 + draw(st.integers(1, 3))):
+        start = draw(st.integers(5, 30)) * 60
+        out.append(LeaseRequest(i, LeaseKind.AR, start - 300, draw(st.integers(5, 20)) * 60,
+                                draw(st.sampled_from([(VM,), (VM, VM)])), preemptible=False, start=start,
+                                software=draw(st.sampled_from(IMAGES))))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=resume_workloads(), prep=preparations, backfilling=st.sampled_from(["aggressive", "conservative"]),
+       nodes=st.integers(2, 3))
+def test_keeping_bookings_that_resume_over_the_link_changes_no_decision(reqs, prep, backfilling, nodes):
+    opts = {"nodes": nodes, "level": "STATUS", "migration": "yes", "backfilling": backfilling}
+    kept = {"image": 0, "resume": 0, "afresh": 0}
+    fast, _ = run(reqs, prep, **opts)
+    with pytest.MonkeyPatch.context() as patch:
+        checking_every_kept_booking(patch, kept)
+        checked, _ = run(reqs, prep, **opts)
+        patch.setattr(replan.Replanning, "_books_again", lambda self, lease, now: False)
+        slow, _ = run(reqs, prep, **opts)
+    assert document(fast) == document(checked) == document(slow)
+    event(f"resume bookings kept: {min(kept['resume'], 3)}{'+' if kept['resume'] >= 3 else ''}")

@@ -89,7 +89,6 @@ class Plan:
     own: dict[int, int] = field(default_factory=dict)                  # vnode -> node
     start: int = 0
     end: int = 0
-    ready: Earliest | None = None      # when each node could have the image, as the booking was placed
 
 
 class ImageTransfers(RepositoryLink):
@@ -112,9 +111,6 @@ class ImageTransfers(RepositoryLink):
         # not fit start sooner (its nodes' capacity aside)
         self.changes: dict[str, int] = {}
         self.sources: dict[int, tuple[int, int]] = {}   # lease id -> VMs booked from a cache, by a transfer
-        # lease id -> (its booking made for the future, by number; when each node could have its image then):
-        # what a premature end asks before keeping the booking (`placed_from`)
-        self.placed: dict[int, tuple[int, dict[int, int]]] = {}
         self.transfers = 0      # transfers completed
         self.volume = 0         # MB sent over the link by them
         self.seconds = 0        # link time they took
@@ -223,7 +219,7 @@ class ImageTransfers(RepositoryLink):
 
     def plan(self, lease: Lease, vmrr: RR, ready: Earliest | None, now: int) -> Plan:
         """How the booking `vmrr` gets its images; NotSchedulable when an AR's cannot arrive by its start."""
-        plan = Plan(lease, ready=ready)
+        plan = Plan(lease)
         image = lease.req.software.id
         for vnode, pnode in sorted(vmrr.mapping.items()):
             if lease.kind is LeaseKind.AR:
@@ -271,16 +267,8 @@ class ImageTransfers(RepositoryLink):
             waiting.append(t)
             self._changed(image.id)
         self.sources[lease.id] = (len(plan.hits), len(plan.rides) + len(plan.own))
-        if vmrr.backfill and plan.ready is not None:
-            self.placed[lease.id] = (vmrr.seq, plan.ready.times)
         if not waiting:
             del self.waiting[lease.id]
-
-    def placed_from(self, vmrr: RR) -> dict[int, int] | None:
-        """When each node could have the lease's image as its booking `vmrr`, made for the future, was placed
-        (None: not known)."""
-        found = self.placed.get(vmrr.lease.id)
-        return found[1] if found is not None and found[0] == vmrr.seq else None
 
     def given_up(self, lease: Lease) -> set[Transfer]:
         """The transfers `release` would take off the link: those that feed the lease alone."""
@@ -297,7 +285,6 @@ class ImageTransfers(RepositoryLink):
                 self.table.remove(t)
                 t.state = "cancelled"
         self.sources.pop(lease.id, None)
-        self.placed.pop(lease.id, None)
         self._unpin(lease)
 
     def reinstate(self, t: Transfer, state: str) -> None:
@@ -313,7 +300,6 @@ class ImageTransfers(RepositoryLink):
         """The lease's VMs started: they run from their own copies, so the cached images they came from are free
         to be evicted again. The booking counts toward the caches' hit rate (one that is given up does not)."""
         hits, misses = self.sources.pop(lease.id, (0, 0))
-        self.placed.pop(lease.id, None)
         if self.caches is not None:
             self.caches.hits += hits
             self.caches.misses += misses

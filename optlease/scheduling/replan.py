@@ -72,7 +72,7 @@ class Replanning:
             return False
         if lease.state is S.SUSPENDED_SCHEDULED:
             if self.prep is not None:
-                return self._resumes_again_over_link(lease, vmrr, seen[1], now)
+                return self._resumes_again_over_link(lease, vmrr, seen, now)
             return self._resumes_again(lease, vmrr, seen[1], now)
         # Starting afresh: when no change since the mark reaches past s, the table from s on is what the mapper
         # saw (its answer at s depends on nothing earlier); when the site as a whole, without the booking, first
@@ -81,26 +81,26 @@ class Replanning:
         if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start):
             return False
         if self.prep is not None and self.prep.needs(lease):
-            return self._starts_again_with_image(lease, vmrr, now)
+            return self._starts_again_with_image(lease, vmrr, seen[2], now)
         return start in table.ends and table.earliest_total_room_without(
             (vmrr, *vmrr.post), now, self.vm.shape(lease, False)[-1], lease.total_demand) == start
 
-    def _starts_again_with_image(self, lease: Lease, vmrr: RR, now: int) -> bool:
+    def _starts_again_with_image(self, lease: Lease, vmrr: RR, before: dict[int, int], now: int) -> bool:
         """`_books_again` for a lease that starts afresh and whose image is managed, once no change since the mark
         reaches past its start s. Booking it again gives up its transfers (those that feed it alone leave the
         link), then tries from the earliest time any node could have its image (`ImageTransfers.earliest`), each
-        try on the nodes that could have it by then. The try at s places it as it did when the nodes that could
-        have its image by s are the ones that could when it was placed (the mapper is asked what it was asked,
-        of the same table from s on); it comes when s is not one of those times (the booking stays one for the
-        future) but a reservation other than its own still ends at s; and every earlier try fails when the site
-        as a whole, without the booking, first has room from the earliest of those times at s."""
+        try on the nodes that could have it by then (`before`: when each could, as it was placed). The try at s
+        places it as it did when the nodes that could have its image by s are the ones that could when it was
+        placed (the mapper is asked what it was asked, of the same table from s on); it comes when s is not one of
+        those times (the booking stays one for the future) but a reservation other than its own still ends at s;
+        and every earlier try fails when the site as a whole, without the booking, first has room from the
+        earliest of those times at s."""
         prep, table, start = self.prep, self.table, vmrr.start
-        before = prep.placed_from(vmrr)
         if before is None or start > now + MAX_SECONDS:
             return False
         gone = prep.given_up(lease)
         times = prep.earliest(lease, now, gone).times
-        if start in times.values() or _reach(times, start) != _reach(before, start):
+        if start in times.values() or self._tried_on(times, start) != self._tried_on(before, start):
             return False
         booking = {vmrr, *vmrr.post, *gone}
         if all(rr in booking for rr in table.ending.get(start, ())):
@@ -136,39 +136,54 @@ class Replanning:
         return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, self.vm.shape(lease, True)[-1],
                                                  lease.total_demand) == start
 
-    def _resumes_again_over_link(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
-        """`_books_again` for a lease that resumes on other nodes than its images are on, after copies of them over
-        the repository's link (`migration: yes`, greedy, images managed). Booking it again takes its copies off the
-        link and tries from when its copies could be over on its own nodes (now plus their estimate), each try on
-        the nodes it may resume on by then: those nodes alone until a stretch of the link long enough for the copies
-        is over, every node from then on. It was placed at s (its resume's start) with every node in the running
-        (placed elsewhere before the copies could be over, it is booked again from then on every node). The try at
-        s places it as it did when the copies, begun in the link's first such stretch without its own, are over by
-        s (every node is in the running, and the mapper is asked what it was asked, of the same table from s on);
-        it comes when s is not one of its times (the booking stays one for the future) but a reservation other than
-        its own still ends at s; every earlier try fails when the site as a whole, without the booking, first has
-        room from now plus the estimate at s. Its copies are then booked again for real (`_booked_again`)."""
-        table = self.table
+    def _resumes_again_over_link(self, lease: Lease, vmrr: RR, seen: tuple, now: int) -> bool:
+        """`_books_again` for a suspended lease that may resume on other nodes than its images are on, after copies
+        of them over the repository's link (`migration: yes`, greedy, images managed). Booking it again takes its
+        copies off the link and tries from when copies could be over on its own nodes (now plus their estimate),
+        each try on the nodes it may resume on by then: its own until a stretch of the link long enough for the
+        copies is over, every node from then on (`_resume_earliest`; placed elsewhere before that, it is booked
+        again from then on every node). It was placed at s, its resume's start (`seen`: the booking's number,
+        mark, and from when each node could take it). The try at s places it as it did when the nodes it may
+        resume on by then are the ones it could when it was placed (the mapper is asked what it was asked, of the
+        same table from s on), and no second booking follows (in place, or every node by s); it comes when s is not
+        one of those times (the booking stays one for the future) but a reservation other than its own still ends
+        at s; every earlier try fails when the site as a whole, without the booking, first has room from the
+        earliest of those times at s. Its copies are then booked again for real (`_booked_again`)."""
+        table, before = self.table, seen[2]
         # (the log's line names the mapper's end, which the booking does not keep: booked again where it is written)
-        if self.log.info_on or self.opts.migration != "yes" or self.opts.mapper != "greedy" \
-                or vmrr.mapping == lease.image_nodes or any(rr.state != "scheduled" for rr in vmrr.pre):
+        if self.log.info_on or before is None or self.opts.migration != "yes" or self.opts.mapper != "greedy" \
+                or any(rr.state != "scheduled" for rr in vmrr.pre):
             return False
         copies = [rr for rr in vmrr.pre if rr.kind == MIGRATE]
         resumes = [rr for rr in vmrr.pre if rr.kind == RESUME]
-        if not copies or not resumes or len(copies) + len(resumes) != len(vmrr.pre):
+        in_place = vmrr.mapping == lease.image_nodes
+        if not resumes or len(copies) + len(resumes) != len(vmrr.pre) or in_place == bool(copies):
             return False
         start = resumes[0].start
-        if start > now + MAX_SECONDS or not table.unchanged_from(mark, start):
+        if start > now + MAX_SECONDS or not table.unchanged_from(seen[1], start):
             return False
         wait = self._copies_wait(lease)
         ready = (self.prep.first_gap(now, wait, set(copies)) if wait else now) + wait
-        if ready > start or start in (now + wait, ready):
+        if not in_place and ready > start:
+            return False
+        times = dict.fromkeys(table.nodes, ready)    # (as `_resume_earliest` has them, its copies off the link)
+        for pnode in (lease.image_nodes or {}).values():
+            times[pnode] = now + wait
+        if start in times.values() or self._tried_on(times, start) != self._tried_on(before, start):
             return False
         booking = (*vmrr.pre, vmrr, *vmrr.post)
         if all(rr in booking for rr in table.ending.get(start, ())):
             return False
-        return table.earliest_total_room_without(booking, now + wait, self.vm.shape(lease, True)[-1],
+        return table.earliest_total_room_without(booking, min(times.values()), self.vm.shape(lease, True)[-1],
                                                  lease.total_demand) == start
+
+    def _tried_on(self, times: dict[int, int], t: int) -> set[int] | None:
+        """The nodes a try at t asks the mapper about, for a lease that may start on each node from `times` on
+        (`VMScheduler.asap`; None: every node)."""
+        if len(times) == len(self.table.nodes) and t >= max(times.values()):
+            return None
+        nodes = {n for n, e in times.items() if e <= t}
+        return None if len(nodes) == len(self.table.nodes) else nodes
 
     def _booked_again(self, lease: Lease, now: int) -> None:
         """What booking the lease again leaves that its kept booking does not have: reservations newer than every
@@ -188,16 +203,21 @@ class Replanning:
             prep.release(lease)
         for rr in (vmrr, *vmrr.pre, *vmrr.post):
             rr.seq = table.next_seq()
+        times = None    # from when each node could take it (what booking it again notes)
         if afresh:
-            prep.commit(prep.plan(lease, vmrr, prep.earliest(lease, now), now), vmrr)
-        if copies:      # (after the resume's reservations, as booking makes them, from the link's first stretch)
-            self.copy_in_rounds(vmrr, self._resume_earliest(lease, now)[1])
-            for rr in vmrr.pre:
-                if rr.kind == MIGRATE:
-                    table.add(rr)
+            ready = prep.earliest(lease, now)
+            times = ready.times
+            prep.commit(prep.plan(lease, vmrr, ready, now), vmrr)
+        elif prep is not None and lease.state is S.SUSPENDED_SCHEDULED:
+            times, begin = self._resume_earliest(lease, now)
+            if copies:      # (after the resume's reservations, as booking makes them, from the link's first stretch)
+                self.copy_in_rounds(vmrr, begin)
+                for rr in vmrr.pre:
+                    if rr.kind == MIGRATE:
+                        table.add(rr)
         if table.changed is not None:
             table.changed.add(lease)
-        lease.cache["booked"] = (vmrr.seq, table.mark())
+        lease.cache["booked"] = (vmrr.seq, table.mark(), times)
         if self.log.info_on:    # (a lease that starts afresh: its booking ends where the mapper's placement does)
             self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s to %s%s" % (
                 lease.id, vmrr.nodes(), self.log.t(vmrr.start), self.log.t(vmrr.post[-1].end),
@@ -271,7 +291,3 @@ class Replanning:
         return lease.kind is LeaseKind.BEST_EFFORT and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED) \
             and vmrr is not None and all(rr.state == "scheduled" for rr in (*vmrr.pre, vmrr, *vmrr.post))
 
-
-def _reach(times: dict[int, int], t: int) -> set[int]:
-    """The nodes that could have an image by t."""
-    return {n for n, e in times.items() if e <= t}
