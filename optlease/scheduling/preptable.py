@@ -4,6 +4,7 @@ by node, the ends of reservations that hold node capacity), what a few nodes hav
 over the repository's link that its reservations put on it or take off. Pure bookkeeping."""
 from __future__ import annotations
 
+import math
 from operator import sub as _sub
 
 from sortedcontainers import SortedList
@@ -54,6 +55,14 @@ class PreparedTable(SlotTable):
             self.released += 1
             self.gave_back += 1
             self._gave_back_on(rr.demand)
+
+    def changed_until(self, mark: tuple[int, int]) -> float | None:
+        """How far in time the changes to the reservations since `mark` reach (-inf: there were none; None: the
+        mark no longer holds): from there on, the table is what it was at the mark (`unchanged_from`)."""
+        epoch, pos = mark
+        if epoch != self.edit_epoch:
+            return None
+        return max(self.edits[pos:], default=-math.inf)
 
     def room_ends_until(self, t: int) -> int:
         """How many reservations that hold node capacity end at or before t, those that have passed included."""

@@ -89,24 +89,14 @@ class Replanning:
         """`_books_again` for a lease that starts afresh and whose image is managed, once no change since the mark
         reaches past its start s. Booking it again gives up its transfers (those that feed it alone leave the
         link), then tries from the earliest time any node could have its image (`ImageTransfers.earliest`), each
-        try on the nodes that could have it by then (`before`: when each could, as it was placed). The try at s
-        places it as it did when the nodes that could have its image by s are the ones that could when it was
-        placed (the mapper is asked what it was asked, of the same table from s on); it comes when s is not one of
-        those times (the booking stays one for the future) but a reservation other than its own still ends at s;
-        and every earlier try fails when the site as a whole, without the booking, first has room from the
-        earliest of those times at s."""
-        prep, table, start = self.prep, self.table, vmrr.start
+        try on the nodes that could have it by then (`before`: when each could, as it was placed); the rule is
+        `_tried_again`'s."""
+        prep, start = self.prep, vmrr.start
         if before is None or start > now + MAX_SECONDS:
             return False
         gone = prep.given_up(lease)
         times = prep.earliest(lease, now, gone).times
-        if start in times.values() or self._tried_on(times, start) != self._tried_on(before, start):
-            return False
-        booking = {vmrr, *vmrr.post, *gone}
-        if all(rr in booking for rr in table.ending.get(start, ())):
-            return False
-        return table.earliest_total_room_without((vmrr, *vmrr.post), min(times.values()),
-                                                 self.vm.shape(lease, False)[-1], lease.total_demand) == start
+        return self._tried_again(lease, start, (vmrr, *vmrr.post), gone, before, times, False)
 
     def _resumes_again(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
         """`_books_again` for a lease that resumes in place. Its tries are at now and at the ends of the
@@ -145,10 +135,8 @@ class Replanning:
         again from then on every node). It was placed at s, its resume's start (`seen`: the booking's number,
         mark, and from when each node could take it). The try at s places it as it did when the nodes it may
         resume on by then are the ones it could when it was placed (the mapper is asked what it was asked, of the
-        same table from s on), and no second booking follows (in place, or every node by s); it comes when s is not
-        one of those times (the booking stays one for the future) but a reservation other than its own still ends
-        at s; every earlier try fails when the site as a whole, without the booking, first has room from the
-        earliest of those times at s. Its copies are then booked again for real (`_booked_again`)."""
+        same table from s on), and no second booking follows (in place, or every node by s): `_tried_again`. Its
+        copies are then booked again for real (`_booked_again`)."""
         table, before = self.table, seen[2]
         # (the log's line names the mapper's end, which the booking does not keep: booked again where it is written)
         if self.log.info_on or before is None or self.opts.migration != "yes" or self.opts.mapper != "greedy" \
@@ -160,7 +148,7 @@ class Replanning:
         if not resumes or len(copies) + len(resumes) != len(vmrr.pre) or in_place == bool(copies):
             return False
         start = resumes[0].start
-        if start > now + MAX_SECONDS or not table.unchanged_from(seen[1], start):
+        if start > now + MAX_SECONDS:
             return False
         wait = self._copies_wait(lease)
         ready = (self.prep.first_gap(now, wait, set(copies)) if wait else now) + wait
@@ -169,13 +157,42 @@ class Replanning:
         times = dict.fromkeys(table.nodes, ready)    # (as `_resume_earliest` has them, its copies off the link)
         for pnode in (lease.image_nodes or {}).values():
             times[pnode] = now + wait
-        if start in times.values() or self._tried_on(times, start) != self._tried_on(before, start):
+        return self._tried_again(lease, start, (*vmrr.pre, vmrr, *vmrr.post), (), before, times, True)
+
+    def _tried_again(self, lease: Lease, start: int, booking: tuple, gone, before: dict[int, int],
+                     times: dict[int, int], resuming: bool) -> bool:
+        """Whether booking a lease again, its booking (and `gone`, the transfers that leave the link with it) taken
+        out, tries each start from the earliest of `times` on as it did when it was placed from `before` (when each
+        node could take it, then and now), and its first try that places it is at `start` again, with the same
+        answer. Let E be how far the changes to the table since its mark reach, and R the first instant from the
+        earliest of `times` at which the site as a whole, without the booking, has room for it: every try before R
+        fails the site's room test. The tries from R on, to `start` included, ask the mapper what they asked then
+        (the same nodes by `_tried_on`, from either `times` or `before`), of the same table from their instant on
+        when E is before R (E before `start` when R is `start`). A try in between was made then, and failed, when
+        it is an end of a reservation (those after E are the ones there were) or one of the times it was placed
+        from, not before the first of them. `start` is a try: a reservation other than the booking's ends there,
+        and it is not one of `times` (the booking stays one for the future)."""
+        table = self.table
+        left = {*booking, *gone}
+        if start in times.values() or all(rr in left for rr in table.ending.get(start, ())):
             return False
-        booking = (*vmrr.pre, vmrr, *vmrr.post)
-        if all(rr in booking for rr in table.ending.get(start, ())):
+        reach = table.changed_until(self._mark(lease))
+        if reach is None or reach > start:
             return False
-        return table.earliest_total_room_without(booking, min(times.values()), self.vm.shape(lease, True)[-1],
-                                                 lease.total_demand) == start
+        room = table.earliest_total_room_without(booking, min(times.values()), self.vm.shape(lease, resuming)[-1],
+                                                 lease.total_demand)
+        if room > start or (room < start and (room <= reach or room < min(before.values()))):
+            return False
+        steps = {room, *(t for t in {*times.values(), *before.values()} if room < t <= start)}
+        if any(self._tried_on(times, t) != self._tried_on(before, t) for t in steps):
+            return False
+        placed_from = set(before.values())
+        return all(t in placed_from or not all(rr in left for rr in table.ending.get(t, ()))
+                   for t in set(times.values()) if room <= t < start)
+
+    @staticmethod
+    def _mark(lease: Lease) -> tuple[int, int]:
+        return lease.cache["booked"][1]
 
     def _tried_on(self, times: dict[int, int], t: int) -> set[int] | None:
         """The nodes a try at t asks the mapper about, for a lease that may start on each node from `times` on
