@@ -205,9 +205,10 @@ class Replanning:
     def _booked_again(self, lease: Lease, now: int) -> None:
         """What booking the lease again leaves that its kept booking does not have: reservations newer than every
         other, in the order booking makes them (their order at an instant), and the log's line. With images
-        managed, the room its reservations would give back is counted, and a lease that starts afresh gets its
-        image's transfers booked again for real, after its reservations (they may move: an earlier stretch of the
-        link, a cache that took its image in, a transfer to ride on)."""
+        managed, the room its reservations would give back is counted, and what goes over the link is booked again
+        for real, after its reservations: a lease that starts afresh gets its image's transfers, a resume elsewhere
+        the copies of its images (they may move: an earlier stretch of the link, a cache that took its image in, a
+        transfer to ride on)."""
         vmrr, table, prep = lease.last_vmrr(), self.table, self.prep
         afresh = prep is not None and lease.state is S.SCHEDULED and prep.needs(lease)
         copies = [rr for rr in vmrr.pre if rr.kind == MIGRATE]
@@ -307,4 +308,3 @@ class Replanning:
         vmrr = lease.last_vmrr()
         return lease.kind is LeaseKind.BEST_EFFORT and lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED) \
             and vmrr is not None and all(rr.state == "scheduled" for rr in (*vmrr.pre, vmrr, *vmrr.post))
-
