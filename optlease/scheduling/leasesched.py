@@ -172,8 +172,9 @@ class LeaseScheduler(QueuePass, Resumes, Preemption, Replanning):
         for rr in (*vmrr.pre, vmrr, *vmrr.post):
             self.table.add(rr)
         if vmrr.backfill:
-            # what a premature end asks (Replanning): the booking, by its number (not kept alive), and a mark
-            lease.cache["booked"] = (vmrr.seq, self.table.mark())
+            # what a premature end asks (Replanning): the booking, by its number (not kept alive), a mark, and
+            # from when each node could take it (its image or its memory image there; None: every node, now)
+            lease.cache["booked"] = (vmrr.seq, self.table.mark(), earliest)
         lease.vmrrs.append(vmrr)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED)
 

@@ -14,27 +14,25 @@ lease's disk image, which comes one of three ways:
 
 Transfers are reservations of kind `transfer` in the slot table that hold no node capacity; the lease scheduler
 calls `earliest` before placing a lease, `plan` after (it may refuse), `commit` once the lease is booked, and
-`release` when a booking is given up. Pure: `now` is always passed in.
+`release` when a booking is given up. This module places leases' images; what is on the link and when it is free is
+scheduling.imagelink, the slot table of such a run scheduling.preptable. Pure: `now` is always passed in.
 """
 from __future__ import annotations
 
-import math
-from bisect import insort
 from dataclasses import dataclass, field
 from itertools import count
-from operator import sub as _sub
 from typing import NamedTuple
-
-from sortedcontainers import SortedList
 
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
 from optlease.scheduling.copyrounds import copy_rounds
 from optlease.scheduling.imagecache import ImageCaches
-from optlease.scheduling.records import MIGRATE, RR, TRANSFER, Held, Lease, NotSchedulable
-from optlease.scheduling.slottable import SlotTable, Vec
+from optlease.scheduling.imagelink import RepositoryLink, Transfer
+from optlease.scheduling.preptable import PreparedTable
+from optlease.scheduling.records import RR, TRANSFER, Held, Lease, NotSchedulable
+from optlease.scheduling.slottable import SlotTable
 
-FEW_NODES = 3   # `PreparedTable.free_of` adds up at most this many nodes one by one
+__all__ = ["PreparationOptions", "PreparedTable", "Transfer", "Earliest", "Ready", "Plan", "ImageTransfers"]
 
 # How a node gets a lease's image (Haizea's kinds of earliest starting time).
 BY_TRANSFER, FROM_CACHE, PIGGYBACK = "transfer", "cache", "piggyback"
@@ -65,99 +63,6 @@ class PreparationOptions:
                    cache_size=g("diskimage-cache-size"))
 
 
-class PreparedTable(SlotTable):
-    """The slot table of a run with image transfers: it also adds up what a few nodes have free (`free_of`), which a
-    pass over the queue asks for each suspended lease's own nodes, and counts what the queue's keys ask about a
-    waiting lease that tries a few nodes alone or at a later instant (`released_on`, `room_ends_until`).
-
-    The copies of a suspended lease's images to the nodes it resumes on that greedy books (`migrate` reservations
-    with the link's `extra`) go over the repository's link too: whatever puts one in the table or takes it out
-    (booking, cancelling, a round's undo and redo) puts it on the link or takes it off (`ImageTransfers`, once it
-    is made, is `link`). The CP-SAT round's copies do not (yet)."""
-
-    def __init__(self, site) -> None:
-        super().__init__(site)
-        self.link: ImageTransfers | None = None
-        # per node, bumped whenever room on it comes back (`released`, node by node): a lease whose try looks at
-        # a few nodes alone (those whose caches hold its image) is tried again only when one of them gave some back
-        self.node_released = dict.fromkeys(self.caps, 0)
-        # The ends of the reservations that hold node capacity (not transfers, not copies over the link), and how
-        # many of them were dropped because they had passed: a lease that tries at a later instant than now (its
-        # image must come over the link first) may fit otherwise only where one of these comes to lie before its
-        # start (`ends` and `past_ends` count the link's too, which give back no room on any node).
-        self.room_ends = SortedList()
-        self.past_room_ends = 0
-
-    def released_on(self, nodes) -> int:
-        """How often room came back on the given nodes (it only grows: unchanged exactly when no node's did)."""
-        return sum(map(self.node_released.__getitem__, nodes))
-
-    def _gave_back_on(self, nodes) -> None:
-        released = self.node_released
-        for n in nodes:
-            released[n] += 1
-
-    def room_ends_until(self, t: int) -> int:
-        """How many reservations that hold node capacity end at or before t, those that have passed included."""
-        return self.room_ends.bisect_right(t) + self.past_room_ends
-
-    def add(self, rr) -> None:
-        super().add(rr)
-        if rr.demand:
-            self.room_ends.add(rr.end)
-        if rr.kind == MIGRATE and rr.extra is not None:
-            self.link.copy_on(rr)
-
-    def remove(self, rr) -> None:
-        super().remove(rr)
-        if rr.kind == MIGRATE and rr.extra is not None:
-            self.link.copy_off(rr)
-
-    def forget(self, rr, now: int | None = None) -> None:
-        super().forget(rr, now)
-        if rr.demand:
-            self.room_ends.discard(rr.end)
-            if now is not None and rr.end <= now:
-                self.past_room_ends += 1
-        self._gave_back_on(rr.demand)
-        if rr.kind == MIGRATE and rr.extra is not None:
-            self.link.copy_off(rr)
-
-    def cut(self, rr, end: int, prune: bool = False) -> None:
-        old = rr.end
-        super().cut(rr, end, prune)
-        if rr.demand and rr.start <= end < old:    # (otherwise moved: taken out and added again)
-            self.room_ends.discard(old)
-            self.room_ends.add(end)
-        self._gave_back_on(rr.demand)
-
-    def bring_up(self, node: int) -> None:
-        super().bring_up(node)
-        self._gave_back_on((node,))
-
-    def free_of(self, nodes, t: int) -> Vec:
-        """What the given nodes in planning have free at instant t, added up (a node over its capacity adds
-        nothing), as `free_on` gives it: for a handful of nodes (most suspended leases' images are on one to three)
-        node by node, which costs less than counting the profiles they share."""
-        if len(nodes) > FEW_NODES:
-            return self.free_on(nodes, t)
-        free = list(self.zero)
-        profiles, caps, down = self.profiles, self.caps, self.down
-        for n in nodes:
-            if n in down:
-                continue
-            for i, left in enumerate(map(_sub, caps[n], profiles[n].at(t))):
-                if left > 0:
-                    free[i] += left
-        return tuple(free)
-
-
-class Transfer(RR):
-    """One transfer over the repository's link: `feeds` are the (lease, vnode, node) it brings the image to."""
-
-    __slots__ = ("image", "size", "feeds", "tid", "copies")
-
-
 class Earliest(NamedTuple):
     """When each node could have a lease's image (`times`), the start of the transfer of its own it would book,
     and how the nodes that need no such transfer get it (`how`)."""
@@ -186,20 +91,21 @@ class Plan:
     end: int = 0
 
 
-class ImageTransfers:
+class ImageTransfers(RepositoryLink):
+    """Where and when each lease's image comes from: transfers booked, ridden on and given up, the caches'
+    pins, and what happens as transfers begin and end (the link's own bookkeeping: `RepositoryLink`)."""
+
     def __init__(self, table: SlotTable, opts: PreparationOptions, log: EventLog) -> None:
         self.table = table
         self.opts = opts
         self.log = log
-        self.link: list[tuple[int, int, Transfer]] = []     # transfers booked and not over, by start
+        self._init_link()
         self.caches = ImageCaches(table.nodes, opts.cache_size) if opts.reuse == "image-caches" else None
         self.waiting: dict[int, list[Transfer]] = {}       # lease id -> transfers not over that feed it
         self.pinned: dict[int, list[tuple[int, str, int]]] = {}   # lease id -> (node, image, vnode) it starts from
         self._ids = count(1)
-        self._gaps: dict[tuple[int, int], int] = {}        # first_gap's answers while the link is unchanged
-        self._firsts: dict[tuple, tuple[int, tuple]] = {}  # first_ready's answers at one instant, likewise
-        self._firsts_at = -1
-        self._lengths: dict[tuple[int, int], int] = {}   # duration's answers by image size and copies
+        self._firsts: dict[tuple, tuple[int, tuple]] = {}  # first_ready's answers at one instant, while the link
+        self._firsts_at = -1                                # is unchanged
         self.open: dict[str, list[Transfer]] = {}         # image -> its transfers booked and not begun
         # per image, bumped when a cache takes it in or a transfer of it is booked: what can let a lease that did
         # not fit start sooner (its nodes' capacity aside)
@@ -211,68 +117,9 @@ class ImageTransfers:
         if isinstance(table, PreparedTable):
             table.link = self
 
-    # -- the link -----------------------------------------------------------------------------------------------
-    def duration(self, lease: Lease, copies: int = 1) -> int:
-        """One transfer of the lease's image for `copies` VMs (unicast sends each copy in turn)."""
-        key = (lease.req.software.size, copies)
-        found = self._lengths.get(key)     # (asked for every image's leases at each pass over the queue)
-        if found is None:
-            if self.opts.force_time is not None:
-                one = self.opts.force_time
-            else:
-                one = math.ceil(lease.req.software.size * 8 / self.opts.bandwidth - 1e-9)
-            found = self._lengths[key] = one * (copies if self.opts.mechanism == "unicast" else 1)
-        return found
-
-    def first_gap(self, t: int, length: int) -> int:
-        """The earliest start >= t of a free stretch of the link `length` long (remembered until the link
-        changes: every lease in the queue asks at the same instant)."""
-        key = (t, length)
-        found = self._gaps.get(key)
-        if found is None:
-            found = t
-            for _, _, x in self.link:
-                if x.end <= found:
-                    continue
-                if x.start >= found + length:
-                    break
-                found = x.end
-            self._gaps[key] = found
-        return found
-
-    def last_gap(self, deadline: int, length: int, now: int) -> int | None:
-        """The latest start of a free stretch of the link `length` long that ends by `deadline`, not before `now`
-        (None: there is none)."""
-        end = deadline
-        for _, _, x in reversed(self.link):
-            if x.start >= end:
-                continue
-            if x.end <= end - length:
-                break
-            end = x.start
-        return end - length if end - length >= now else None
-
-    # -- copies of a suspended lease's images (`migration: yes`) -------------------------------------------
-    def copy_on(self, rr: RR) -> None:
-        """A copy of memory or disk images to a resume's nodes takes the link as a transfer does."""
-        insort(self.link, (rr.start, -rr.seq, rr), key=lambda x: (x[0], x[1]))
-        self._gaps.clear()
+    def _link_changed(self) -> None:
+        super()._link_changed()
         self._firsts.clear()
-
-    def copy_off(self, rr: RR) -> None:
-        for i, (_, _, other) in enumerate(self.link):
-            if other is rr:
-                del self.link[i]
-                self._gaps.clear()
-                self._firsts.clear()
-                return
-
-    def disk_estimate(self, lease: Lease) -> int:
-        """How long a resume elsewhere waits for the lease's disk image, as Haizea estimates it: each VM's copy in
-        turn (at the link's bandwidth, which is also the one memory images are copied at)."""
-        if lease.req.software is None or not lease.image_nodes:
-            return 0
-        return self._copy_time(lease.req.software.size) * lease.numnodes
 
     def disk_rounds(self, vmrr: RR) -> list[tuple[int, dict[int, int]]]:
         """The copies of the lease's disk image that its resume `vmrr` elsewhere needs, as Haizea makes them: from
@@ -293,11 +140,6 @@ class ImageTransfers:
                 yield vnode, origin, dest
         return [(self._copy_time(image.size), moves) for moves in copy_rounds(copies())]
 
-    def _copy_time(self, size: int) -> int:
-        """Copying `size` MB between nodes at the link's bandwidth (Haizea's, whatever `force-imagetransfer-time`
-        says), in whole seconds, rounded up as memory images are (overheads.transfer_time)."""
-        return math.ceil(size * 8 / self.opts.bandwidth - 1e-9)
-
     # -- placing a lease ------------------------------------------------------------------------------------
     def needs(self, lease: Lease) -> bool:
         return lease.req.software is not None
@@ -310,12 +152,13 @@ class ImageTransfers:
     def _changed(self, image: str) -> None:
         self.changes[image] = self.changes.get(image, 0) + 1
 
-    def earliest(self, lease: Lease, now: int) -> Earliest:
+    def earliest(self, lease: Lease, now: int, without=()) -> Earliest:
         """When each node could have the lease's image: by a transfer in the link's first free stretch, from its
-        cache, or riding on a transfer of the same image that has not begun."""
+        cache, or riding on a transfer of the same image that has not begun (`without`: as if the given transfers
+        were off the link)."""
         image = lease.req.software.id
         length = self.duration(lease, lease.numnodes)
-        start = self.first_gap(now, length)
+        start = self.first_gap(now, length, without)
         times = dict.fromkeys(self.table.nodes, start + length)
         ready = Earliest(times, start, {})
         if self.caches is not None:
@@ -325,7 +168,7 @@ class ImageTransfers:
                     ready.how[n] = Ready(now, FROM_CACHE)
         if self.opts.avoid_redundant:
             for t in self.open.get(image, ()):
-                if t.end <= now:
+                if t.end <= now or t in without:
                     continue
                 # a multicast reaches one more node at no cost; a unicast only the nodes it already goes to
                 nodes = times.keys() if self.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
@@ -418,9 +261,7 @@ class ImageTransfers:
             t.image, t.size, t.tid = image.id, image.size, next(self._ids)
             t.copies = len(plan.own) if self.opts.mechanism == "unicast" else 1
             t.feeds = [(lease, v, p) for v, p in sorted(plan.own.items())]
-            insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
-            self._gaps.clear()
-            self._firsts.clear()
+            self._put_on(t)
             self.open.setdefault(image.id, []).append(t)
             self.table.add(t)
             waiting.append(t)
@@ -428,6 +269,11 @@ class ImageTransfers:
         self.sources[lease.id] = (len(plan.hits), len(plan.rides) + len(plan.own))
         if not waiting:
             del self.waiting[lease.id]
+
+    def given_up(self, lease: Lease) -> set[Transfer]:
+        """The transfers `release` would take off the link: those that feed the lease alone."""
+        return {t for t in self.waiting.get(lease.id, ()) if t.state in ("scheduled", "active")
+                and all(f[0] is lease for f in t.feeds)}
 
     def release(self, lease: Lease) -> None:
         """The lease's booking is given up: it no longer waits for transfers (one that feeds nobody else is taken
@@ -444,9 +290,7 @@ class ImageTransfers:
     def reinstate(self, t: Transfer, state: str) -> None:
         """Put back a transfer `release` took off the link (a CP-SAT round's commit undone), in `state`."""
         t.state = state
-        insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
-        self._gaps.clear()
-        self._firsts.clear()
+        self._put_on(t)
         if state == "scheduled":
             self.open.setdefault(t.image, []).append(t)
         self.table.add(t)
@@ -497,13 +341,8 @@ class ImageTransfers:
                     self._changed(image)
 
     def _off_link(self, t: Transfer) -> None:
-        self._gaps.clear()
-        self._firsts.clear()
         self._close(t)
-        for i, (_, _, other) in enumerate(self.link):
-            if other is t:
-                del self.link[i]
-                return
+        self._take_off(t)
 
     def _close(self, t: Transfer) -> None:
         """No lease can ride on `t` any more."""

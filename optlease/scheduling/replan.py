@@ -4,6 +4,7 @@ later best-effort bookings in the way go back to the queue). Part of Haizea's le
 from __future__ import annotations
 
 from optlease.domain.lease import LeaseKind, LeaseState
+from optlease.formats.timefmt import MAX_SECONDS
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.records import MIGRATE, RESUME, SUSPEND, RR, Lease, NotSchedulable
 from optlease.scheduling.slottable import fits, vsub
@@ -40,7 +41,7 @@ class Replanning:
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
         for lease in future:
             if self._books_again(lease, now):
-                self._booked_again(lease)
+                self._booked_again(lease, now)
                 continue
             self.cancel_vmrr(lease.last_vmrr(), now)
             lease.vmrrs.pop()
@@ -55,13 +56,14 @@ class Replanning:
 
     def _books_again(self, lease: Lease, now: int) -> bool:
         """Whether booking a lease booked for the future again now would give exactly the booking it has, found
-        without taking it out: a best-effort lease that starts afresh or resumes where its memory image is (images
-        not managed, booked for the time it asked for, by a built-in host policy), whose booking `schedule_lease`
-        made at a mark of the table. That booking begins at s, the first of its tries where the site as a whole
-        had room and the mapper placed it."""
+        without taking it out: a best-effort lease that starts afresh (its image's transfers, when images are
+        managed, aside: `_booked_again` books them again for real) or resumes where its memory image is (images not
+        managed), booked for the time it asked for, by a built-in host policy, whose booking `schedule_lease` made
+        at a mark of the table. That booking begins at s, the first of its tries where the site as a whole had room
+        and the mapper placed it."""
         vmrr = lease.last_vmrr()
         seen = lease.cache.get("booked")
-        if seen is None or seen[0] != vmrr.seq or lease.kind is not LeaseKind.BEST_EFFORT or self.prep is not None \
+        if seen is None or seen[0] != vmrr.seq or lease.kind is not LeaseKind.BEST_EFFORT \
                 or self.opts.runtime_estimate != "requested" or not self.policies.builtin_hosts:
             return False
         start, table = vmrr.begin(), self.table
@@ -69,16 +71,32 @@ class Replanning:
         if start <= now or (limit != -1 and self.vm.future_count - 1 >= limit):
             return False
         if lease.state is S.SUSPENDED_SCHEDULED:
+            if self.prep is not None:
+                return self._resumes_again_over_link(lease, vmrr, seen, now)
             return self._resumes_again(lease, vmrr, seen[1], now)
         # Starting afresh: when no change since the mark reaches past s, the table from s on is what the mapper
         # saw (its answer at s depends on nothing earlier); when the site as a whole, without the booking, first
         # has room from now at s exactly, and a reservation still ends at s, every earlier try fails the site's
         # room test and the try at s comes.
-        if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start) \
-                or start not in table.ends:
+        if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start):
             return False
-        return table.earliest_total_room_without((vmrr, *vmrr.post), now, self.vm.shape(lease, False)[-1],
-                                                 lease.total_demand) == start
+        if self.prep is not None and self.prep.needs(lease):
+            return self._starts_again_with_image(lease, vmrr, seen[2], now)
+        return start in table.ends and table.earliest_total_room_without(
+            (vmrr, *vmrr.post), now, self.vm.shape(lease, False)[-1], lease.total_demand) == start
+
+    def _starts_again_with_image(self, lease: Lease, vmrr: RR, before: dict[int, int], now: int) -> bool:
+        """`_books_again` for a lease that starts afresh and whose image is managed, once no change since the mark
+        reaches past its start s. Booking it again gives up its transfers (those that feed it alone leave the
+        link), then tries from the earliest time any node could have its image (`ImageTransfers.earliest`), each
+        try on the nodes that could have it by then (`before`: when each could, as it was placed); the rule is
+        `_tried_again`'s."""
+        prep, start = self.prep, vmrr.start
+        if before is None or start > now + MAX_SECONDS:
+            return False
+        gone = prep.given_up(lease)
+        times = prep.earliest(lease, now, gone).times
+        return self._tried_again(lease, start, (vmrr, *vmrr.post), gone, before, times, False)
 
     def _resumes_again(self, lease: Lease, vmrr: RR, mark: tuple, now: int) -> bool:
         """`_books_again` for a lease that resumes in place. Its tries are at now and at the ends of the
@@ -108,15 +126,116 @@ class Replanning:
         return table.earliest_total_room_without((*vmrr.pre, vmrr, *vmrr.post), start, self.vm.shape(lease, True)[-1],
                                                  lease.total_demand) == start
 
-    def _booked_again(self, lease: Lease) -> None:
+    def _resumes_again_over_link(self, lease: Lease, vmrr: RR, seen: tuple, now: int) -> bool:
+        """`_books_again` for a suspended lease that may resume on other nodes than its images are on, after copies
+        of them over the repository's link (`migration: yes`, greedy, images managed). Booking it again takes its
+        copies off the link and tries from when copies could be over on its own nodes (now plus their estimate),
+        each try on the nodes it may resume on by then: its own until a stretch of the link long enough for the
+        copies is over, every node from then on (`_resume_earliest`; placed elsewhere before that, it is booked
+        again from then on every node). It was placed at s, its resume's start (`seen`: the booking's number,
+        mark, and from when each node could take it). The try at s places it as it did when the nodes it may
+        resume on by then are the ones it could when it was placed (the mapper is asked what it was asked, of the
+        same table from s on), and no second booking follows (in place, or every node by s): `_tried_again`. Its
+        copies are then booked again for real (`_booked_again`)."""
+        table, before = self.table, seen[2]
+        # (the log's line names the mapper's end, which the booking does not keep: booked again where it is written)
+        if self.log.info_on or before is None or self.opts.migration != "yes" or self.opts.mapper != "greedy" \
+                or any(rr.state != "scheduled" for rr in vmrr.pre):
+            return False
+        copies = [rr for rr in vmrr.pre if rr.kind == MIGRATE]
+        resumes = [rr for rr in vmrr.pre if rr.kind == RESUME]
+        in_place = vmrr.mapping == lease.image_nodes
+        if not resumes or len(copies) + len(resumes) != len(vmrr.pre) or in_place == bool(copies):
+            return False
+        start = resumes[0].start
+        if start > now + MAX_SECONDS:
+            return False
+        wait = self._copies_wait(lease)
+        ready = (self.prep.first_gap(now, wait, set(copies)) if wait else now) + wait
+        if not in_place and ready > start:
+            return False
+        times = dict.fromkeys(table.nodes, ready)    # (as `_resume_earliest` has them, its copies off the link)
+        for pnode in (lease.image_nodes or {}).values():
+            times[pnode] = now + wait
+        return self._tried_again(lease, start, (*vmrr.pre, vmrr, *vmrr.post), (), before, times, True)
+
+    def _tried_again(self, lease: Lease, start: int, booking: tuple, gone, before: dict[int, int],
+                     times: dict[int, int], resuming: bool) -> bool:
+        """Whether booking a lease again, its booking (and `gone`, the transfers that leave the link with it) taken
+        out, tries each start from the earliest of `times` on as it did when it was placed from `before` (when each
+        node could take it, then and now), and its first try that places it is at `start` again, with the same
+        answer. Let E be how far the changes to the table since its mark reach, and R the first instant from the
+        earliest of `times` at which the site as a whole, without the booking, has room for it: every try before R
+        fails the site's room test. The tries from R on, to `start` included, ask the mapper what they asked then
+        (the same nodes by `_tried_on`, from either `times` or `before`), of the same table from their instant on
+        when E is before R (E before `start` when R is `start`). A try in between was made then, and failed, when
+        it is an end of a reservation (those after E are the ones there were) or one of the times it was placed
+        from, not before the first of them. `start` is a try: a reservation other than the booking's ends there,
+        and it is not one of `times` (the booking stays one for the future)."""
+        table = self.table
+        left = {*booking, *gone}
+        if start in times.values() or all(rr in left for rr in table.ending.get(start, ())):
+            return False
+        reach = table.changed_until(self._mark(lease))
+        if reach is None or reach > start:
+            return False
+        room = table.earliest_total_room_without(booking, min(times.values()), self.vm.shape(lease, resuming)[-1],
+                                                 lease.total_demand)
+        if room > start or (room < start and (room <= reach or room < min(before.values()))):
+            return False
+        steps = {room, *(t for t in {*times.values(), *before.values()} if room < t <= start)}
+        if any(self._tried_on(times, t) != self._tried_on(before, t) for t in steps):
+            return False
+        placed_from = set(before.values())
+        return all(t in placed_from or not all(rr in left for rr in table.ending.get(t, ()))
+                   for t in set(times.values()) if room <= t < start)
+
+    @staticmethod
+    def _mark(lease: Lease) -> tuple[int, int]:
+        return lease.cache["booked"][1]
+
+    def _tried_on(self, times: dict[int, int], t: int) -> set[int] | None:
+        """The nodes a try at t asks the mapper about, for a lease that may start on each node from `times` on
+        (`VMScheduler.asap`; None: every node)."""
+        if len(times) == len(self.table.nodes) and t >= max(times.values()):
+            return None
+        nodes = {n for n, e in times.items() if e <= t}
+        return None if len(nodes) == len(self.table.nodes) else nodes
+
+    def _booked_again(self, lease: Lease, now: int) -> None:
         """What booking the lease again leaves that its kept booking does not have: reservations newer than every
-        other, in the order booking makes them (their order at an instant), and the log's line."""
-        vmrr, table = lease.last_vmrr(), self.table
+        other, in the order booking makes them (their order at an instant), and the log's line. With images
+        managed, the room its reservations would give back is counted, and what goes over the link is booked again
+        for real, after its reservations: a lease that starts afresh gets its image's transfers, a resume elsewhere
+        the copies of its images (they may move: an earlier stretch of the link, a cache that took its image in, a
+        transfer to ride on)."""
+        vmrr, table, prep = lease.last_vmrr(), self.table, self.prep
+        afresh = prep is not None and lease.state is S.SCHEDULED and prep.needs(lease)
+        copies = [rr for rr in vmrr.pre if rr.kind == MIGRATE]
+        for rr in copies:
+            table.remove(rr)
+            rr.state = "cancelled"
+        vmrr.pre = [rr for rr in vmrr.pre if rr.kind != MIGRATE]
+        if prep is not None:
+            table.count_as_rebooked((vmrr, *vmrr.pre, *vmrr.post))
+            prep.release(lease)
         for rr in (vmrr, *vmrr.pre, *vmrr.post):
             rr.seq = table.next_seq()
+        times = None    # from when each node could take it (what booking it again notes)
+        if afresh:
+            ready = prep.earliest(lease, now)
+            times = ready.times
+            prep.commit(prep.plan(lease, vmrr, ready, now), vmrr)
+        elif prep is not None and lease.state is S.SUSPENDED_SCHEDULED:
+            times, begin = self._resume_earliest(lease, now)
+            if copies:      # (after the resume's reservations, as booking makes them, from the link's first stretch)
+                self.copy_in_rounds(vmrr, begin)
+                for rr in vmrr.pre:
+                    if rr.kind == MIGRATE:
+                        table.add(rr)
         if table.changed is not None:
             table.changed.add(lease)
-        lease.cache["booked"] = (vmrr.seq, table.mark())
+        lease.cache["booked"] = (vmrr.seq, table.mark(), times)
         if self.log.info_on:    # (a lease that starts afresh: its booking ends where the mapper's placement does)
             self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s to %s%s" % (
                 lease.id, vmrr.nodes(), self.log.t(vmrr.start), self.log.t(vmrr.post[-1].end),
