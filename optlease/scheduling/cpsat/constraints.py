@@ -7,7 +7,7 @@ from ortools.sat.python import cp_model
 
 from optlease.domain.lease import LeaseKind
 from optlease.scheduling.cpsat.model import RoundModel
-from optlease.scheduling.cpsat.prepare import Role, always
+from optlease.scheduling.cpsat.prepare import Job, Role, always
 
 Terms = dict[str, cp_model.LinearExprT]
 
@@ -23,6 +23,10 @@ def add_placement(rm: RoundModel) -> Terms:
             counts = [rm.vms_on_node[job.id, n][0] for n in alone]
             counts += [rm.vms_in_pool[job.id, p][0] for p in pools]
             m.add(sum(counts) == job.numvms * rm.present[job.id])
+            if job.origin:
+                moved = job.numvms * rm.present[job.id] - sum(_kept(rm, job, n) for n in alone)
+                migrations.append(moved)
+                transfer.append(job.migrate * moved)
             continue
         for vm, nodes in enumerate(job.candidates):
             alone, pools = rm.split(nodes)
@@ -38,6 +42,45 @@ def add_placement(rm: RoundModel) -> Terms:
                 migrations.extend(ys)
                 transfer.extend(job.migrate * y for y in ys)
     return {"migrations": sum(migrations), "overhead": sum(transfer)}
+
+
+def _kept(rm: RoundModel, job: Job, node: int) -> cp_model.LinearExprT:
+    """A counted resume's VMs that resume on `node` where their images are: at most its count there and its images
+    there (any more are moved in). Bounded above only: the objective, which counts each VM moved, raises it."""
+    images = job.origin.count(node)
+    if not images:
+        return 0
+    count, used = rm.vms_on_node[job.id, node]
+    if count is used or images >= job.per_node(rm.data.capacity[node]):
+        return count
+    kept = rm.model.new_int_var(0, images, f"vms_resumed_in_place[lease={job.id},node={node}]")
+    rm.model.add(kept <= count)
+    rm.derive(kept, lambda v: min(v(count), images))
+    return kept
+
+
+def _moves(rm: RoundModel, job: Job) -> cp_model.IntVar:
+    """Whether a counted resume moves any VM off its image's node: it uses a node that holds none of its images or a
+    pool, or puts more VMs on a node than its images there."""
+    m, name = rm.model, f"lease={job.id}"
+    moved = m.new_bool_var(f"moves[{name}]")
+    alone, pools = rm.split(job.candidates[0])
+    more = []
+    for n in alone:
+        count, used = rm.vms_on_node[job.id, n]
+        images, most = job.origin.count(n), job.per_node(rm.data.capacity[n])
+        if not images:
+            m.add_implication(used, moved)
+            more.append(used)
+        elif most > images:
+            m.add(count <= images + (most - images) * moved)
+            more.append(count - images)
+    for p in pools:
+        used = rm.vms_in_pool[job.id, p][1]
+        m.add_implication(used, moved)
+        more.append(used)
+    rm.derive(moved, lambda v: int(any(v(e) > 0 for e in more)))
+    return moved
 
 
 def add_suspensions(rm: RoundModel) -> Terms:
@@ -68,7 +111,9 @@ def add_suspensions(rm: RoundModel) -> Terms:
             overhead.append(job.suspend * susp)
         else:
             ready = job.earliest
-        for vm, nodes in enumerate(job.candidates if job.origin else ()):
+        if job.pooled and job.origin and job.migrate > 0:
+            m.add(rm.start[job.id] - job.migrate >= ready).only_enforce_if(_moves(rm, job))
+        for vm, nodes in enumerate(job.candidates if job.origin and not job.pooled else ()):
             for n in nodes:
                 mig = job.migration_time(vm, n)
                 if mig > 0 and (job.id, vm, n) in rm.vm_to_node:
@@ -146,6 +191,12 @@ def add_exclusion(rm: RoundModel) -> Terms:
             ops[None].append(m.new_optional_interval_var(begin, job.resume, begin + job.resume, present,
                                                          f"resume[lease={job.id}]") if not always(present) else
                              m.new_interval_var(begin, job.resume, begin + job.resume, f"resume[lease={job.id}]"))
+            continue
+        if job.pooled:   # counted VMs: the node's own literal says whether any resumes there
+            for node in rm.split(job.candidates[0])[0]:
+                ops[node].append(m.new_optional_interval_var(begin, job.resume, begin + job.resume,
+                                                             rm.vms_on_node[job.id, node][1],
+                                                             f"resume[lease={job.id},node={node}]"))
             continue
         for node in sorted({n for nodes in job.candidates for n in nodes if n not in rm.pool_of}):
             xs = [rm.vm_to_node[job.id, vm, node] for vm in range(job.numvms) if (job.id, vm, node) in rm.vm_to_node]

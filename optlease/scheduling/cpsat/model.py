@@ -31,7 +31,7 @@ class RoundModel:
     present: dict[int, Lit] = field(default_factory=dict)           # lease -> its tail is placed
     start: dict[int, cp_model.LinearExprT] = field(default_factory=dict)  # lease -> when its start/resume begins
     vm_to_node: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)  # (lease, vm, node)
-    # pooled leases (identical fresh VMs): (lease, node) -> (how many VMs start there, whether any does)
+    # pooled leases (identical VMs): (lease, node) -> (how many VMs start or resume there, whether any does)
     vms_on_node: dict[tuple[int, int], tuple[cp_model.LinearExprT, cp_model.IntVar]] = field(default_factory=dict)
     suspend_end: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)      # (lease, time)
     suspended: dict[int, cp_model.IntVar] = field(default_factory=dict)  # lease -> suspended this round
@@ -175,9 +175,6 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
         m.add(finish_var == finish)
         rm.derive(finish_var, lambda v, finish=finish: v(finish))
         finish = finish_var
-    if job.pooled:
-        _add_pooled(rm, job, finish)
-        return
     # a VM resumed off its image's node has its image copied before the start (add_suspensions); the copy holds no
     # node's capacity, as the slot table books it
     size = m.new_int_var(0, job.resume + job.remaining + job.shutdown, f"tail_size[{name}]") \
@@ -185,6 +182,9 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
     if not isinstance(size, int):
         most = job.resume + job.remaining + job.shutdown
         rm.derive(size, lambda v: min(most, max(0, v(finish) - v(rm.start[job.id]))))
+    if job.pooled:
+        _add_pooled(rm, job, size, finish)
+        return
     for vm, nodes in enumerate(job.candidates):
         alone, pools = rm.split(nodes)
         for node in alone:
@@ -200,10 +200,10 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
             rm.pool_holds[p].append((iv, 1, job.id, vm))
 
 
-def _add_pooled(rm: RoundModel, job: Job, finish: cp_model.LinearExprT) -> None:
-    """Identical fresh VMs: per candidate node, how many start there, and one interval holding them all."""
+def _add_pooled(rm: RoundModel, job: Job, size: cp_model.LinearExprT, finish: cp_model.LinearExprT) -> None:
+    """Identical VMs (cpsat.prepare, Job.pooled): per candidate node, how many start or resume there, and one
+    interval holding them all."""
     m, name = rm.model, f"lease={job.id}"
-    size = job.resume + job.remaining + job.shutdown
     alone, pools = rm.split(job.candidates[0])
     for p in pools:
         used = m.new_bool_var(f"uses_pool[{name},pool={p}]")
