@@ -45,8 +45,9 @@ def add_placement(rm: RoundModel) -> Terms:
 
 
 def _kept(rm: RoundModel, job: Job, node: int) -> cp_model.LinearExprT:
-    """A counted resume's VMs that resume on `node` where their images are: at most its count there and its images
-    there (any more are moved in). Bounded above only: the objective, which counts each VM moved, raises it."""
+    """A counted resume's VMs that resume on `node` where their images are: the least of its count there and its
+    images there (any more are moved in). Stated exactly, not only bounded (the objective would raise it), so that
+    any solution's objective is the cost of the plan read from it, also where the search stops early."""
     images = job.origin.count(node)
     if not images:
         return 0
@@ -54,7 +55,7 @@ def _kept(rm: RoundModel, job: Job, node: int) -> cp_model.LinearExprT:
     if count is used or images >= job.per_node(rm.data.capacity[node]):
         return count
     kept = rm.model.new_int_var(0, images, f"vms_resumed_in_place[lease={job.id},node={node}]")
-    rm.model.add(kept <= count)
+    rm.model.add_min_equality(kept, [count, images])
     rm.derive(kept, lambda v: min(v(count), images))
     return kept
 
