@@ -329,6 +329,8 @@ def test_compare_schedulers_prints_json_and_a_table(tmp_path):
     assert set(results) == {"greedy-aggressive", "cpsat", "offline"}
     for r in results.values():
         assert r["checker_violations"] == 0 and r["ar_total"] > 0
+    # the simulations' CPU time (what a loaded machine does not inflate) beside their wall time
+    assert all(results[mode]["cpu_time_s"] > 0 for mode in ("greedy-aggressive", "cpsat"))
     assert results["cpsat"]["ar_accepted"] >= results["greedy-aggressive"]["ar_accepted"]
     assert results["cpsat"]["capped_rounds"] == 0
     offline = results["offline"]   # the Blue site is 144 alike slots: the whole half day is one cumulative

@@ -116,3 +116,57 @@ def test_pooled_rounds_agree_with_the_mip() -> None:
         check_plan(snap, plan)
         assert plan.stats.status == "OPTIMAL" and mip.optimal
         assert plan.stats.objective == round(mip.objective)
+
+
+COUNTED_SEEDS = list(range(3000, 3008))
+
+
+def counted_resume_round(seed: int):
+    """A round of resumes the model counts per node (cpsat.prepare, `Job.pooled` with images): 2-3 nodes of two VM
+    slots; a running preemptible lease of 2-3 alike VMs spread over them that the round may suspend at once for
+    waiting ones; a suspended lease of 2-3 VMs with its images spread (in one round out of two with its resume
+    planned where its images are); short leases queued; migration with a copy time, exclusion drawn."""
+    import random
+
+    from test_cpsat_round import BE, HALF, lease, site
+    from optlease.scheduling.snapshot import Exclusion, Migration, Overheads, Phase, Policy, RoundSnapshot
+
+    rng = random.Random(seed)
+    nodes = rng.randint(2, 3)
+    ov = Overheads(suspend=1, resume=1, migrate=rng.randint(1, 2), shutdown=0)
+    running_vms = rng.randint(2, 3)
+    running = lease(1, BE, Phase.RUNNING, 12, vms=running_vms, pre=True, vm=HALF, ov=ov, left=rng.randint(6, 10),
+                    since=-5, nodes=tuple(rng.sample(range(1, nodes + 1), k=running_vms) if running_vms <= nodes
+                                          else (1, 1, 2)), arrival=-3600)
+    images = tuple(rng.randint(1, nodes) for _ in range(rng.randint(2, 3)))
+    planned = dict(planned_start=rng.randint(2, 6), planned_nodes=images) if seed % 2 else {}
+    suspended = lease(2, BE, Phase.SUSPENDED, 8, vms=len(images), pre=True, vm=HALF, ov=ov, nodes=images,
+                      left=rng.randint(2, 5), ran=3, arrival=-7200, **planned)
+    queued = [lease(3 + i, BE, Phase.QUEUED, rng.randint(1, 3), vms=rng.randint(1, 2), vm=HALF, pre=True,
+                    arrival=-rng.randint(0, 2) * 1800) for i in range(rng.randint(2, 3))]
+    policy = Policy(migration=Migration.YES, exclusion=rng.choice(list(Exclusion)), threshold_factor=0,
+                    non_schedulable_interval=0, suspend_for_waiting=True)
+    return RoundSnapshot(0, site(nodes, {"CPU": 100, "Memory": 1024}), (running, suspended, *queued), policy)
+
+
+def test_counted_resumes_agree_with_the_per_vm_model_and_the_mip() -> None:
+    """Counting a resume's alike VMs per node is exact: on rounds with a suspendable and a suspended lease of alike
+    VMs whose images are spread over the nodes, CP-SAT's optimum with the counts equals its optimum with one
+    Boolean per VM and node (`Job.per_vm`, the formulation before) and the per-VM, time-indexed MIP's; the counted
+    plan, its VMs laid on their images' nodes first, is safe and costs what the solver says."""
+    snaps = [counted_resume_round(seed) for seed in COUNTED_SEEDS]
+    mips = solve_rounds_mip(snaps, OPTIONS.weights, lookahead=LOOKAHEAD)
+    moved = 0
+    for snap, mip in zip(snaps, mips):
+        data = prepare(snap, OPTIONS.weights, LOOKAHEAD)
+        assert data.job(1).pooled and data.job(1).origin and data.job(2).pooled and data.job(2).origin
+        plan = solve_round(snap, OPTIONS)
+        check_plan(snap, plan)
+        placed = replace(data, jobs=tuple(replace(j, per_vm=True) for j in data.jobs))
+        assert not any(j.pooled for j in placed.jobs)
+        per_vm = solve_round(snap, OPTIONS, data=placed)
+        assert plan.stats.status == per_vm.stats.status == "OPTIMAL" and mip.optimal
+        assert plan.stats.objective == per_vm.stats.objective == round(mip.objective)
+        assert plan_cost(data, plan) == plan.stats.objective
+        moved += sum(len(p.migrations) for p in plan.leases)
+    assert moved > 0   # some rounds resume a VM off its image's node

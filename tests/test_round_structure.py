@@ -17,7 +17,8 @@ GREEDY = ["scheduling/leasesched.py", "scheduling/queuepass.py", "scheduling/res
           "scheduling/policies.py", "scheduling/vmsched.py", "scheduling/slottable.py", "scheduling/profile.py",
           "scheduling/mapper.py"]
 CPSAT_MODULES = ("optlease.scheduling.cpsat", "optlease.scheduling.cpsat_round", "optlease.scheduling.round_commit",
-                 "optlease.scheduling.round_hint", "optlease.scheduling.mip", "ortools")
+                 "optlease.scheduling.round_hint", "optlease.scheduling.round_snapshot", "optlease.scheduling.mip",
+                 "ortools")
 CPSAT_WORDS = ("promise", "round_hook", "admission_hook", "cpsat", "solver_")
 
 

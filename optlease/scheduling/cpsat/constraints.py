@@ -7,7 +7,7 @@ from ortools.sat.python import cp_model
 
 from optlease.domain.lease import LeaseKind
 from optlease.scheduling.cpsat.model import RoundModel
-from optlease.scheduling.cpsat.prepare import Role, always
+from optlease.scheduling.cpsat.prepare import Job, Role, always
 
 Terms = dict[str, cp_model.LinearExprT]
 
@@ -23,6 +23,10 @@ def add_placement(rm: RoundModel) -> Terms:
             counts = [rm.vms_on_node[job.id, n][0] for n in alone]
             counts += [rm.vms_in_pool[job.id, p][0] for p in pools]
             m.add(sum(counts) == job.numvms * rm.present[job.id])
+            if job.origin:
+                moved = job.numvms * rm.present[job.id] - sum(_kept(rm, job, n) for n in alone)
+                migrations.append(moved)
+                transfer.append(job.migrate * moved)
             continue
         for vm, nodes in enumerate(job.candidates):
             alone, pools = rm.split(nodes)
@@ -38,6 +42,46 @@ def add_placement(rm: RoundModel) -> Terms:
                 migrations.extend(ys)
                 transfer.extend(job.migrate * y for y in ys)
     return {"migrations": sum(migrations), "overhead": sum(transfer)}
+
+
+def _kept(rm: RoundModel, job: Job, node: int) -> cp_model.LinearExprT:
+    """A counted resume's VMs that resume on `node` where their images are: the least of its count there and its
+    images there (any more are moved in). Stated exactly, not only bounded (the objective would raise it), so that
+    any solution's objective is the cost of the plan read from it, also where the search stops early."""
+    images = job.origin.count(node)
+    if not images:
+        return 0
+    count, used = rm.vms_on_node[job.id, node]
+    if count is used or images >= job.per_node(rm.data.capacity[node]):
+        return count
+    kept = rm.model.new_int_var(0, images, f"vms_resumed_in_place[lease={job.id},node={node}]")
+    rm.model.add_min_equality(kept, [count, images])
+    rm.derive(kept, lambda v: min(v(count), images))
+    return kept
+
+
+def _moves(rm: RoundModel, job: Job) -> cp_model.IntVar:
+    """Whether a counted resume moves any VM off its image's node: it uses a node that holds none of its images or a
+    pool, or puts more VMs on a node than its images there."""
+    m, name = rm.model, f"lease={job.id}"
+    moved = m.new_bool_var(f"moves[{name}]")
+    alone, pools = rm.split(job.candidates[0])
+    more = []
+    for n in alone:
+        count, used = rm.vms_on_node[job.id, n]
+        images, most = job.origin.count(n), job.per_node(rm.data.capacity[n])
+        if not images:
+            m.add_implication(used, moved)
+            more.append(used)
+        elif most > images:
+            m.add(count <= images + (most - images) * moved)
+            more.append(count - images)
+    for p in pools:
+        used = rm.vms_in_pool[job.id, p][1]
+        m.add_implication(used, moved)
+        more.append(used)
+    rm.derive(moved, lambda v: int(any(v(e) > 0 for e in more)))
+    return moved
 
 
 def add_suspensions(rm: RoundModel) -> Terms:
@@ -68,7 +112,9 @@ def add_suspensions(rm: RoundModel) -> Terms:
             overhead.append(job.suspend * susp)
         else:
             ready = job.earliest
-        for vm, nodes in enumerate(job.candidates if job.origin else ()):
+        if job.pooled and job.origin and job.migrate > 0:
+            m.add(rm.start[job.id] - job.migrate >= ready).only_enforce_if(_moves(rm, job))
+        for vm, nodes in enumerate(job.candidates if job.origin and not job.pooled else ()):
             for n in nodes:
                 mig = job.migration_time(vm, n)
                 if mig > 0 and (job.id, vm, n) in rm.vm_to_node:
@@ -132,32 +178,71 @@ def _dominated(holds: list, rtype: str, cap: int, other: str, other_cap: int) ->
 def add_exclusion(rm: RoundModel) -> Terms:
     """No two suspensions or resumptions overlap on a node (local exclusion) or anywhere (global exclusion)."""
     m, data = rm.model, rm.data
-    ops: dict[int | None, list] = defaultdict(list)   # node (None = the whole site) -> operation intervals
+    # node (None = the whole site) -> (lease, the least demand one of its VMs holds there, operation interval)
+    ops: dict[int | None, list] = defaultdict(list)
     for lease, iv in rm.suspend_ops.items():
         job = data.job(lease)
         for node in ([None] if data.exclusion_global else sorted(set(job.origin))):
-            ops[node].append(iv)
+            ops[node].append((lease, _least(vm for vm, n in zip(job.demand, job.origin) if n == node), iv))
     for job in data.tails:
         if job.resume <= 0:
             continue
         begin = rm.start[job.id]
         if data.exclusion_global:
             present = rm.present[job.id]
-            ops[None].append(m.new_optional_interval_var(begin, job.resume, begin + job.resume, present,
-                                                         f"resume[lease={job.id}]") if not always(present) else
-                             m.new_interval_var(begin, job.resume, begin + job.resume, f"resume[lease={job.id}]"))
+            ops[None].append((job.id, {}, m.new_optional_interval_var(begin, job.resume, begin + job.resume, present,
+                                                                      f"resume[lease={job.id}]")
+                              if not always(present) else
+                              m.new_interval_var(begin, job.resume, begin + job.resume, f"resume[lease={job.id}]")))
+            continue
+        if job.pooled:   # counted VMs: the node's own literal says whether any resumes there
+            for node in rm.split(job.candidates[0])[0]:
+                ops[node].append((job.id, job.demand[0],
+                                  m.new_optional_interval_var(begin, job.resume, begin + job.resume,
+                                                              rm.vms_on_node[job.id, node][1],
+                                                              f"resume[lease={job.id},node={node}]")))
             continue
         for node in sorted({n for nodes in job.candidates for n in nodes if n not in rm.pool_of}):
-            xs = [rm.vm_to_node[job.id, vm, node] for vm in range(job.numvms) if (job.id, vm, node) in rm.vm_to_node]
+            vms = [vm for vm in range(job.numvms) if (job.id, vm, node) in rm.vm_to_node]
+            xs = [rm.vm_to_node[job.id, vm, node] for vm in vms]
             used = m.new_bool_var(f"resumes_on[lease={job.id},node={node}]")
             m.add_max_equality(used, xs)
             rm.derive(used, lambda v, xs=xs: max(v(x) for x in xs))
-            ops[node].append(m.new_optional_interval_var(begin, job.resume, begin + job.resume, used,
-                                                         f"resume[lease={job.id},node={node}]"))
-    for intervals in ops.values():
-        if len(intervals) > 1:
-            m.add_no_overlap(intervals)
+            ops[node].append((job.id, _least(job.demand[vm] for vm in vms),
+                              m.new_optional_interval_var(begin, job.resume, begin + job.resume, used,
+                                                          f"resume[lease={job.id},node={node}]")))
+    for node, listed in ops.items():
+        if len(listed) > 1 and (node is None or not _held_apart(listed, data.capacity[node])):
+            m.add_no_overlap([iv for _, _, iv in listed])
     return {}
+
+
+def _least(demands) -> dict[str, int]:
+    """Per resource, the least of some VMs' demands."""
+    out: dict[str, int] = {}
+    for d in demands:
+        out = {r: min(out.get(r, v), v) for r, v in {**out, **d}.items()} if out else dict(d)
+    return out
+
+
+def _held_apart(listed: list, capacity: dict[str, int]) -> bool:
+    """Whether the node's capacity already keeps its operations apart: each one lies within an interval of its
+    lease that holds at least the listed demand on the node (a suspension within the run it ends, a resume within
+    the run it begins), and no two leases' demands fit the node together, so the cumulative lets no two overlap
+    (one lease's suspension ends before its resume begins). The no-overlap is then redundant (on Blue, where a VM
+    fills a node, every one was)."""
+    kinds: dict[tuple, set[int]] = defaultdict(set)
+    for lease, demand, _ in listed:
+        kinds[tuple(sorted(demand.items()))].add(lease)
+    keys = list(kinds)
+    for i, a in enumerate(keys):
+        for b in keys[i:]:
+            if a == b and len(kinds[a]) < 2:
+                continue
+            da, db = dict(a), dict(b)
+            if not any(da.get(r, 0) + db.get(r, 0) > cap for r, cap in capacity.items()):
+                return False
+    return True
 
 
 def add_symmetry(rm: RoundModel) -> Terms:

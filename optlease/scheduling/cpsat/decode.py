@@ -99,10 +99,11 @@ def _pool_nodes(rm: RoundModel, value: Value) -> dict[tuple[int, int], list[int]
 
 
 def pooled_nodes(job: Job, counts: dict[int, int]) -> tuple[int, ...]:
-    """Each VM's node from how many VMs go to each node: a VM keeps its planned node where one is chosen."""
+    """Each VM's node from how many VMs go to each node: a VM keeps its image's node (a resume; so that no more
+    VMs move than the counts make) or else its planned node, where one is chosen."""
     left = Counter({n: k for n, k in counts.items() if k})
     nodes: list[int | None] = [None] * job.numvms
-    for vm, node in enumerate(job.planned_nodes[:job.numvms]):
+    for vm, node in enumerate(job.origin or job.planned_nodes[:job.numvms]):
         if left[node] > 0:
             nodes[vm] = node
             left[node] -= 1

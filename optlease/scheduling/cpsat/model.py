@@ -31,7 +31,7 @@ class RoundModel:
     present: dict[int, Lit] = field(default_factory=dict)           # lease -> its tail is placed
     start: dict[int, cp_model.LinearExprT] = field(default_factory=dict)  # lease -> when its start/resume begins
     vm_to_node: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)  # (lease, vm, node)
-    # pooled leases (identical fresh VMs): (lease, node) -> (how many VMs start there, whether any does)
+    # pooled leases (identical VMs): (lease, node) -> (how many VMs start or resume there, whether any does)
     vms_on_node: dict[tuple[int, int], tuple[cp_model.LinearExprT, cp_model.IntVar]] = field(default_factory=dict)
     suspend_end: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)      # (lease, time)
     suspended: dict[int, cp_model.IntVar] = field(default_factory=dict)  # lease -> suspended this round
@@ -122,6 +122,9 @@ def _add_suspendable_head(rm: RoundModel, job: Job) -> None:
     m.add(susp == sum(v for (l, _), v in rm.suspend_end.items() if l == job.id))
     rm.suspended[job.id] = susp
     full = now + job.remaining + job.shutdown
+    if len(job.suspend_ends) == 1:
+        _add_one_end_head(rm, job, susp, full)
+        return
     # the run goes on until its suspension ends, or to its end and shutdown
     head_end = m.new_int_var(now, full, f"head_end[lease={job.id}]")
     m.add(head_end == full - full * susp + rm.suspension_end(job.id))
@@ -138,10 +141,34 @@ def _add_suspendable_head(rm: RoundModel, job: Job) -> None:
                                                              f"suspend[lease={job.id}]")
 
 
+def _add_one_end_head(rm: RoundModel, job: Job, susp: cp_model.IntVar, full: int) -> None:
+    """A lease with one suspension end `a` (the round's free end) holds its nodes until `a` in any case and from
+    `a` to its end unless it is suspended: fixed-size intervals, where a head of variable length costs every
+    cumulative it is in far more propagation. A suspension that would end after the run and shutdown is none."""
+    m, now, a = rm.model, rm.data.now, job.suspend_ends[0]
+    if a > full:
+        m.add(susp == 0)
+    for vm, node in enumerate(job.origin):
+        if min(a, full) > now:
+            iv = m.new_fixed_size_interval_var(now, min(a, full) - now, f"head[lease={job.id},vm={vm + 1}]")
+            rm.holds.append(Demand(iv, node, job.demand[vm]))
+        if full > a:
+            iv = m.new_optional_fixed_size_interval_var(a, full - a, ~susp, f"runs_on[lease={job.id},vm={vm + 1}]")
+            rm.holds.append(Demand(iv, node, job.demand[vm]))
+    if job.suspend > 0:
+        rm.suspend_ops[job.id] = m.new_optional_fixed_size_interval_var(a - job.suspend, job.suspend, susp,
+                                                                        f"suspend[lease={job.id}]")
+
+
 def _add_tail(rm: RoundModel, job: Job) -> None:
     m, data = rm.model, rm.data
     name = f"lease={job.id}"
-    if job.role is Role.SUSPENDABLE:
+    one_end = job.role is Role.SUSPENDABLE and len(job.suspend_ends) == 1
+    if one_end:   # resumed only after its one suspension: the run left then is a constant
+        rm.present[job.id] = m.new_bool_var(f"resumed[{name}]")
+        a = job.suspend_ends[0]
+        rm.run_left[job.id] = job.remaining - (a - job.suspend - data.now) * rm.suspend_end[job.id, a]
+    elif job.role is Role.SUSPENDABLE:
         rm.present[job.id] = m.new_bool_var(f"resumed[{name}]")
         # intervals take one variable per field: the run left after the suspension gets its own
         left = m.new_int_var(1, job.remaining, f"run_left[{name}]")
@@ -167,24 +194,26 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
     else:
         last = data.horizon if job.latest is None else max(job.earliest, min(data.horizon, job.latest))
         rm.start[job.id] = m.new_int_var(job.earliest, last, f"start[{name}]")
-    finish = rm.tail_end(job) + job.shutdown
-    if job.role is Role.SUSPENDABLE:
-        # interval fields are affine: the finish of a run whose length varies is a variable of its own
-        finish_var = m.new_int_var(job.earliest, data.horizon + job.resume + job.remaining + job.shutdown,
-                                   f"finish[{name}]")
-        m.add(finish_var == finish)
-        rm.derive(finish_var, lambda v, finish=finish: v(finish))
-        finish = finish_var
-    if job.pooled:
-        _add_pooled(rm, job, finish)
-        return
     # a VM resumed off its image's node has its image copied before the start (add_suspensions); the copy holds no
     # node's capacity, as the slot table books it
-    size = m.new_int_var(0, job.resume + job.remaining + job.shutdown, f"tail_size[{name}]") \
-        if job.role is Role.SUSPENDABLE else job.resume + job.remaining + job.shutdown
-    if not isinstance(size, int):
+    if one_end:
+        size = job.resume + job.rem_after(job.suspend_ends[0], data.now) + job.shutdown
+        finish = rm.start[job.id] + size
+    elif job.role is Role.SUSPENDABLE:
+        # interval fields are affine: the finish of a run whose length varies is a variable of its own
+        finish = m.new_int_var(job.earliest, data.horizon + job.resume + job.remaining + job.shutdown,
+                               f"finish[{name}]")
+        m.add(finish == rm.tail_end(job) + job.shutdown)
+        rm.derive(finish, lambda v: v(rm.tail_end(job) + job.shutdown))
         most = job.resume + job.remaining + job.shutdown
+        size = m.new_int_var(0, most, f"tail_size[{name}]")
         rm.derive(size, lambda v: min(most, max(0, v(finish) - v(rm.start[job.id]))))
+    else:
+        size = job.resume + job.remaining + job.shutdown
+        finish = rm.tail_end(job) + job.shutdown
+    if job.pooled:
+        _add_pooled(rm, job, size, finish)
+        return
     for vm, nodes in enumerate(job.candidates):
         alone, pools = rm.split(nodes)
         for node in alone:
@@ -200,10 +229,10 @@ def _add_tail(rm: RoundModel, job: Job) -> None:
             rm.pool_holds[p].append((iv, 1, job.id, vm))
 
 
-def _add_pooled(rm: RoundModel, job: Job, finish: cp_model.LinearExprT) -> None:
-    """Identical fresh VMs: per candidate node, how many start there, and one interval holding them all."""
+def _add_pooled(rm: RoundModel, job: Job, size: cp_model.LinearExprT, finish: cp_model.LinearExprT) -> None:
+    """Identical VMs (cpsat.prepare, Job.pooled): per candidate node, how many start or resume there, and one
+    interval holding them all."""
     m, name = rm.model, f"lease={job.id}"
-    size = job.resume + job.remaining + job.shutdown
     alone, pools = rm.split(job.candidates[0])
     for p in pools:
         used = m.new_bool_var(f"uses_pool[{name},pool={p}]")

@@ -49,6 +49,7 @@ class Job:
     planned_start: int | None = None
     planned_nodes: tuple[int, ...] = ()
     allowed: tuple[int, ...] = ()     # the snapshot's neighbourhood of nodes (empty: every node)
+    per_vm: bool = False              # the model places each VM, never counts them (the MIP's way; tests compare)
 
     @property
     def numvms(self) -> int:
@@ -64,11 +65,15 @@ class Job:
 
     @cached_property
     def pooled(self) -> bool:
-        """Identical VMs starting fresh (no image anywhere) with the same candidate nodes: the CP-SAT model counts
-        them per node instead of placing each one (the same plans, without their mirror images)."""
-        return (self.numvms > 1 and not self.origin and bool(self.candidates)
+        """Identical VMs with the same candidate nodes: the CP-SAT model counts them per node instead of placing
+        each one (the same plans, without their mirror images). A resume is counted too, its VMs kept on their
+        images' nodes as far as the counts allow (a migration is a VM more on a node than its images there), unless
+        an earlier round planned its VMs elsewhere than their images: then which VM goes where is a decision."""
+        return (self.numvms > 1 and bool(self.candidates) and not self.per_vm
                 and all(d == self.demand[0] for d in self.demand)
-                and all(c == self.candidates[0] for c in self.candidates))
+                and all(c == self.candidates[0] for c in self.candidates)
+                and (not self.origin or not self.planned_nodes
+                     or tuple(self.planned_nodes[:self.numvms]) == tuple(self.origin)))
 
     def per_node(self, capacity: dict[str, int]) -> int:
         """How many of this lease's VMs (the first one's demand) a node of this capacity holds at once."""

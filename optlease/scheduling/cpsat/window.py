@@ -59,8 +59,12 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
             continue
         p = got[job.id]
         held += 1
-        # its start's domain is the hint's one second (not an AR's fixed start: its stability is still counted)
-        kept = replace(job, earliest=p.start, latest=p.start, deferrable=False)
+        # its start's domain is the hint's one second (not an AR's fixed start: its stability is still counted); a
+        # resume the hint moves off its images is ready a copy earlier (the copy ends at the start, constraint 5:
+        # ready at the start itself, the held tail had no solution and the round kept the hint)
+        moved = job.origin and any(n != o for n, o in zip(p.nodes, job.origin))
+        ready = max(job.earliest, p.start - job.migrate) if moved else p.start
+        kept = replace(job, earliest=ready, latest=p.start, deferrable=False)
         if any(n not in pooled for n in p.nodes):
             kept = replace(kept, candidates=tuple(tuple(m for m in c if m in pooled) if n in pooled else (n,)
                                                   for n, c in zip(p.nodes, job.candidates)))
