@@ -41,6 +41,23 @@ def booking(vmrr: RR) -> tuple:
             [(rr.kind, rr.start, rr.end) for rr in (*vmrr.pre, *vmrr.post)])
 
 
+def take_back(sched, lease, now: int, resuming: bool) -> None:
+    """Give a kept booking up as a premature end's re-booking does."""
+    sched.cancel_vmrr(lease.last_vmrr(), now)
+    lease.vmrrs.pop()
+    lease.set_state(S.SUSPENDED_PENDING if resuming else S.PENDING)
+
+
+def book_again_as_before(sched, lease, now: int, booking, before: tuple) -> None:
+    """Book the lease again for real: it must get the booking that was kept (`booking` reads what is compared)."""
+    try:
+        sched.schedule_lease(lease, now)
+    except NotSchedulable:
+        pytest.fail(f"lease {lease.id} at {now}: kept, but booking it again fails")
+    assert booking(lease.last_vmrr()) == before, f"lease {lease.id} at {now}"
+    assert lease.last_vmrr().backfill
+
+
 @pytest.fixture
 def ten_days(tmp_path):
     return (first_days(BLUE / "30days.swf", tmp_path / "10days.swf", 10, 1),
@@ -58,15 +75,8 @@ def test_every_kept_booking_is_the_one_booking_again_gives(monkeypatch, ten_days
         before, resuming = booking(vmrr), lease.state is S.SUSPENDED_SCHEDULED
         kept["resume" if resuming else "afresh"] += 1
         # booked again as reevaluate would, and compared
-        self.cancel_vmrr(vmrr, now)
-        lease.vmrrs.pop()
-        lease.set_state(S.SUSPENDED_PENDING if resuming else S.PENDING)
-        try:
-            self.schedule_lease(lease, now)
-        except NotSchedulable:
-            pytest.fail(f"lease {lease.id} at {now}: kept, but booking it again fails")
-        assert booking(lease.last_vmrr()) == before, f"lease {lease.id} at {now}"
-        assert lease.last_vmrr().backfill
+        take_back(self, lease, now, resuming)
+        book_again_as_before(self, lease, now, booking, before)
         return True     # (its new booking is kept: `_booked_again` only renumbers it)
 
     monkeypatch.setattr(replan.Replanning, "_books_again", checked)
