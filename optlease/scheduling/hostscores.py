@@ -8,8 +8,6 @@ not the number of busy nodes. The scores are the policy's own (`GreedyHosts.scor
 """
 from __future__ import annotations
 
-from itertools import groupby
-
 from sortedcontainers import SortedList
 
 from optlease.scheduling.records import Lease
@@ -108,18 +106,11 @@ class BusyScores:
     def _score(self, view: _View, nodes: list[int], start: int, lease: Lease) -> None:
         key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
         table = self.table
-        profiles, by_node = table.profiles, table.by_node
+        by_node = table.by_node
         # A node's score depends on its profile and its reservations alone: nodes that share a profile (they come
         # in stretches: booked together) and hold the same reservations are scored once, for all of them.
-        by_prof: dict = {}
-        for prof, stretch in groupby(nodes, profiles.__getitem__):
-            group = by_prof.get(prof)
-            if group is None:
-                by_prof[prof] = list(stretch)
-            else:
-                group.extend(stretch)
         new: dict[float, list[int]] = {}
-        for group in by_prof.values():
+        for _, _, group in table.by_profile(nodes):
             ref = by_node[group[0]]
             if len(group) > 1 and all(map(ref.__eq__, map(by_node.__getitem__, group))):
                 ((score, _),) = self.hosts.score_many(group[:1], start, lease, table)

@@ -249,19 +249,11 @@ class GreedyMapper:
                         left = len(vnodes) - pos
                         full = (left - 1) // k      # nodes that take k VMs before the one that takes the last
                         if full < alike:
-                            if k == 1:
-                                placed.extend(nodes[i:i + full])
-                            else:
-                                placed.extend(itertools.chain.from_iterable(
-                                    itertools.repeat(n, k) for n in nodes[i:i + full]))
+                            _each_takes(placed, nodes[i:i + full], k)
                             last = left - full * k
                             placed.extend(itertools.repeat(nodes[i + full], last))
                             return _mapping(vnodes, placed), ends[last - 1]
-                        if k == 1:
-                            placed.extend(nodes[i:i + alike])
-                        else:
-                            placed.extend(itertools.chain.from_iterable(
-                                itertools.repeat(n, k) for n in nodes[i:i + alike]))
+                        _each_takes(placed, nodes[i:i + alike], k)
                         pos += k * alike
                         i += alike
                 continue
@@ -337,6 +329,14 @@ def _mapping(vnodes, placed: list[int]):
     if vnodes[0] == 1 and vnodes[-1] == len(vnodes):    # (distinct and sorted: exactly 1..n)
         return Placement(tuple(placed))
     return dict(zip(vnodes, placed))
+
+
+def _each_takes(placed: list[int], nodes, k: int) -> None:
+    """Place k VMs on each of `nodes` in turn (`placed`: each VM's node, in VM order)."""
+    if k == 1:
+        placed.extend(nodes)
+    else:
+        placed.extend(itertools.chain.from_iterable(itertools.repeat(n, k) for n in nodes))
 
 
 def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | None]:

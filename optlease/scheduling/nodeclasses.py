@@ -10,8 +10,6 @@ from typing import Collection, Iterable
 
 from optlease.scheduling.profile import Profile, Vec, fits
 
-TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
-
 
 class NodeClasses:
     """The slot table's nodes by profile and by idleness (SlotTable sets the state: `profiles`, `empty`, `holders`,
@@ -30,7 +28,7 @@ class NodeClasses:
             # nodes of one earlier lease)
             nodes = list(keys)
             if len(set(keys.values())) == 1:
-                return self._by_profile(nodes, keys[nodes[0]])
+                return self.by_profile(nodes, keys[nodes[0]])
         groups: dict[tuple, list] = {}
         for node, key in keys.items():
             prof = profiles[node]
@@ -41,7 +39,7 @@ class NodeClasses:
                 group[2].append(node)
         return groups.values()
 
-    def _by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
+    def by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
         """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone."""
         profiles = self.profiles
         profs = set(map(profiles.__getitem__, nodes))
@@ -63,12 +61,8 @@ class NodeClasses:
         is copied first, one copy for all of these; one only these hold is changed in place; a profile left empty
         is `empty`."""
         n = len(nodes)
-        log = self.touched
-        if log is not None:
-            if len(log) > TOUCHED_MOST:
-                self._touch(nodes)
-            else:
-                log.extend(nodes)   # (`SlotTable._touch`, inlined)
+        if self.touched is not None:
+            self._touch(nodes)
         empty = self.empty
         if prof.owners == n and prof is not empty:
             change(prof, *args)

@@ -12,7 +12,7 @@ from itertools import count, repeat
 from typing import Iterable
 
 from optlease.domain.site import Site
-from optlease.scheduling.nodeclasses import TOUCHED_MOST, NodeClasses
+from optlease.scheduling.nodeclasses import NodeClasses
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 from optlease.scheduling.records import SHUTDOWN
@@ -20,6 +20,19 @@ from optlease.scheduling.slotqueries import SlotQueries
 
 EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
 EDIT_NODES_MOST = 64     # a change to more nodes than this is noted as a change to every node (`edit_nodes`)
+TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
+
+
+def _unfile(index: dict, t: int, rr) -> bool:
+    """Take a reservation out of an index by instant; True when none is left at that instant (its key gone too)."""
+    bucket = index.get(t)
+    if bucket is None:
+        return False
+    bucket.discard(rr)
+    if bucket:
+        return False
+    del index[t]
+    return True
 
 
 def _less_pruned(prof: Profile, start: int, end: int, d: Vec, before: int) -> None:
@@ -315,7 +328,7 @@ class SlotTable(NodeClasses, SlotQueries):
                 prof = profiles[node]
                 groups = ((prof, None, (node,)),)
             else:
-                groups = self._by_profile(list(demand))
+                groups = self.by_profile(list(demand))
             if unalike:
                 for prof, _, _ in groups:
                     self.alike.pop(prof, None)
@@ -329,18 +342,9 @@ class SlotTable(NodeClasses, SlotQueries):
         if not all_pruned and not unfiled and self.touched is not None:
             self._touch(demand)     # (a pruned node is noted by `_change`)
         self.ends.discard(end)
-        starting = self.starting
-        bucket = starting.get(start)
-        if bucket is not None:
-            bucket.discard(rr)
-            if not bucket:
-                del starting[start]
-                self.starts.discard(start)
-        bucket = self.ending.get(end)
-        if bucket is not None:
-            bucket.discard(rr)
-            if not bucket:
-                del self.ending[end]
+        if _unfile(self.starting, start, rr):
+            self.starts.discard(start)
+        _unfile(self.ending, end, rr)
 
     def _unalike(self, nodes) -> None:
         """Forget whether the holders of the given nodes' profiles hold the same reservations (their reservations
@@ -374,11 +378,7 @@ class SlotTable(NodeClasses, SlotQueries):
         self.released += 1   # capacity given back, as a removal gives it
         self.gave_back += 1
         self.ends.discard(old)
-        bucket = self.ending.get(old)
-        if bucket is not None:
-            bucket.discard(rr)
-            if not bucket:
-                del self.ending[old]
+        _unfile(self.ending, old, rr)
         rr.end = end
         self.ends.add(end)
         self.ending.setdefault(end, set()).add(rr)
@@ -392,5 +392,5 @@ class SlotTable(NodeClasses, SlotQueries):
     def prune(self, before: int) -> None:
         busy = list(self.busy)
         self._refile([(self._change(prof, nodes, Profile.prune, before), nodes)
-                      for prof, _, nodes in self._by_profile(busy)])
+                      for prof, _, nodes in self.by_profile(busy)])
         self.total.prune(before)
