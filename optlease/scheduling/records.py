@@ -73,7 +73,24 @@ class RR:
         return f"RR({self.kind} lease={self.lease.id} {self.start}-{self.end} {self.mapping})"
 
 
-class AlikeVMs(Mapping):
+class _Vnodes(Mapping):
+    """A mapping keyed by vnodes 1..n (n = its length), read as the dict it stands for."""
+
+    __slots__ = ()
+
+    def __iter__(self):
+        return iter(range(1, len(self) + 1))
+
+    def __contains__(self, vnode) -> bool:
+        return vnode in range(1, len(self) + 1)    # (as a dict's: a key equal to one of 1..n is in it)
+
+    def keys(self) -> range:
+        return range(1, len(self) + 1)
+
+    __hash__ = None     # (a dict's: not hashable)
+
+
+class AlikeVMs(_Vnodes):
     """vnode -> usage vector for vnodes 1..n that all ask one vector: a lease's demands, read as a dict, with no
     entry per VM (a wide lease's VMs most often ask alike)."""
 
@@ -86,19 +103,10 @@ class AlikeVMs(Mapping):
     def __len__(self) -> int:
         return self.n
 
-    def __iter__(self):
-        return iter(range(1, self.n + 1))
-
-    def __contains__(self, vnode) -> bool:
-        return vnode in range(1, self.n + 1)    # (as a dict's: a key equal to one of 1..n is in it)
-
     def __getitem__(self, vnode: int) -> tuple:
         if type(vnode) is int and 1 <= vnode <= self.n or vnode in range(1, self.n + 1):
             return self.shape
         raise KeyError(vnode)
-
-    def keys(self) -> range:
-        return range(1, self.n + 1)
 
     def values(self):
         return repeat(self.shape, self.n)
@@ -111,13 +119,11 @@ class AlikeVMs(Mapping):
             return self.n == other.n and (self.shape == other.shape or not self.n)
         return Mapping.__eq__(self, other)
 
-    __hash__ = None     # (a dict's: not hashable)
-
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"AlikeVMs({self.n} x {self.shape})"
 
 
-class Placement(Mapping):
+class Placement(_Vnodes):
     """vnode -> pnode for vnodes 1..n, kept as the pnodes in vnode order: a reservation's mapping with one pointer
     per VM, read as a dict (a dict's entries cost five times that, and a wide lease's reservations are kept for its
     whole history). Never changed in place."""
@@ -130,12 +136,6 @@ class Placement(Mapping):
     def __len__(self) -> int:
         return len(self.pnodes)
 
-    def __iter__(self):
-        return iter(range(1, len(self.pnodes) + 1))
-
-    def __contains__(self, vnode) -> bool:
-        return vnode in range(1, len(self.pnodes) + 1)    # (as a dict's: a key equal to one of 1..n is in it)
-
     def __getitem__(self, vnode: int) -> int:
         if type(vnode) is int and 1 <= vnode <= len(self.pnodes):
             return self.pnodes[vnode - 1]
@@ -143,9 +143,6 @@ class Placement(Mapping):
         if vnode in vnodes:
             return self.pnodes[vnodes.index(vnode)]
         raise KeyError(vnode)
-
-    def keys(self) -> range:
-        return range(1, len(self.pnodes) + 1)
 
     def values(self) -> tuple:
         return self.pnodes
@@ -157,8 +154,6 @@ class Placement(Mapping):
         if type(other) is Placement:
             return self.pnodes == other.pnodes
         return Mapping.__eq__(self, other)
-
-    __hash__ = None     # (a dict's: not hashable)
 
     def __repr__(self) -> str:
         return repr(dict(self.items()))
