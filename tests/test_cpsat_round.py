@@ -406,3 +406,16 @@ def test_a_resource_no_interval_asks_more_of_is_left_to_the_other_and_a_binding_
     assert plan.stats.status == "OPTIMAL"
     assert plan.of(2).start == 0 and plan.of(1).start == 10   # never both heavy VMs at once
     assert plan.of(3).start == 0   # CPU has room for it beside a heavy VM
+
+
+def test_a_vm_that_names_no_gpu_holds_none_so_no_node_keeps_operations_apart_by_gpu():
+    """The exclusion of suspensions and resumes on a node is left to its capacity only where no two leases' least
+    demands fit together: a VM that does not name a resource asks none of it, so it cannot keep leases apart."""
+    from optlease.scheduling.cpsat.constraints import _held_apart, _least
+    least = _least([{"CPU": 100, "GPU": 1}, {"CPU": 100}])
+    assert least == {"CPU": 100, "GPU": 0}
+    node = {"CPU": 200, "GPU": 1}
+    # two leases whose VMs each may hold no GPU there fit the node together: its capacity keeps nothing apart
+    assert not _held_apart([(1, least, None), (2, least, None)], node)
+    # VMs that each ask the node's one GPU do not fit together: the no-overlap is redundant
+    assert _held_apart([(1, {"CPU": 100, "GPU": 1}, None), (2, {"CPU": 100, "GPU": 1}, None)], node)

@@ -218,11 +218,9 @@ def add_exclusion(rm: RoundModel) -> Terms:
 
 
 def _least(demands) -> dict[str, int]:
-    """Per resource, the least of some VMs' demands."""
-    out: dict[str, int] = {}
-    for d in demands:
-        out = {r: min(out.get(r, v), v) for r, v in {**out, **d}.items()} if out else dict(d)
-    return out
+    """Per resource, the least of some VMs' demands (a VM that does not name a resource asks none of it)."""
+    demands = list(demands)
+    return {r: min(d.get(r, 0) for d in demands) for r in set().union(*demands)}
 
 
 def _held_apart(listed: list, capacity: dict[str, int]) -> bool:
