@@ -27,6 +27,7 @@ from optlease.scheduling import overheads as oh
 from optlease.scheduling.records import BOOKED, SHUTDOWN, Lease, NotSchedulable
 from optlease.scheduling.round_commit import PlanCommit
 from optlease.scheduling.round_hint import HintCompletion
+from optlease.scheduling.round_immediate import ImmediateRoom
 from optlease.scheduling.round_images import RoundImages
 from optlease.scheduling.round_snapshot import RoundSnapshotter
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
@@ -64,9 +65,10 @@ class Admission:
     moved: int            # bookings the model moved to admit it
     stats: RoundStats
     suspended: int = 0    # running leases the model suspended for it
+    requeued: int = 0     # an immediate lease: leases requeued for it where the model could not admit it
 
 
-class CpsatRound(HintCompletion, PlanCommit, RoundSnapshotter):
+class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundSnapshotter):
     """The cpsat planner of one LeaseScheduler (scheduling.planner)."""
 
     name = "cpsat"
@@ -267,7 +269,29 @@ class CpsatRound(HintCompletion, PlanCommit, RoundSnapshotter):
 
     # -- admission ------------------------------------------------------------------------------------------
     def admit(self, lease: Lease, now: int) -> bool:
-        """Let the round model decide an AR or immediate lease the greedy pass refused (`LeaseScheduler.on_refusal`):
+        """An AR or immediate lease the greedy pass refused (`LeaseScheduler.on_refusal`): the round model decides
+        (`_admit_by_model`); an immediate lease it cannot admit where it stands is admitted where requeueing the
+        work Haizea's preemption would cancel rather than suspend makes room for it (`_room_by_requeueing`)."""
+        if self._admit_by_model(lease, now):
+            return True
+        victims = self._room_by_requeueing(lease, now)
+        if victims is None:
+            return False
+        offered = self.admissions[-1] if self.admissions and self.admissions[-1].lease_id == lease.id \
+            and self.admissions[-1].now == now else None
+        record = Admission(now, lease.id, True, 0, offered.stats if offered is not None else
+                           RoundStats("REQUEUED", None, None, None, 0.0, 0, 0, source="greedy"),
+                           requeued=len(victims))
+        if offered is not None:
+            self.admissions[-1] = record
+        else:
+            self.admissions.append(record)
+        self.sched.log.info("LSCHED", "Lease #%i admitted by requeueing leases %s" % (
+            lease.id, [other.id for other in victims]))
+        return True
+
+    def _admit_by_model(self, lease: Lease, now: int) -> bool:
+        """Let the round model decide an AR or immediate lease the greedy pass refused:
         the round as it stands, every best-effort booking not begun movable (the oldest within its guard), for an AR the
         running leases greedy could preempt for it as leases the model may suspend before its start, the lease as
         new. Booked, with the bookings the model moves and the suspensions it makes, where the model accepts it;
