@@ -52,8 +52,8 @@ def test_admission_summary_counts_what_the_round_model_admitted():
     stats = [RoundStats(status, None, None, None, wall, 10, 20) for status, wall in
              (("OPTIMAL", 0.3), ("FEASIBLE", 0.1), ("OPTIMAL", 0.2))]
     block = admission_summary([Admission(10, 4, True, 3, stats[0], 2), Admission(20, 7, False, 0, stats[1]),
-                               Admission(30, 9, True, 1, stats[2], 1)])
-    assert block == {"offered": 3, "admitted": 2, "bookings_moved": 4, "leases_suspended": 3,
+                               Admission(30, 9, True, 1, stats[2], 1), Admission(40, 11, True, 0, stats[2], 0, 2)])
+    assert block == {"offered": 4, "admitted": 3, "bookings_moved": 4, "leases_suspended": 3, "leases_requeued": 2,
                      "wall_time_s": {"p50": 0.2, "p95": 0.3, "max": 0.3}}
 
 
@@ -68,7 +68,7 @@ def test_simulate_summary_has_the_rounds_block_under_cpsat(tmp_path, cli):
     assert block["count"] > 0 and block["solved"] >= 1
     assert block["wall_time_s"]["max"] is not None
     assert block["admissions"] == {"offered": 0, "admitted": 0, "bookings_moved": 0, "leases_suspended": 0,
-                                   "wall_time_s": {"p50": None, "p95": None, "max": None}}
+                                   "leases_requeued": 0, "wall_time_s": {"p50": None, "p95": None, "max": None}}
 
     proc = cli("simulate", "-c", WAIT, "-q", "--summary-out", tmp_path / "greedy.json")
     assert proc.returncode == 0, proc.stderr

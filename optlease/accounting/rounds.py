@@ -63,12 +63,13 @@ def round_summary(records: Iterable[Any]) -> dict[str, Any]:
 def admission_summary(admissions: Iterable[Any]) -> dict[str, Any]:
     """The ARs and immediate leases the greedy pass refused that were offered to the round model
     (`CpsatRound.admissions`): how many, how many it admitted, the bookings it moved and the running leases it
-    suspended for them, and the solve times."""
+    suspended for them, the leases requeued for immediate leases the model could not admit, and the solve times."""
     admissions = list(admissions)
     return {
         "offered": len(admissions),
         "admitted": sum(1 for a in admissions if a.admitted),
         "bookings_moved": sum(a.moved for a in admissions),
         "leases_suspended": sum(a.suspended for a in admissions),
+        "leases_requeued": sum(a.requeued for a in admissions),
         "wall_time_s": _spread([a.stats.wall_time for a in admissions], 4),
     }
