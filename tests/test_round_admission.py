@@ -30,12 +30,11 @@ def test_an_ar_the_hint_admits_is_admitted_whatever_the_waiting_it_costs(mapper)
     assert [(a.now, a.lease_id, a.admitted, a.moved) for a in sim.stepper.planner.admissions] == [(100, 4, True, 1)]
 
 
-def _young_run_and_an_immediate_lease(arrival: int) -> list[LeaseRequest]:
+def _young_run_and_an_immediate_lease(arrival: int, duration: int = 100) -> list[LeaseRequest]:
     """Two nodes, each holding one VM. Preemptible best-effort lease 1 (both nodes, 1,000 s) starts at 0; immediate
-    lease 2 asks
-    at `arrival` for one node for 100 s: no node is free then."""
+    lease 2 asks at `arrival` for one node for `duration`: no node is free then."""
     return [LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 1000, (VM1, VM1), preemptible=True),
-            LeaseRequest(2, LeaseKind.IMMEDIATE, arrival, 100, (VM1,))]
+            LeaseRequest(2, LeaseKind.IMMEDIATE, arrival, duration, (VM1,))]
 
 
 @pytest.mark.parametrize("mapper", ["greedy", "cpsat"])
@@ -44,7 +43,8 @@ def test_an_immediate_lease_is_admitted_by_requeueing_a_run_younger_than_the_thr
     of suspending its two 1,024 MB VMs at 32 MB/s), so Haizea's preemption would cancel and requeue it rather than
     suspend it. Greedy refuses lease 2 (only ARs preempt, and a suspension would not free a node at its arrival).
     The cpsat round, whose model cannot admit it (nothing it may move, and an immediate lease must start at its
-    arrival), requeues lease 1 (10 s of two VMs lost), starts lease 2 at its arrival and lease 1 again after it."""
+    arrival), requeues lease 1 (10 s of two VMs lost: 20 node-seconds, no more than the 100 lease 2 asks for), starts
+    lease 2 at its arrival and lease 1 again after it."""
     reqs = _young_run_and_an_immediate_lease(10)
     sim, leases, doc, _ = run_requests("2 CPU:100 Memory:1024", reqs, mapper=mapper,
                                        policy_preemption="ar-preempts-everything")
@@ -59,14 +59,15 @@ def test_an_immediate_lease_is_admitted_by_requeueing_a_run_younger_than_the_thr
     assert [r[:3] for r in reservations(doc, 1)] == [("vm", 0, 10), ("vm", 110, 1110), ("shutdown", 1110, 1110)]
 
 
-@pytest.mark.parametrize("arrival, preemption", [(200, "ar-preempts-everything"), (10, "no-preemption")],
-                         ids=["run-past-the-threshold", "no-preemption-policy"])
-def test_an_immediate_lease_is_refused_where_only_a_suspension_or_a_forbidden_preemption_makes_room(arrival,
-                                                                                                     preemption):
+@pytest.mark.parametrize("arrival, duration, preemption", [(200, 100, "ar-preempts-everything"),
+                                                          (10, 19, "ar-preempts-everything"),
+                                                          (10, 100, "no-preemption")],
+                         ids=["run-past-the-threshold", "more-work-lost-than-asked", "no-preemption-policy"])
+def test_an_immediate_lease_is_refused_where_requeueing_cannot_make_room_for_it(arrival, duration, preemption):
     """Past the threshold, Haizea's preemption would suspend lease 1, which frees no node before the suspension is
-    over, after lease 2's arrival: the round refuses lease 2 as greedy does. Under `no-preemption` nothing is
-    requeued either."""
-    sim, leases, _, _ = run_requests("2 CPU:100 Memory:1024", _young_run_and_an_immediate_lease(arrival),
+    over, after lease 2's arrival: the round refuses lease 2 as greedy does. A 19-s lease 2 asks for fewer
+    node-seconds (19) than requeueing lease 1 at 10 s would lose (20). Under `no-preemption` nothing is requeued."""
+    sim, leases, _, _ = run_requests("2 CPU:100 Memory:1024", _young_run_and_an_immediate_lease(arrival, duration),
                                      mapper="cpsat", policy_preemption=preemption)
     assert leases[2].state is LeaseState.REJECTED
     assert leases[1].requeues == 0 and leases[1].end == 1000

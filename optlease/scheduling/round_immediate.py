@@ -6,8 +6,8 @@ An immediate lease is now or never: it must start at its arrival (the schedule c
 holds its nodes while the memory images are written, never makes room for it in time. What can make room at once is
 what Haizea's `preempt` cancels and requeues for an AR instead of suspending: a booking that has not begun (it loses
 nothing: its copy under way, if any, is given up) and a first run younger than the scheduling threshold (it loses
-what it ran, at most the threshold per VM). The cheapest such work is taken first, and only where the greedy pass's
-own search then finds the lease a place."""
+what it ran, at most the threshold). The cheapest such work is taken first, no more of it lost in all than the
+node-seconds the immediate lease asks for, and only where the greedy pass's own search then finds the lease a place."""
 from __future__ import annotations
 
 from optlease.domain.lease import LeaseKind, LeaseState
@@ -45,13 +45,22 @@ class ImmediateRoom:
         return out
 
     def _room_by_requeueing(self, lease: Lease, now: int) -> list[Lease] | None:
-        """Admit an immediate lease by requeueing the cheapest requeueable work in its way (`_requeueable`): the
+        """Admit an immediate lease by requeueing the cheapest requeueable work in its way (`_requeueable`), losing no
+        more node-seconds of work than the lease asks for: the
         leases requeued, or None (nothing changed) where even all of it does not make room. Disk images managed:
         None (its transfers would have to be planned too); so with a preemption policy that preempts nothing."""
         sched = self.sched
         if lease.kind is not LeaseKind.IMMEDIATE or self.images is not None or not sched.policies.preemption_enabled:
             return None
-        found, taken = self._search_without(lease, now, [other for _, other in self._requeueable(now)])
+        # the cheapest work first, and never more work lost than the lease asks for: requeueing a wide run to admit
+        # a few node-seconds would waste more of the site than it serves
+        order, lost = [], 0
+        for cost, other in self._requeueable(now):
+            lost += cost
+            if lost > lease.numnodes * lease.req.duration:
+                break
+            order.append(other)
+        found, taken = self._search_without(lease, now, order)
         if found is None:
             return None
         rrs = (*found.pre, found, *found.post)
