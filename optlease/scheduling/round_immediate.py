@@ -46,9 +46,9 @@ class ImmediateRoom:
 
     def _room_by_requeueing(self, lease: Lease, now: int) -> list[Lease] | None:
         """Admit an immediate lease by requeueing the cheapest requeueable work in its way (`_requeueable`), losing no
-        more node-seconds of work than the lease asks for: the
-        leases requeued, or None (nothing changed) where even all of it does not make room. Disk images managed:
-        None (its transfers would have to be planned too); so with a preemption policy that preempts nothing."""
+        more node-seconds of work than the lease asks for: the leases requeued, or None (nothing changed) where that
+        work does not make room. None too with disk images managed (its transfers would have to be planned) and under
+        a preemption policy that preempts nothing."""
         sched = self.sched
         if lease.kind is not LeaseKind.IMMEDIATE or self.images is not None or not sched.policies.preemption_enabled:
             return None
