@@ -90,6 +90,10 @@ class Reported(dict):
         out, self.changed = self.changed, set()
         return out
 
+    def take_delta(self) -> dict[str, tuple[str, str] | None]:
+        """The VMs whose report changed since the last take, each with its report now (None: no host reports it)."""
+        return {vm: self.get(vm) for vm in self.take_changes()}
+
 
 class Enactor(Protocol):
     def submit(self, tasks: list[VmTask]) -> None:
@@ -104,7 +108,11 @@ class Enactor(Protocol):
     def running(self) -> dict[str, tuple[str, str]]:
         """What the hosts report: vm name -> (host, state) with state running | paused | shut-off | saved."""
 
-    # optional: `running_changes() -> set[str]`, the VMs whose report changed since the last call (a `Reported`)
+    # optional: `running_changes() -> set[str]`, the VMs whose report changed since the last call (a `Reported`);
+    # `running_delta() -> dict`, the same VMs with their report now (vm -> (host, state), None: gone), which the
+    # daemon applies to its own copy instead of copying `running()` at every pass; `hosts_version() -> int`, a
+    # number that changes whenever a host appears or its `alive` or `capacity` changes, so that the daemon reads
+    # `hosts()` again only then. Each is trusted only from the class that defines `running()` (`hosts()`) too.
 
     def close(self) -> None:
         """Release connections."""
