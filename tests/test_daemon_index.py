@@ -242,3 +242,38 @@ def test_a_daemon_whose_index_misses_a_change_is_caught(tmp_path, broken):
             for m, _ in ms:
                 m.stop()
     assert all(caught), caught
+
+
+@pytest.mark.parametrize("unindexed", [False, True], ids=["indexed", "walking"])
+def test_the_scale_bench_prints_a_step_cost_per_count_of_leases(unindexed):
+    """bench_daemon's scale mode measures a step and an enactment pass at each count of `--step-at` (JSON)."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_daemon.py"), "--mode", "scale", "--hosts",
+                          "20", "--in-system", "120", "--requests", "8", "--fill-batch", "50", "--step-at", "30,60",
+                          "--step-repeats", "4"] + (["--unindexed"] if unindexed else []),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    # each count is reached by the fill, then 5 more leases are requested by the measured steps
+    assert [c["leases_in_system"] for c in figures["step_costs"]] == [30, 60, 120]
+    assert figures["indexed"] is not unindexed and figures["failed_calls"] == {}
+    for cost in figures["step_costs"]:
+        assert set(cost) >= {"step_one_request_ms", "step_nothing_new_ms", "late_step_nothing_new_ms",
+                             "idle_enactment_pass_ms", "step_one_request_new_instant_ms", "checkpoint_cpu_s"}
+        assert 0 < cost["step_nothing_new_ms"]["median"] <= cost["step_nothing_new_ms"]["max"]
+
+
+def test_the_scale_bench_refuses_a_count_that_is_not_a_whole_number():
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_daemon.py"), "--mode", "scale",
+                          "--step-at", "10,x"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "argument --step-at" in out.stderr and "Traceback" not in out.stderr, out.stderr
