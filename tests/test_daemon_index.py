@@ -304,3 +304,27 @@ def test_the_scale_bench_refuses_a_count_that_is_not_a_whole_number():
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_daemon.py"), "--mode", "scale",
                           "--step-at", "10,x"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "argument --step-at" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_the_reports_name_every_change_with_its_new_value():
+    """What an enactor hands over as changed, applied to a copy, gives what it reports, however it was changed."""
+    from optlease.enact.base import Reported
+
+    reports, copy = Reported(), {}
+
+    def follow() -> None:
+        for vm, where in reports.take_delta().items():
+            if where is None:
+                copy.pop(vm, None)
+            else:
+                copy[vm] = where
+        assert copy == reports
+
+    changes = [lambda r: r.__setitem__("a", ("h1", "running")), lambda r: r.update(b=("h2", "running")),
+               lambda r: r.update({"a": ("h1", "saved")}), lambda r: r.setdefault("c", ("h3", "running")),
+               lambda r: r.pop("b"), lambda r: r.__delitem__("a"), lambda r: r.popitem(),
+               lambda r: r.update(d=("h1", "running"), e=("h2", "paused")), lambda r: r.clear()]
+    for change in changes:
+        change(reports)
+        follow()
+    assert reports.take_delta() == {}

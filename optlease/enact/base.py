@@ -86,6 +86,25 @@ class Reported(dict):
             self.changed.add(vm)
         return super().pop(vm, *default)
 
+    # every other way of changing a dict is tracked too: a daemon's copy built from the changes must not go stale
+    def update(self, *args, **kwargs) -> None:
+        for vm, where in dict(*args, **kwargs).items():
+            self[vm] = where
+
+    def setdefault(self, vm: str, default=None):
+        if vm not in self:
+            self[vm] = default
+        return self[vm]
+
+    def popitem(self):
+        vm, where = super().popitem()
+        self.changed.add(vm)
+        return vm, where
+
+    def clear(self) -> None:
+        self.changed.update(self)
+        super().clear()
+
     def take_changes(self) -> set[str]:
         out, self.changed = self.changed, set()
         return out

@@ -286,6 +286,7 @@ class Enactment:
         self.log.status("RM", f"lease {lease.id} is {lease.state.value}: {why}")
         self.wake.set()
 
+
 def _trusted(enactor, method: str, source: str) -> bool:
     """Whether the enactor's `method` speaks for its `source` (running, hosts): the class that defines one defines
     the other (a subclass that overrides `running()` alone inherits a delta that does not describe it)."""
