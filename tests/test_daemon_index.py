@@ -262,7 +262,8 @@ def test_a_daemon_whose_index_misses_a_change_is_caught(tmp_path, broken):
     from the walking one (in what it does, or in what its indexes say against a walk)."""
     caught = []
     for seed in range(4):
-        ms = [make(tmp_path / f"{seed}", "indexed", True, **BROKEN[broken]), make(tmp_path / f"{seed}", "walking", False)]
+        folder = tmp_path / f"{seed}"
+        ms = [make(folder, "indexed", True, **BROKEN[broken]), make(folder, "walking", False)]
         try:
             caught.append(run(ms, seed, ops=120))
         finally:
