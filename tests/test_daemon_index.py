@@ -52,7 +52,7 @@ class Hosts(SimulatedEnactor):
         self.silent: set[str] = set()
         self.failing: set[int] = set()       # leases whose start tasks fail
         self.version = 0
-        self.sent: list[tuple] = []
+        self.sent: list = []                  # every task submitted, in order
 
     def submit(self, tasks) -> None:
         self.sent.extend(replace(t, id="") for t in tasks)
@@ -83,6 +83,7 @@ class LosesADelta(Hosts):
             delta.pop(sorted(delta)[0])
         return delta
 
+    # defined here too: the daemon trusts a delta or a version only from the class that defines running() / hosts()
     def running(self):
         return super().running()
 
