@@ -252,19 +252,80 @@ def fill(manager: Manager, count: int, batch: int) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
+def _cpu_ms(run, repeats: int) -> dict:
+    """CPU milliseconds of `repeats` calls of `run` (this process, no other thread running): median and max."""
+    costs = []
+    for _ in range(repeats):
+        c0 = time.process_time()
+        run()
+        costs.append(1000 * (time.process_time() - c0))
+    costs.sort()
+    return {"median": round(statistics.median(costs), 3), "max": round(costs[-1], 3)}
+
+
+def step_costs(manager: Manager, repeats: int) -> dict:
+    """What the daemon's step and enactment pass cost with the leases now in the system (CPU, before the server and
+    the loop run; the real clock set on time at the last step's instant): a step that takes one request at that
+    instant (a placement at an instant already asked, as for a batch of requests), a step with nothing new (a
+    wakeup), the same 10 s late (a loaded daemon's step, which says what it changed late), an idle enactment pass
+    (the 0.1 s poll between steps), and a step that takes one request at a new instant (there the greedy round
+    scores the busy nodes: the scheduler's cost, not the daemon's); and what a checkpoint of them costs."""
+    manager.store.db.execute("PRAGMA synchronous=OFF")     # CPU, not the disk's fsync
+    clock, epoch = manager.clock, manager.clock.epoch
+
+    def late_by(seconds: float) -> None:
+        """The real clock `seconds` after the last step's instant."""
+        clock.epoch = time.time() - seconds - manager.last_t / clock.scale
+
+    def one(at: int) -> None:
+        req = parse_lease_xml(SCALE_LEASE, 0, at, manager.origin, manager.site)
+        manager.step(at, requests=[(replace(req, id=i), SCALE_LEASE) for i in manager.reserve_ids(1)])
+
+    def idle_pass() -> None:
+        with manager.lock:
+            manager._enact(only_on_news=True)
+
+    # a checkpoint first (CPU reported): no step measured below writes one (every 10,000 journal entries)
+    c0 = time.process_time()
+    manager.write_checkpoint()
+    out = {"leases_in_system": len(manager.sched.leases), "checkpoint_cpu_s": round(time.process_time() - c0, 2)}
+    # first at new instants: the fill's last instant starts thousands of leases, which a step at that instant
+    # filters again (the slot table's leases starting there); the steps below are at the last of these instants
+    late_by(0)
+    out["step_one_request_new_instant_ms"] = _cpu_ms(lambda: one(manager.last_t + 1), max(1, repeats // 4))
+    late_by(0)
+    out["step_one_request_ms"] = _cpu_ms(lambda: one(manager.last_t), repeats)
+    late_by(0)
+    out["step_nothing_new_ms"] = _cpu_ms(lambda: manager.step(manager.last_t), repeats)
+    late_by(10)
+    out["late_step_nothing_new_ms"] = _cpu_ms(lambda: manager.step(manager.last_t), repeats)
+    out["idle_enactment_pass_ms"] = _cpu_ms(idle_pass, repeats)
+    clock.epoch = epoch
+    manager.store.db.execute("PRAGMA synchronous=FULL")
+    return out
+
+
 def bench_scale(args) -> dict:
     """The daemon at scale: `--hosts` simulated hosts and `--in-system` leases running on them (10 CPU units each,
-    for a month), put in process in batches of `--fill-batch` requests a step (`fill`); then `--requests` more
-    through the API from `--clients` clients (the client's create_lease call, p50/p95/max), and the leases listed:
-    the `get_leases` call (the server writes every lease, the client reads them) and `optlease list-leases` as a
-    user runs it."""
+    for a month), put in process in batches of `--fill-batch` requests a step (`fill`); on the way, at each count
+    of `--step-at`, what a step and an enactment pass cost (`step_costs`); then `--requests` more through the API
+    from `--clients` clients (the client's create_lease call, p50/p95/max), and the leases listed: the `get_leases`
+    call (the server writes every lease, the client reads them) and `optlease list-leases` as a user runs it."""
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         text = daemon_config(port=port, persistence_file=str(Path(tmp) / "bench.db"),
                              resources=f"{args.hosts} CPU:100 Memory:1024", scheduling=SCHEDULING)
         cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
-        manager = Manager(cfg)
-        preload_s, preload_cpu_s = fill(manager, args.in_system, args.fill_batch)
+        manager = Manager(cfg, indexed=not args.unindexed)
+        preload_s = preload_cpu_s = 0.0
+        costs = []
+        stages = sorted({n for n in args.step_at if n < args.in_system} | {args.in_system}) \
+            if args.step_at else [args.in_system]
+        for stage in stages:
+            wall, cpu = fill(manager, stage - len(manager.sched.leases), args.fill_batch)
+            preload_s, preload_cpu_s = preload_s + wall, preload_cpu_s + cpu
+            if args.step_at:
+                costs.append(step_costs(manager, args.step_repeats))
         in_system = len(manager.sched.leases)
         server = serve(manager, cfg)
         # this process's CPU while the clients (a process of their own) call: the daemon's work for the requests
@@ -287,7 +348,12 @@ def bench_scale(args) -> dict:
         server.shutdown()
         server.server_close()
         manager.stop()
-    return {"mode": "scale", "hosts": args.hosts, "leases_in_system": in_system, "preload_s": round(preload_s, 1),
+    # how each median grew from the fewest leases measured to the most (flat: about 1; at most 2 to pass)
+    growth = {key: round(costs[-1][key]["median"] / max(costs[0][key]["median"], 1e-6), 2)
+              for key in costs[0] if key.endswith("_ms")} if len(costs) > 1 else {}
+    return {"mode": "scale", "hosts": args.hosts, "indexed": not args.unindexed, "leases_in_system": in_system,
+            "step_costs": costs, "step_cost_growth_most_over_fewest_leases": growth,
+            "preload_s": round(preload_s, 1),
             "preload_cpu_s": round(preload_cpu_s, 1), "fill_batch": args.fill_batch,
             "requests": args.requests, "clients": args.clients,
             "failed_calls": {name: failures.count(name) for name in sorted(set(failures))},
@@ -324,6 +390,13 @@ def positive(text: str) -> int:
     return value
 
 
+def counts(text: str) -> list[int]:
+    """Comma-separated counts of at least 1 (`0` alone: none)."""
+    if text.strip() == "0":
+        return []
+    return [positive(part) for part in text.split(",")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("simulated", "fast", "scale"), default="simulated")
@@ -337,8 +410,17 @@ def main() -> None:
     parser.add_argument("--in-system", type=positive, default=100_000, help="mode scale: leases running before the timing")
     parser.add_argument("--fill-batch", type=positive, default=5_000,
                         help="mode scale: requests taken by each step that puts the leases in the system")
+    parser.add_argument("--step-at", type=counts, default=None,
+                        help="mode scale: leases in the system (comma-separated) at which to measure a step's cost; "
+                             "default: a tenth, half and all of --in-system; 0: none")
+    parser.add_argument("--step-repeats", type=positive, default=20, help="mode scale: steps measured at each count")
+    parser.add_argument("--unindexed", action="store_true",
+                        help="mode scale: the daemon walking every lease and host at each step and pass (the "
+                             "reference the indexes are compared with)")
     args = parser.parse_args()
     if args.mode == "scale":
+        if args.step_at is None:
+            args.step_at = [max(1, args.in_system // 10), max(1, args.in_system // 2), args.in_system]
         args.requests = args.requests or 500
         print(json.dumps(bench_scale(args), indent=1))
         return

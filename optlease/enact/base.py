@@ -86,9 +86,32 @@ class Reported(dict):
             self.changed.add(vm)
         return super().pop(vm, *default)
 
+    # every other way of changing a dict is tracked too: a daemon's copy built from the changes must not go stale
+    def update(self, *args, **kwargs) -> None:
+        for vm, where in dict(*args, **kwargs).items():
+            self[vm] = where
+
+    def setdefault(self, vm: str, default=None):
+        if vm not in self:
+            self[vm] = default
+        return self[vm]
+
+    def popitem(self):
+        vm, where = super().popitem()
+        self.changed.add(vm)
+        return vm, where
+
+    def clear(self) -> None:
+        self.changed.update(self)
+        super().clear()
+
     def take_changes(self) -> set[str]:
         out, self.changed = self.changed, set()
         return out
+
+    def take_delta(self) -> dict[str, tuple[str, str] | None]:
+        """The VMs whose report changed since the last take, each with its report now (None: no host reports it)."""
+        return {vm: self.get(vm) for vm in self.take_changes()}
 
 
 class Enactor(Protocol):
@@ -104,7 +127,11 @@ class Enactor(Protocol):
     def running(self) -> dict[str, tuple[str, str]]:
         """What the hosts report: vm name -> (host, state) with state running | paused | shut-off | saved."""
 
-    # optional: `running_changes() -> set[str]`, the VMs whose report changed since the last call (a `Reported`)
+    # optional: `running_changes() -> set[str]`, the VMs whose report changed since the last call (a `Reported`);
+    # `running_delta() -> dict`, the same VMs with their report now (vm -> (host, state), None: gone), which the
+    # daemon applies to its own copy instead of copying `running()` at every pass; `hosts_version() -> int`, a
+    # number that changes whenever a host appears or its `alive` or `capacity` changes, so that the daemon reads
+    # `hosts()` again only then. Each is trusted only from the class that defines `running()` (`hosts()`) too.
 
     def close(self) -> None:
         """Release connections."""

@@ -64,6 +64,7 @@ class MqttEnactor(Jobs, BrokerEvents, Timers):
         self.on_outcome: Callable[[], None] | None = None     # called (lock held) when a task has its outcome
         self._outcomes: list[TaskOutcome] = []
         self._hosts: dict[str, HostInfo] = {}
+        self._hosts_version = 0                     # bumped at each change hosts() would show but last_seen
         self._running = Reported()
         self._inventory: dict[str, str] = {}        # id of a `list vms` under way -> host
         self._failures: dict[tuple, tuple[int, float]] = {}   # a task that failed -> (times in a row, held until)
@@ -147,6 +148,16 @@ class MqttEnactor(Jobs, BrokerEvents, Timers):
         """The VMs whose report changed since the last call."""
         with self._lock:
             return self._running.take_changes()
+
+    def running_delta(self) -> dict[str, tuple[str, str] | None]:
+        """The VMs whose report changed since the last call, each with its report now (None: gone)."""
+        with self._lock:
+            return self._running.take_delta()
+
+    def hosts_version(self) -> int:
+        """Changes whenever a host appears, or its `alive` or `capacity` changes (not with `last_seen`)."""
+        with self._lock:
+            return self._hosts_version
 
     def request_inventory(self, hosts=None) -> None:
         """Ask hosts (default: every known host) what they run (`task: list vms`, an optlease extension)."""

@@ -67,8 +67,10 @@ class BrokerEvents:
         info = self._hosts.get(host)
         if info is None:
             info = self._hosts[host] = HostInfo(host)
+            self._hosts_version += 1
         if not info.alive:
             log.info("host %s is %s", host, "back" if info.last_seen else "there")
+            self._hosts_version += 1
         info.last_seen = self.clock()
         info.alive = True
         return info
@@ -120,6 +122,7 @@ class BrokerEvents:
                 if status.memory_kib is not None:
                     capacity["memory_mb"] = status.memory_kib // 1024
                 if status.task == "init" or capacity:
+                    self._hosts_version += info.capacity != capacity
                     info.capacity = capacity
                 if status.task == "init":
                     log.info("host %s announced itself (%s)", host, capacity)

@@ -156,6 +156,7 @@ class Timers:
 
     def _lost_host(self, info, why: str, sends: list) -> None:
         info.alive = False
+        self._hosts_version += 1
         log.warning("host %s: %s: not alive", info.name, why)
         for part in {id(p): p for p in self._pending.values() if p.host == info.name}.values():
             if not part.done:

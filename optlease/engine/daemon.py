@@ -29,6 +29,7 @@ from optlease.engine.loop import Stepper, cancel, defer, fail, requeue
 from optlease.engine.enactment import Enactment
 from optlease.engine.intake import Intake
 from optlease.engine.recovery import Recovery
+from optlease.engine.lease_index import LeaseIndex
 from optlease.engine.lease_views import LeaseViews
 from optlease.engine.plan_view import PlanView, ReportIndex
 from optlease.engine.persist import Store
@@ -43,8 +44,12 @@ S = LeaseState
 
 
 class Manager(Atomic, Intake, Recovery, Enactment):
-    def __init__(self, cfg: Config, out: TextIO | None = None, enactor=None) -> None:
+    def __init__(self, cfg: Config, out: TextIO | None = None, enactor=None, indexed: bool = True) -> None:
         self.cfg = cfg
+        # `indexed`: a step and an enactment pass read what changed from indexes (the leases by state, the hosts'
+        # reports as they change, the hosts as of their last change); False walks every lease and host each time,
+        # as a reference that tests compare the indexed daemon with
+        self.indexed = indexed
         if cfg.get("simulation", "resources") == FROM_AGENTS:
             # the site is what the agents say they are: the enactor comes first, to hear them
             if enactor is None:
@@ -70,6 +75,7 @@ class Manager(Atomic, Intake, Recovery, Enactment):
         self.sched.table.changed = set()
         self.view = PlanView({})      # node -> host names once they are known (below)
         self.views = LeaseViews(self.origin)     # what the API shows, published after each commit
+        self.index = LeaseIndex()                # the leases in the system by state
         self.stepper = Stepper(self.sched)
         self.decisions = Decisions(None if self.stepper.planner.name == "greedy" else self.stepper.planner)
         self.all: dict[int, Lease] = {}
@@ -93,6 +99,7 @@ class Manager(Atomic, Intake, Recovery, Enactment):
         self._sleeping_to = 0                    # the instant the loop sleeps until
         self._loop_takes = False                 # a batch was handed to the loop: its next step commits it
         self._replay(journal)
+        self.index.rebuild(self.sched.leases)
         self.views.publish_new(self.all.values())
         self.views.publish()
         # What the replay built lives as long as the daemon: out of the collector's sight, so that no full
@@ -120,6 +127,9 @@ class Manager(Atomic, Intake, Recovery, Enactment):
             self.enactor.on_outcome = self.enact_wake.set     # a result wakes the enactment pass at once
         self.view.host_of = dict(enumerate(self.host_names, start=1))
         self._last_running: dict = {}
+        self._mirror: dict | None = None    # indexed: what the hosts report, kept from the enactor's deltas
+        self._hosts_seen: tuple | None = None    # (hosts_version, hosts, names alive) as last read
+        self._watched: tuple | None = None  # (hosts_version, nodes down) at the last walk over the hosts
         self._reports = ReportIndex()       # what the hosts report, host by host
         self._last_hosts: tuple = ()
         self._unsettled: set[str] = set()    # VMs that differed from the plan at the last pass
@@ -168,6 +178,7 @@ class Manager(Atomic, Intake, Recovery, Enactment):
         leases = list(leases)
         self.view.touch(leases)
         self.views.touch(leases)
+        self.index.note(leases, self.sched.leases)
 
     def _run_step(self, t: int, upto: int | None = None) -> list[Lease]:
         """One step at t; the leases it changed: those that arrived, those with a reservation starting or ending at
@@ -187,8 +198,10 @@ class Manager(Atomic, Intake, Recovery, Enactment):
         self.stepper.step(t, arrivals)
         self.last_t = t
         fin = self.sched.finished
-        changed = list({id(lease): lease for lease in (*arrivals, *at_t, *table.changed,
-                                                       *fin[self._finished_seen:])}.values())
+        # in id order: the slot table's `changed` is a set, and what a late or missed step says and takes back (in
+        # this order) must not depend on where the leases sit in memory
+        changed = sorted({id(lease): lease for lease in (*arrivals, *at_t, *table.changed,
+                                                         *fin[self._finished_seen:])}.values(), key=lambda x: x.id)
         table.changed.clear()
         self._finished_seen = len(fin)
         self._touch(changed)
@@ -239,7 +252,10 @@ class Manager(Atomic, Intake, Recovery, Enactment):
     def _step(self, t: int, catching_up: bool, requests: list[tuple], holding_turn: bool) -> None:
         with self.lock:
             late = self.clock.now() - t if catching_up else self._late(t)
-            before = {i: lease.state for i, lease in self.sched.leases.items()} if late or catching_up else {}
+            # the state of each lease before the step, for what a late or missed step says and takes back: the
+            # index records it for the leases the step changes (the only ones asked about)
+            before = self._states() if (late or catching_up) and not self.indexed else None
+            self.index.record()
             with self._atomic(f"the scheduling step at {self.log.t(t)}"):
                 self._dirty = True
                 if requests:
@@ -247,6 +263,8 @@ class Manager(Atomic, Intake, Recovery, Enactment):
                 self.decisions.begin()
                 changed = self._run_step(t)
                 self.store.add_step(t, changed, self.decisions.recorded, self._took, requests)
+            recorded = self.index.recorded()
+            before = recorded if before is None else before
             if catching_up and not getattr(self.enactor, "simulated", False):
                 self._defer_unrun(t, before, changed)
             if late:
@@ -258,6 +276,10 @@ class Manager(Atomic, Intake, Recovery, Enactment):
                 with self._atomic("enactment"):
                     self._enact()
         self.enact_wake.set()
+
+    def _states(self) -> dict[int, LeaseState]:
+        """Every lease in the system and its state (a walk over all of them: the unindexed reference)."""
+        return {i: lease.state for i, lease in self.sched.leases.items()}
 
     def write_checkpoint(self, holding_turn: bool = False) -> None:
         """Write a checkpoint of the live state and drop the journal entries it covers (lock held; `holding_turn`:

@@ -55,6 +55,12 @@ class SimulatedEnactor:
     def running_changes(self) -> set[str]:
         return self._running.take_changes()
 
+    def running_delta(self) -> dict[str, tuple[str, str] | None]:
+        return self._running.take_delta()
+
+    def hosts_version(self) -> int:
+        return 0        # simulated hosts never come or go
+
     def close(self) -> None:
         pass
 

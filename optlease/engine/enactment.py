@@ -41,18 +41,14 @@ class Enactment:
         # Tasks under way: nothing new is planned for their VMs and hosts until they settle (what those hosts
         # report is about to change), anything elsewhere is planned now.
         held_hosts, held_vms = pending() if pending is not None else ((), ())
-        changes = getattr(self.enactor, "running_changes", None)
-        reported = changes() if changes is not None else None     # taken first: a later change is in the next
-        running, hosts = self.enactor.running(), self.enactor.hosts()
-        if reported is None:
-            reported = {vm for vm, _ in running.items() ^ self._last_running.items()}
+        running, reported = self._reported_now()
+        hosts, alive = self._hosts_now()
         self._reports.update(reported, running)
         table = self.sched.table
         self._touch(table.changed)
         table.changed.clear()
         moved = self.view.update(self.sched.leases, self.last_t)
         self._watch_starts(moved, running)
-        alive = frozenset(h for h, info in hosts.items() if info.alive)
         down = frozenset(self.host(n) for n in table.down)
         # A pass with no news (no step since the last pass, no outcome, hosts and their reports unchanged) would
         # find nothing to do: skip it.
@@ -65,7 +61,7 @@ class Enactment:
             candidates = set(running) | set(self.view.desired)
         else:
             candidates = moved | self._unsettled | reported
-        self._dirty, self._last_running, self._last_hosts = False, running, (alive, down)
+        self._dirty, self._last_hosts = False, (alive, down)
         differ = self._differing(candidates, running, alive, down)
         self._unsettled = differ
         desired = self.view.desired
@@ -81,12 +77,47 @@ class Enactment:
                   if host not in down and state.lower() in REPORTED_STATES}
         wanted = {vm: desired[vm] for host in concerned for vm in self.view.on_host.get(host, ())}
         wanted.update((vm, desired[vm]) for vm in todo if vm in desired)
+        if self.indexed:        # every host the reconcile step looks at is a concerned one
+            hosts = {host: hosts[host] for host in concerned if host in hosts}
         buckets = reconcile(actual, wanted, hosts, self.migration_type)
         for vm, why in buckets.lost:
             self._lost(vm, why)
             self._dirty = True  # the plan changed under this pass
         if buckets.tasks:
             self.enactor.submit(buckets.tasks)
+
+    def _reported_now(self) -> tuple[dict, set[str]]:
+        """What the hosts report (vm -> (host, state)) and the VMs whose report changed since the last pass. Indexed,
+        the daemon keeps its own copy and applies what changed (a pass copies no 100,000 VMs); else a copy of
+        `running()` each pass, and the changes the enactor names or the difference from the last pass's copy."""
+        if self.indexed and _trusted(self.enactor, "running_delta", "running"):
+            delta = self.enactor.running_delta()
+            if self._mirror is None:        # the first pass copies everything once
+                self._mirror = dict(self.enactor.running())
+            mirror = self._mirror
+            for vm, where in delta.items():
+                if where is None:
+                    mirror.pop(vm, None)
+                else:
+                    mirror[vm] = where
+            return mirror, set(delta)
+        changes = getattr(self.enactor, "running_changes", None)
+        reported = changes() if changes is not None else None     # taken first: a later change is in the next
+        running = self.enactor.running()
+        if reported is None:
+            reported = {vm for vm, _ in running.items() ^ self._last_running.items()}
+        self._last_running = running
+        return running, reported
+
+    def _hosts_now(self) -> tuple[dict, frozenset]:
+        """The hosts (name -> HostInfo) and the names of those alive. Indexed, read again only when the enactor's
+        `hosts_version` says they changed (a pass walks no 10,000 hosts); else read at every call."""
+        version = self.enactor.hosts_version() \
+            if self.indexed and _trusted(self.enactor, "hosts_version", "hosts") else None
+        if version is None or self._hosts_seen is None or version != self._hosts_seen[0]:
+            hosts = self.enactor.hosts()
+            self._hosts_seen = (version, hosts, frozenset(h for h, info in hosts.items() if info.alive))
+        return self._hosts_seen[1], self._hosts_seen[2]
 
     def _watch_starts(self, moved: set[str], running: dict) -> None:
         """Say which VMs the plan stopped wanting before any host ran them: their start came too late (the hosts
@@ -183,7 +214,11 @@ class Enactment:
         leases are replanned; a host heard again comes back (lock held)."""
         if getattr(self.enactor, "simulated", False) or self.stopping.is_set():
             return
-        hosts = self.enactor.hosts()
+        hosts, _ = self._hosts_now()
+        # with the hosts and the nodes down as at the last walk, a walk changes nothing
+        seen = None if self._hosts_seen[0] is None else (self._hosts_seen[0], frozenset(self.sched.table.down))
+        if seen is not None and seen == self._watched:
+            return
         for node, name in enumerate(self.host_names, start=1):
             info = hosts.get(name)
             if node in self.sched.table.down:
@@ -192,6 +227,7 @@ class Enactment:
             elif info is not None and not info.alive and info.last_seen > 0:
                 timeout = getattr(self.enactor, "host_timeout", None)
                 self._node_down(node, name, "silent for more than " + (f"{timeout:g} s" if timeout else "its timeout"))
+        self._watched = None if seen is None else (seen[0], frozenset(self.sched.table.down))
 
     def _node_down(self, node: int, name: str, why: str) -> None:
         t = self.last_t
@@ -249,6 +285,16 @@ class Enactment:
         self.store.add_event(t, "fail", lease)
         self.log.status("RM", f"lease {lease.id} is {lease.state.value}: {why}")
         self.wake.set()
+
+
+def _trusted(enactor, method: str, source: str) -> bool:
+    """Whether the enactor's `method` speaks for its `source` (running, hosts): the class that defines one defines
+    the other (a subclass that overrides `running()` alone inherits a delta that does not describe it)."""
+    for cls in type(enactor).__mro__:
+        if source in cls.__dict__:
+            return method in cls.__dict__
+    return False
+
 
 def _busy(enactor) -> bool:
     busy = getattr(enactor, "busy", None)

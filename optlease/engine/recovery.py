@@ -170,7 +170,11 @@ class Recovery:
         """An AR or immediate lease planned to start after the last step and to end by now never ran: it fails.
         How many did."""
         failed = 0
-        for lease in sorted(self.sched.leases.values(), key=lambda lease: lease.id):
+        if self.indexed:        # only scheduled leases can have such a window
+            leases = [self.sched.leases[i] for i in self.index.ids_in(S.SCHEDULED)]
+        else:
+            leases = sorted(self.sched.leases.values(), key=lambda lease: lease.id)
+        for lease in leases:
             vmrr = lease.last_vmrr()
             if lease.kind is LeaseKind.BEST_EFFORT or lease.state is not S.SCHEDULED or vmrr is None \
                     or vmrr.end > now:
