@@ -35,7 +35,7 @@ class QueuePass:
                 kept += queue[:start]
                 del queue[:start]
             self._swept = None
-            if not self._visit(now, kept):
+            if not (self._visit(now, kept) if self.log.info_on else self._visit_quiet(now, kept)):
                 break
             whole = False
         queue[:0] = kept
@@ -95,6 +95,65 @@ class QueuePass:
             if once:
                 return False
         return False
+
+    def _visit_quiet(self, now: int, kept: list[Lease]) -> bool:
+        """`_visit` where no log line is written: the same leases tried, passed over and marked, in the same order.
+        A lease whose wait class this pass already asked (an image's, or suspended leases' whose copies take as
+        long) is decided from what the pass holds for its class, its key and start, without its class being asked
+        again (neither changes while it waits: `_attempt`); the queue is walked by index and cut only before a try."""
+        queue, ready = self.queue, self._ready
+        future = self.vm.can_schedule_in_future()
+        if not queue or (not future and self.table.is_full(now)):
+            return False
+        once = self.opts.backfilling == "off"
+        room_when_ready = self._room_when_ready
+        i, n = 0, len(queue)
+        while i < n:
+            lease = queue[i]
+            i += 1
+            cache = lease.cache
+            found = ready.get(cache.get("wait"))
+            if found is not None and (len(found) == 3 or found[1] is not None):
+                # (an image's class with its start, or suspended leases' resume: what `_attempt` would answer)
+                failed = cache.get("failed")
+                if failed is found[0]:
+                    pass
+                elif failed == found[0] or not room_when_ready(
+                        lease, *(found[1] if len(found) == 2 else
+                                 (found[1], self._image_ways(lease) if found[2] else None))):
+                    cache["failed"] = found[0]
+                elif self._try(lease, now, kept, queue, i):
+                    return True
+                else:
+                    cache["failed"] = found[0]
+                    i, n = 0, len(queue)
+            elif found is None or cache.get("failed") is not found[0]:
+                cls, attempt, first = self._attempt(lease, now, future)
+                if cache.get("failed") == attempt or not (
+                        future or (self.room_now(lease, now) if first is None else room_when_ready(lease, *first))):
+                    cache["failed"], cache["wait"] = attempt, cls
+                elif self._try(lease, now, kept, queue, i):
+                    return True
+                else:
+                    cache["failed"], cache["wait"] = attempt, cls
+                    i, n = 0, len(queue)
+            if once:
+                break
+        kept += queue[:i]
+        del queue[:i]
+        return False
+
+    def _try(self, lease: Lease, now: int, kept: list[Lease], queue: list[Lease], i: int) -> bool:
+        """`_visit_quiet`'s try of the queue's `i`-th lease (counting from 1), the leases before it passed over:
+        True when it is booked; else it is passed over too (and the caller walks the queue left from its start)."""
+        kept += queue[:i - 1]
+        del queue[:i]
+        try:
+            self.schedule_lease(lease, now)
+            return True
+        except NotSchedulable:
+            kept.append(lease)
+            return False
 
     def _sweep(self, now: int, whole: bool) -> int | None:
         """The first lease left in the queue that the pass would try to book (None: none), found with the pass's
