@@ -5,7 +5,8 @@ link takes all of it: what is on it never overlaps. And how long a transfer or a
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_right, insort
+from itertools import accumulate, islice
 
 from optlease.scheduling.records import RR, Lease
 
@@ -23,10 +24,12 @@ class RepositoryLink:
     def _init_link(self) -> None:
         self.link: list[tuple[int, int, RR]] = []        # transfers and copies booked and not over, by start
         self._gaps: dict[tuple[int, int], int] = {}      # first_gap's answers while the link is unchanged
+        self._reach: list[int] | None = None     # the latest end among the link's first i+1 items (None: not made)
         self._lengths: dict[tuple[int, int], int] = {}   # duration's answers by image size and copies
 
     def _link_changed(self) -> None:
         self._gaps.clear()
+        self._reach = None
 
     def _put_on(self, t: Transfer) -> None:
         insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
@@ -59,7 +62,8 @@ class RepositoryLink:
         found = None if without else self._gaps.get(key)
         if found is None:
             found = t
-            for _, _, x in self.link:
+            # (the items that all end by t are passed over at once: the walk skips them one by one)
+            for _, _, x in islice(self.link, self._ended_by(t), None):
                 if x.end <= found or x in without:
                     continue
                 if x.start >= found + length:
@@ -68,6 +72,13 @@ class RepositoryLink:
             if not without:
                 self._gaps[key] = found
         return found
+
+    def _ended_by(self, t: int) -> int:
+        """How many of the link's first items all end at or before t (made once while the link is unchanged)."""
+        reach = self._reach
+        if reach is None:
+            reach = self._reach = list(accumulate((x.end for _, _, x in self.link), max))
+        return bisect_right(reach, t)
 
     def last_gap(self, deadline: int, length: int, now: int) -> int | None:
         """The latest start of a free stretch of the link `length` long that ends by `deadline`, not before `now`

@@ -285,7 +285,7 @@ class QueuePass:
         be there (the one start `VMScheduler.asap` would try): the site as a whole has room for it from `t` on, and
         the nodes its image reaches by then (`ways`, as `ImageTransfers.first_ready` names them, or the set of nodes
         a suspended lease may resume on then; None: every node) have room for it at `t`."""
-        window = self.vm.shape(lease, lease.state in SUSPENDED)[-1]   # (kept while it waits: `VMScheduler.shape`)
+        window = self._window(lease)
         # What the site has free over the window from `t` is the same for every lease that asks in this pass over
         # the queue (until something is placed): the walk is made once, and each lease compares its need with it.
         room_key = ("over", t, window)
@@ -300,13 +300,26 @@ class QueuePass:
             return fits(lease.total_demand, self.table.free_of(ways, t))
         return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
 
+    def _window(self, lease: Lease) -> int:
+        """The window the site as a whole must have room over from a waiting lease's start (`VMScheduler.shape`),
+        kept with the run it was worked out for while no estimate learns from others' runs."""
+        suspended = lease.state in SUSPENDED
+        if self.vm.estimates.enabled:
+            return self.vm.shape(lease, suspended)[-1]
+        kept = lease.cache.get("window")
+        if kept is not None and kept[0] == lease.accumulated and kept[1] is suspended:
+            return kept[2]
+        window = self.vm.shape(lease, suspended)[-1]
+        lease.cache["window"] = (lease.accumulated, suspended, window)
+        return window
+
     def _short_of_room(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether what this pass already found free on the site over the lease's window from `t`, or on the nodes
         its image reaches by then (`ways`), is too little for it (`_room_when_ready`'s tests, answered from what it
         kept; False: not asked yet)."""
         if self.vm.estimates.enabled:
             return False    # (its window is worked out again at each try: `_room_when_ready` asks)
-        room = self._room.get(("over", t, self.vm.shape(lease, lease.state in SUSPENDED)[-1]))
+        room = self._room.get(("over", t, self._window(lease)))
         if room is None:
             return False
         if not fits(lease.total_demand, room):
