@@ -24,12 +24,12 @@ class RepositoryLink:
     def _init_link(self) -> None:
         self.link: list[tuple[int, int, RR]] = []        # transfers and copies booked and not over, by start
         self._gaps: dict[tuple[int, int], int] = {}      # first_gap's answers while the link is unchanged
-        self._reach: list[int] | None = None     # the latest end among the link's first i+1 items (None: not made)
+        self._index: tuple | None = None   # the link's free stretches while it is unchanged (`_gap_index`)
         self._lengths: dict[tuple[int, int], int] = {}   # duration's answers by image size and copies
 
     def _link_changed(self) -> None:
         self._gaps.clear()
-        self._reach = None
+        self._index = None
 
     def _put_on(self, t: Transfer) -> None:
         insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
@@ -61,24 +61,45 @@ class RepositoryLink:
         key = (t, length)
         found = None if without else self._gaps.get(key)
         if found is None:
-            found = t
-            # (the items that all end by t are passed over at once: the walk skips them one by one)
-            for _, _, x in islice(self.link, self._ended_by(t), None):
-                if x.end <= found or x in without:
-                    continue
-                if x.start >= found + length:
-                    break
-                found = x.end
+            found = self._walk(t, length, without) if without or length <= 0 else self._from_gaps(t, length)
             if not without:
                 self._gaps[key] = found
         return found
 
-    def _ended_by(self, t: int) -> int:
-        """How many of the link's first items all end at or before t (made once while the link is unchanged)."""
-        reach = self._reach
-        if reach is None:
-            reach = self._reach = list(accumulate((x.end for _, _, x in self.link), max))
-        return bisect_right(reach, t)
+    def _walk(self, t: int, length: int, without=()) -> int:
+        """`first_gap` by walking the link's items from the first that ends after t (those before all end by t)."""
+        found = t
+        for _, _, x in islice(self.link, bisect_right(self._gap_index()[0], t), None):
+            if x.end <= found or x in without:
+                continue
+            if x.start >= found + length:
+                break
+            found = x.end
+        return found
+
+    def _from_gaps(self, t: int, length: int) -> int:
+        """`_walk` (length > 0) from the link's free stretches between its items: the walk goes on from the latest
+        end among the items before each one it reaches, so it stops at the first item after the first one ending
+        after t whose start leaves `length` free after that end (the first such free stretch), or after the last."""
+        reach, at, free = self._gap_index()
+        first = bisect_right(reach, t)     # (the first item that ends after t: the walk passes over those before)
+        if first == len(reach) or self.link[first][2].start >= t + length:
+            return t
+        for k in range(bisect_right(at, first), len(at)):
+            if free[k] >= length:
+                return reach[at[k] - 1]
+        return reach[-1]
+
+    def _gap_index(self) -> tuple[list[int], list[int], list[int]]:
+        """Made once while the link is unchanged: the latest end among its first i+1 items, for each i; the items
+        whose start comes after the latest end before them, and how long the free stretch before each one is."""
+        index = self._index
+        if index is None:
+            link = self.link
+            reach = list(accumulate((x.end for _, _, x in link), max))
+            at = [j for j in range(1, len(link)) if link[j][2].start > reach[j - 1]]
+            index = self._index = (reach, at, [link[j][2].start - reach[j - 1] for j in at])
+        return index
 
     def last_gap(self, deadline: int, length: int, now: int) -> int | None:
         """The latest start of a free stretch of the link `length` long that ends by `deadline`, not before `now`

@@ -336,7 +336,7 @@ class QueuePass:
         free = self._room.get(nodes_key, False)
         if free is False:
             nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
-            free = self._room[nodes_key] = None if nodes is None else self.table.free_on(nodes, t)
+            free = self._room[nodes_key] = None if nodes is None else self.table.free_of(nodes, t)
         return free is None or fits(lease.total_demand, free)
 
     def room_now(self, lease: Lease, now: int) -> bool:
