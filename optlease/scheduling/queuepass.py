@@ -113,23 +113,15 @@ class QueuePass:
             i += 1
             cache = lease.cache
             found = ready.get(cache.get("wait"))
-            if found is not None and (len(found) == 3 or found[1] is not None):
-                # (an image's class with its start, or suspended leases' resume: what `_attempt` would answer)
-                failed = cache.get("failed")
-                if failed is found[0]:
-                    pass
-                elif failed == found[0] or not room_when_ready(
-                        lease, *(found[1] if len(found) == 2 else
-                                 (found[1], self._image_ways(lease) if found[2] else None))):
-                    cache["failed"] = found[0]
-                elif self._try(lease, now, kept, queue, i):
-                    return True
+            failed = cache.get("failed")
+            if found is None or failed is not found[0]:
+                if found is not None and (len(found) == 3 or found[1] is not None):
+                    # (an image's class with its start, or suspended leases' resume: what `_attempt` would answer)
+                    cls, attempt = cache["wait"], found[0]
+                    first = found[1] if len(found) == 2 else (found[1], self._image_ways(lease) if found[2] else None)
                 else:
-                    cache["failed"] = found[0]
-                    i, n = 0, len(queue)
-            elif found is None or cache.get("failed") is not found[0]:
-                cls, attempt, first = self._attempt(lease, now, future)
-                if cache.get("failed") == attempt or not (
+                    cls, attempt, first = self._attempt(lease, now, future)
+                if failed == attempt or not (
                         future or (self.room_now(lease, now) if first is None else room_when_ready(lease, *first))):
                     cache["failed"], cache["wait"] = attempt, cls
                 elif self._try(lease, now, kept, queue, i):
