@@ -81,24 +81,29 @@ class RepositoryLink:
         """`_walk` (length > 0) from the link's free stretches between its items: the walk goes on from the latest
         end among the items before each one it reaches, so it stops at the first item after the first one ending
         after t whose start leaves `length` free after that end (the first such free stretch), or after the last."""
-        reach, at, free = self._gap_index()
+        reach, at, free, longest = self._gap_index()
         first = bisect_right(reach, t)     # (the first item that ends after t: the walk passes over those before)
         if first == len(reach) or self.link[first][2].start >= t + length:
             return t
-        for k in range(bisect_right(at, first), len(at)):
-            if free[k] >= length:
-                return reach[at[k] - 1]
-        return reach[-1]
+        k = bisect_right(at, first)
+        if k == len(at) or longest[k] < length:
+            return reach[-1]    # (no free stretch after it is that long: after the last item)
+        while free[k] < length:
+            k += 1
+        return reach[at[k] - 1]
 
-    def _gap_index(self) -> tuple[list[int], list[int], list[int]]:
+    def _gap_index(self) -> tuple[list[int], list[int], list[int], list[int]]:
         """Made once while the link is unchanged: the latest end among its first i+1 items, for each i; the items
-        whose start comes after the latest end before them, and how long the free stretch before each one is."""
+        whose start comes after the latest end before them, how long the free stretch before each one is, and the
+        longest of those from each one on."""
         index = self._index
         if index is None:
             link = self.link
             reach = list(accumulate((x.end for _, _, x in link), max))
             at = [j for j in range(1, len(link)) if link[j][2].start > reach[j - 1]]
-            index = self._index = (reach, at, [link[j][2].start - reach[j - 1] for j in at])
+            free = [link[j][2].start - reach[j - 1] for j in at]
+            longest = list(accumulate(reversed(free), max))[::-1]
+            index = self._index = (reach, at, free, longest)
         return index
 
     def last_gap(self, deadline: int, length: int, now: int) -> int | None:

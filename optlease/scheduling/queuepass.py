@@ -228,23 +228,24 @@ class QueuePass:
     def _image_attempt(self, cls, lease: Lease, now: int, future: bool) -> tuple[tuple, tuple | None]:
         """`_attempt`'s key and start for the leases of one image (and, unicast, one width) waiting in the queue."""
         table, prep = self.table, self.prep
+        version = prep.changes.get(lease.req.software.id, 0)   # (`ImageTransfers.version`)
         if future:
-            return self._kept_key(cls, (table.released, future, prep.version(lease))), None
+            return self._kept_key(cls, (table.released, future, version)), None
         first, ways = prep.first_ready(lease, now)
         if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
             # Its try is at `first`, after now: a reservation ending now gives back no room there, so only
             # room given back at or after now, or an end of a reservation holding node capacity that came to lie
             # before its start, lets it go otherwise (ends that have passed are counted with those still in the
             # table; a transfer placed before it moves its start later and gives back no room).
-            key = ("ahead", table.gave_back, future, prep.version(lease), ways, self._room_ends_until(first))
+            key = ("ahead", table.gave_back, future, version, ways, self._room_ends_until(first))
         elif first == now and ways == (-1,) and self.opts.runtime_estimate == "requested":
             # Its try is now, on the nodes whose caches hold its image and on no other (its own transfer and the
             # rides come later): only room given back on those nodes lets it go otherwise (with no estimate
             # learning from runs that end elsewhere).
-            key = ("cached", table.released_on(prep.caches.holding(lease.req.software.id)), future,
-                   prep.version(lease), ways, self._ends_until(first))
+            key = ("cached", table.released_on(prep.caches.holding(lease.req.software.id)), future, version, ways,
+                   self._ends_until(first))
         else:
-            key = (table.released, future, prep.version(lease), ways, self._ends_until(first))
+            key = (table.released, future, version, ways, self._ends_until(first))
         return self._kept_key(cls, key), (max(now, first), ways)
 
     def _ends_until(self, t: int) -> int:
