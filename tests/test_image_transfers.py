@@ -344,3 +344,20 @@ def test_an_ar_arriving_as_a_suspended_lease_begins_to_resume_sends_it_back_to_t
         assert "... lease #2 has been cancelled and requeued." in log
         assert [x.state for x in result.leases] == [LeaseState.DONE] * 3
         assert check_schedule(document(result)) == []
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError,
+                   reason="known: under FCFS a lease whose image some cache holds tries only now, on those nodes")
+def test_under_fcfs_a_lease_wider_than_the_nodes_caching_its_image_still_runs():
+    """Found by tests/test_queue_quiet.py with FCFS (`backfilling: off`), on main as here: lease 1 leaves its image in
+    node 1's cache; lease 2 needs two nodes, and with no booking for the future allowed its one try is now, on the
+    node whose cache holds the image (`ImageTransfers.first_ready`: the cache is the first way); it does not fit
+    there, nothing else happens, and the run is stuck (its own transfer, later, would let it run on both nodes)."""
+    quarter = {"CPU": 25, "Memory": 256}
+    image = DiskImage("img1.img", 600)
+    reqs = [LeaseRequest(1, BE, 0, 60, (quarter,), software=image),
+            LeaseRequest(2, BE, 480, 60, (quarter, VM), software=image)]
+    prep = PreparationOptions("imagetransfer", bandwidth=10, mechanism="unicast", avoid_redundant=False,
+                              reuse="image-caches")
+    result, _ = run(reqs, prep, nodes=2, migration="no", backfilling="off")
+    assert all(lease.state is LeaseState.DONE for lease in result.leases)

@@ -5,7 +5,8 @@ link takes all of it: what is on it never overlaps. And how long a transfer or a
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_right, insort
+from itertools import accumulate, islice
 
 from optlease.scheduling.records import RR, Lease
 
@@ -23,10 +24,12 @@ class RepositoryLink:
     def _init_link(self) -> None:
         self.link: list[tuple[int, int, RR]] = []        # transfers and copies booked and not over, by start
         self._gaps: dict[tuple[int, int], int] = {}      # first_gap's answers while the link is unchanged
+        self._index: tuple | None = None   # the link's free stretches while it is unchanged (`_gap_index`)
         self._lengths: dict[tuple[int, int], int] = {}   # duration's answers by image size and copies
 
     def _link_changed(self) -> None:
         self._gaps.clear()
+        self._index = None
 
     def _put_on(self, t: Transfer) -> None:
         insort(self.link, (t.start, t.tid, t), key=lambda x: (x[0], x[1]))
@@ -58,16 +61,50 @@ class RepositoryLink:
         key = (t, length)
         found = None if without else self._gaps.get(key)
         if found is None:
-            found = t
-            for _, _, x in self.link:
-                if x.end <= found or x in without:
-                    continue
-                if x.start >= found + length:
-                    break
-                found = x.end
+            found = self._walk(t, length, without) if without or length <= 0 else self._from_gaps(t, length)
             if not without:
                 self._gaps[key] = found
         return found
+
+    def _walk(self, t: int, length: int, without=()) -> int:
+        """`first_gap` by walking the link's items from the first that ends after t (those before all end by t)."""
+        found = t
+        for _, _, x in islice(self.link, bisect_right(self._gap_index()[0], t), None):
+            if x.end <= found or x in without:
+                continue
+            if x.start >= found + length:
+                break
+            found = x.end
+        return found
+
+    def _from_gaps(self, t: int, length: int) -> int:
+        """`_walk` (length > 0) from the link's free stretches between its items: the walk goes on from the latest
+        end among the items before each one it reaches, so it stops at the first item after the first one ending
+        after t whose start leaves `length` free after that end (the first such free stretch), or after the last."""
+        reach, at, free, longest = self._gap_index()
+        first = bisect_right(reach, t)     # (the first item that ends after t: the walk passes over those before)
+        if first == len(reach) or self.link[first][2].start >= t + length:
+            return t
+        k = bisect_right(at, first)
+        if k == len(at) or longest[k] < length:
+            return reach[-1]    # (no free stretch after it is that long: after the last item)
+        while free[k] < length:
+            k += 1
+        return reach[at[k] - 1]
+
+    def _gap_index(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Made once while the link is unchanged: the latest end among its first i+1 items, for each i; the items
+        whose start comes after the latest end before them, how long the free stretch before each one is, and the
+        longest of those from each one on."""
+        index = self._index
+        if index is None:
+            link = self.link
+            reach = list(accumulate((x.end for _, _, x in link), max))
+            at = [j for j in range(1, len(link)) if link[j][2].start > reach[j - 1]]
+            free = [link[j][2].start - reach[j - 1] for j in at]
+            longest = list(accumulate(reversed(free), max))[::-1]
+            index = self._index = (reach, at, free, longest)
+        return index
 
     def last_gap(self, deadline: int, length: int, now: int) -> int | None:
         """The latest start of a free stretch of the link `length` long that ends by `deadline`, not before `now`

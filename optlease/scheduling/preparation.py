@@ -186,7 +186,9 @@ class ImageTransfers(RepositoryLink):
         if self._firsts_at != now:
             self._firsts.clear()
             self._firsts_at = now
-        key = (image, length, self.changes.get(image, 0))
+        # (without caches or rides, a transfer of its own is the one way, the same for every image as long)
+        shared = self.caches is None and not self.opts.avoid_redundant
+        key = (None, length, 0) if shared else (image, length, self.changes.get(image, 0))
         found = self._firsts.get(key)
         if found is None:
             # a transfer of its own (way 0) first; then the cache (-1) and the transfers to ride on, by id

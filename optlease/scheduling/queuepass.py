@@ -35,7 +35,7 @@ class QueuePass:
                 kept += queue[:start]
                 del queue[:start]
             self._swept = None
-            if not self._visit(now, kept):
+            if not (self._visit(now, kept) if self.log.info_on else self._visit_quiet(now, kept)):
                 break
             whole = False
         queue[:0] = kept
@@ -95,6 +95,57 @@ class QueuePass:
             if once:
                 return False
         return False
+
+    def _visit_quiet(self, now: int, kept: list[Lease]) -> bool:
+        """`_visit` where no log line is written: the same leases tried, passed over and marked, in the same order.
+        A lease whose wait class this pass already asked (an image's, or suspended leases' whose copies take as
+        long) is decided from what the pass holds for its class, its key and start, without its class being asked
+        again (neither changes while it waits: `_attempt`); the queue is walked by index and cut only before a try."""
+        queue, ready = self.queue, self._ready
+        future = self.vm.can_schedule_in_future()
+        if not queue or (not future and self.table.is_full(now)):
+            return False
+        once = self.opts.backfilling == "off"
+        room_when_ready = self._room_when_ready
+        i, n = 0, len(queue)
+        while i < n:
+            lease = queue[i]
+            i += 1
+            cache = lease.cache
+            found = ready.get(cache.get("wait"))
+            failed = cache.get("failed")
+            if found is None or failed is not found[0]:
+                if found is not None and (len(found) == 3 or found[1] is not None):
+                    # (an image's class with its start, or suspended leases' resume: what `_attempt` would answer)
+                    cls, attempt = cache["wait"], found[0]
+                    first = found[1] if len(found) == 2 else (found[1], self._image_ways(lease) if found[2] else None)
+                else:
+                    cls, attempt, first = self._attempt(lease, now, future)
+                if failed == attempt or not (
+                        future or (self.room_now(lease, now) if first is None else room_when_ready(lease, *first))):
+                    cache["failed"], cache["wait"] = attempt, cls
+                elif self._try(lease, now, kept, queue, i):
+                    return True
+                else:
+                    cache["failed"], cache["wait"] = attempt, cls
+                    i, n = 0, len(queue)
+            if once:
+                break
+        kept += queue[:i]
+        del queue[:i]
+        return False
+
+    def _try(self, lease: Lease, now: int, kept: list[Lease], queue: list[Lease], i: int) -> bool:
+        """`_visit_quiet`'s try of the queue's `i`-th lease (counting from 1), the leases before it passed over:
+        True when it is booked; else it is passed over too (and the caller walks the queue left from its start)."""
+        kept += queue[:i - 1]
+        del queue[:i]
+        try:
+            self.schedule_lease(lease, now)
+            return True
+        except NotSchedulable:
+            kept.append(lease)
+            return False
 
     def _sweep(self, now: int, whole: bool) -> int | None:
         """The first lease left in the queue that the pass would try to book (None: none), found with the pass's
@@ -177,23 +228,24 @@ class QueuePass:
     def _image_attempt(self, cls, lease: Lease, now: int, future: bool) -> tuple[tuple, tuple | None]:
         """`_attempt`'s key and start for the leases of one image (and, unicast, one width) waiting in the queue."""
         table, prep = self.table, self.prep
+        version = prep.changes.get(lease.req.software.id, 0)   # (`ImageTransfers.version`)
         if future:
-            return self._kept_key(cls, (table.released, future, prep.version(lease))), None
+            return self._kept_key(cls, (table.released, future, version)), None
         first, ways = prep.first_ready(lease, now)
         if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
             # Its try is at `first`, after now: a reservation ending now gives back no room there, so only
             # room given back at or after now, or an end of a reservation holding node capacity that came to lie
             # before its start, lets it go otherwise (ends that have passed are counted with those still in the
             # table; a transfer placed before it moves its start later and gives back no room).
-            key = ("ahead", table.gave_back, future, prep.version(lease), ways, self._room_ends_until(first))
+            key = ("ahead", table.gave_back, future, version, ways, self._room_ends_until(first))
         elif first == now and ways == (-1,) and self.opts.runtime_estimate == "requested":
             # Its try is now, on the nodes whose caches hold its image and on no other (its own transfer and the
             # rides come later): only room given back on those nodes lets it go otherwise (with no estimate
             # learning from runs that end elsewhere).
-            key = ("cached", table.released_on(prep.caches.holding(lease.req.software.id)), future,
-                   prep.version(lease), ways, self._ends_until(first))
+            key = ("cached", table.released_on(prep.caches.holding(lease.req.software.id)), future, version, ways,
+                   self._ends_until(first))
         else:
-            key = (table.released, future, prep.version(lease), ways, self._ends_until(first))
+            key = (table.released, future, version, ways, self._ends_until(first))
         return self._kept_key(cls, key), (max(now, first), ways)
 
     def _ends_until(self, t: int) -> int:
@@ -226,7 +278,7 @@ class QueuePass:
         be there (the one start `VMScheduler.asap` would try): the site as a whole has room for it from `t` on, and
         the nodes its image reaches by then (`ways`, as `ImageTransfers.first_ready` names them, or the set of nodes
         a suspended lease may resume on then; None: every node) have room for it at `t`."""
-        window = self.vm.shape(lease, lease.state in SUSPENDED)[-1]   # (kept while it waits: `VMScheduler.shape`)
+        window = self._window(lease)
         # What the site has free over the window from `t` is the same for every lease that asks in this pass over
         # the queue (until something is placed): the walk is made once, and each lease compares its need with it.
         room_key = ("over", t, window)
@@ -241,13 +293,26 @@ class QueuePass:
             return fits(lease.total_demand, self.table.free_of(ways, t))
         return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
 
+    def _window(self, lease: Lease) -> int:
+        """The window the site as a whole must have room over from a waiting lease's start (`VMScheduler.shape`),
+        kept with the run it was worked out for while no estimate learns from others' runs."""
+        suspended = lease.state in SUSPENDED
+        if self.vm.estimates.enabled:
+            return self.vm.shape(lease, suspended)[-1]
+        kept = lease.cache.get("window")
+        if kept is not None and kept[0] == lease.accumulated and kept[1] is suspended:
+            return kept[2]
+        window = self.vm.shape(lease, suspended)[-1]
+        lease.cache["window"] = (lease.accumulated, suspended, window)
+        return window
+
     def _short_of_room(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether what this pass already found free on the site over the lease's window from `t`, or on the nodes
         its image reaches by then (`ways`), is too little for it (`_room_when_ready`'s tests, answered from what it
         kept; False: not asked yet)."""
         if self.vm.estimates.enabled:
             return False    # (its window is worked out again at each try: `_room_when_ready` asks)
-        room = self._room.get(("over", t, self.vm.shape(lease, lease.state in SUSPENDED)[-1]))
+        room = self._room.get(("over", t, self._window(lease)))
         if room is None:
             return False
         if not fits(lease.total_demand, room):
@@ -264,7 +329,7 @@ class QueuePass:
         free = self._room.get(nodes_key, False)
         if free is False:
             nodes = self.prep.nodes_by(lease, ways)     # None: every node (nothing to add up)
-            free = self._room[nodes_key] = None if nodes is None else self.table.free_on(nodes, t)
+            free = self._room[nodes_key] = None if nodes is None else self.table.free_of(nodes, t)
         return free is None or fits(lease.total_demand, free)
 
     def room_now(self, lease: Lease, now: int) -> bool:

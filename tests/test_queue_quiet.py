@@ -1,0 +1,73 @@
+"""The pass over the queue where no log line is written (`QueuePass._visit_quiet`) decides as the pass that writes
+Haizea's log (`_visit`) and as trying every lease in full at every pass: random workloads with images (unicast and
+multicast, caches, piggybacking), suspensions and resumes elsewhere over the link, premature ends."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from optlease.domain.lease import LeaseKind, LeaseRequest
+from optlease.domain.site import Site
+from optlease.engine.simulator import Simulator
+from optlease.eventlog import EventLog
+from optlease.scheduling.leasesched import LeaseScheduler
+from optlease.scheduling.options import SchedulingOptions
+from optlease.scheduling.policies import Policies
+from tests.test_image_transfers import IMAGES, ORIGIN, document, preparations
+
+QUARTER, HALF, WHOLE = {"CPU": 25, "Memory": 256}, {"CPU": 50, "Memory": 512}, {"CPU": 100, "Memory": 1024}
+
+
+@st.composite
+def workloads(draw):
+    """Leases of mixed sizes, most best-effort and preemptible, with and without images, some ending early."""
+    out = []
+    for i in range(1, draw(st.integers(2, 12)) + 1):
+        kind = draw(st.sampled_from([LeaseKind.BEST_EFFORT] * 4 + [LeaseKind.AR, LeaseKind.IMMEDIATE]))
+        arrival = draw(st.integers(0, 40)) * 60
+        duration = draw(st.integers(1, 50)) * 60
+        real = draw(st.one_of(st.none(), st.integers(1, duration)))
+        start = arrival + draw(st.integers(0, 40)) * 60 if kind is LeaseKind.AR else None
+        vms = tuple(draw(st.lists(st.sampled_from([QUARTER, HALF, WHOLE]), min_size=1, max_size=3)))
+        out.append(LeaseRequest(i, kind, arrival, duration, vms, preemptible=draw(st.booleans()), start=start,
+                                real_duration=real, software=draw(st.one_of(st.none(), st.sampled_from(IMAGES)))))
+    return out
+
+
+def run(reqs, prep, nodes: int, logged: bool, **opts):
+    site = Site.parse_resources(f"{nodes} CPU:100 Memory:1024")
+    options = SchedulingOptions(**{"suspension": "all", "policy_preemption": "ar-preempts-everything",
+                                   "preparation": prep, **opts})
+    policies = Policies(options.policy_admission, options.policy_preemption, options.policy_host_selection)
+    log = EventLog(ORIGIN, "INFO", io.StringIO() if logged else None)
+    assert log.info_on is logged
+    return document(Simulator(site, reqs, options, policies, log).run())
+
+
+def every_lease_tried(reqs, prep, nodes: int, **opts):
+    """The quiet run with every queued lease tried in full at every pass (no skipping, no quick refusal)."""
+    process_queue = LeaseScheduler.process_queue
+
+    def every_lease(self, now):
+        for lease in self.queue:
+            lease.cache.pop("failed", None)
+        return process_queue(self, now)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LeaseScheduler, "process_queue", every_lease)
+        patch.setattr(LeaseScheduler, "room_now", lambda self, lease, now: True)
+        patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, now, t: True)
+        return run(reqs, prep, nodes, False, **opts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=workloads(), prep=preparations, migration=st.sampled_from(["no", "yes"]),
+       backfilling=st.sampled_from(["aggressive", "conservative"]), nodes=st.integers(2, 4))
+def test_the_quiet_pass_decides_as_the_logged_pass_and_as_trying_every_lease(reqs, prep, migration, backfilling,
+                                                                             nodes):
+    quiet = run(reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
+    assert quiet == run(reqs, prep, nodes, True, migration=migration, backfilling=backfilling)
+    assert quiet == every_lease_tried(reqs, prep, nodes, migration=migration, backfilling=backfilling)
