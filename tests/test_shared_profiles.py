@@ -28,6 +28,9 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("cut"), st.integers(0, 30), st.integers(0, 30)),
     st.tuples(st.just("end"), st.integers(0, 30)),
     st.tuples(st.just("prune"), st.integers(0, 10)),
+    # a node leaves planning (its host went silent) or comes back
+    st.tuples(st.just("down"), st.integers(1, NODES)),
+    st.tuples(st.just("up"), st.integers(1, NODES)),
 ), max_size=30)
 
 
@@ -77,17 +80,24 @@ def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
             table.prune(now)
             for n in busy:
                 own[n].prune(now)
+        elif kind == "down":
+            table.take_down(args[0])
+        elif kind == "up":
+            table.bring_up(args[0])
         for n in table.nodes:
             assert (table.profiles[n].t, table.profiles[n].u) == (own[n].t, own[n].u), n
         holders: dict[int, int] = {}
-        for n in table.nodes:
+        for n in table.site.node_ids:     # (a node out of planning keeps its profile: it still counts)
             holders[id(table.profiles[n])] = holders.get(id(table.profiles[n]), 0) + 1
-        for n in table.nodes:
+        for n in table.site.node_ids:
             prof = table.profiles[n]
             assert prof.owners == holders[id(prof)]
             assert prof.t or prof is table.empty       # a profile left empty is the shared empty one
         assert not table.empty.t
         assert {n for n in table.nodes if table.profiles[n].t} == table.busy
+        # the others in planning are filed idle, in node order (the mapper cuts its runs from these lists)
+        assert table.idle.get(table.one_cap, []) == [n for n in table.nodes if not table.profiles[n].t]
+        assert list(table.idle_nodes()) == [n for n in table.nodes if not table.profiles[n].t]
         # the nodes holding each profile, which busy nodes are asked about by
         held: dict[Profile, set] = {}
         for n, prof in table.profiles.items():

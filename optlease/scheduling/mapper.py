@@ -118,7 +118,8 @@ class GreedyMapper:
         falls."""
         table = self.table
         cap = table.one_cap
-        ranks = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
+        # the idle nodes, in node order (node ids grow with it)
+        idle = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
         node_ids, rank = table.by_rank, table.rank
         keys = sorted(keyed)
 
@@ -135,42 +136,42 @@ class GreedyMapper:
                 yield Nodes(map(node_ids.__getitem__, ordered[lo:lo + size]))
                 lo, size = lo + size, 2 * size
 
-        if not ranks:
+        if not idle:
             for key in keys:
                 yield from score_runs(in_order(key))
             return
 
         def runs(lo: int, hi: int):
-            # idle ranks[lo:hi] as node lists, in chunks that double: a lease takes a few idle nodes or many
+            # idle[lo:hi] as node lists, in chunks that double: a lease takes a few idle nodes or many
             size = 16
             while lo < hi:
                 top = min(hi, lo + size)
-                yield list(map(node_ids.__getitem__, ranks[lo:top]))
+                yield idle[lo:top]
                 lo, size = top, 2 * size
 
         if not keys:
-            yield from runs(0, len(ranks))
+            yield from runs(0, len(idle))
             return
-        idle_key = -self.policies.score_hosts([node_ids[ranks[0]]], start, lease, table)[0][0]
+        idle_key = -self.policies.score_hosts([idle[0]], start, lease, table)[0][0]
         i, lo = 0, 0
         while i < len(keys) and keys[i] < idle_key:     # busy nodes that score higher than idle ones
             yield from score_runs(in_order(keys[i]))
             i += 1
         if i < len(keys) and keys[i] == idle_key:       # busy nodes that score as idle ones: by node order
-            # the idle ranks in chunks that double, each with the busy nodes that come before its last idle node
-            # merged in (a chunk with none is a run)
-            busy, j, size, n = in_order(keys[i]), 0, 16, len(ranks)
+            # the idle nodes in chunks that double, each with the busy nodes (ranks) that come before its last idle
+            # node merged in (a chunk with none is a run)
+            busy, j, size, n = in_order(keys[i]), 0, 16, len(idle)
             while lo < n:
                 top = min(n, lo + size)
-                jj = len(busy) if top == n else bisect_right(busy, ranks[top - 1], j)
+                jj = len(busy) if top == n else bisect_right(busy, rank[idle[top - 1]], j)
                 if jj == j:
-                    yield list(map(node_ids.__getitem__, ranks[lo:top]))
+                    yield idle[lo:top]
                 else:
-                    yield Nodes(map(node_ids.__getitem__, sorted(ranks[lo:top] + busy[j:jj])))
+                    yield Nodes(sorted(idle[lo:top] + list(map(node_ids.__getitem__, busy[j:jj]))))
                     j = jj
                 lo, size = top, 2 * size
             i += 1
-        yield from runs(lo, len(ranks))
+        yield from runs(lo, len(idle))
         while i < len(keys):                             # busy nodes that score lower
             yield from score_runs(in_order(keys[i]))
             i += 1

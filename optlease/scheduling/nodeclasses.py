@@ -1,11 +1,12 @@
 """Nodes alike in the slot table: nodes with the same usage over time share one profile (copied on write), the
 nodes that hold each profile are known, and nodes with nothing booked are filed apart as idle, in node order per
-capacity, so that a change or a question about nodes alike is made once for all of them."""
+capacity (node ids grow with node order), so that a change or a question about nodes alike is made once for all of
+them."""
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from itertools import chain, groupby
+from itertools import chain, groupby, repeat
 from typing import Collection, Iterable
 
 from optlease.scheduling.profile import Profile, Vec, fits
@@ -92,7 +93,8 @@ class NodeClasses:
         if n == 1:
             self.profiles[nodes[0]] = new
         else:
-            self.profiles.update(dict.fromkeys(nodes, new))
+            # (each node's entry set in one pass in C: no dict built to update from)
+            any(map(self.profiles.__setitem__, nodes, repeat(new)))
         return new
 
     def _file(self, nodes: Collection[int]) -> None:
@@ -105,10 +107,10 @@ class NodeClasses:
             if profiles[node].t:
                 if node not in busy:
                     busy.add(node)
-                    self._unidle(self.caps[node], [self.rank[node]])
+                    self._unidle(self.caps[node], (node,))
             elif node in busy:
                 busy.discard(node)
-                self._reidle(self.caps[node], [self.rank[node]])
+                self._reidle(self.caps[node], (node,))
             return
         fresh = set(nodes).difference(busy)      # (set operations: a wide lease's nodes at once)
         taken = [n for n in fresh if profiles[n].t] if fresh else fresh
@@ -117,18 +119,16 @@ class NodeClasses:
             freed = [n for n in freed if not profiles[n].t]
         self._move(taken, freed)
 
-    def _refile(self, changed: list[tuple[Profile, list[int]]]) -> None:
-        """`_file` for nodes whose profiles `_change` has just set, given as (the new profile, nodes): filed by
-        group, with no look at each node's profile."""
-        if len(changed) == 1 and len(changed[0][1]) == 1:
-            self._file(changed[0][1])
-            return
-        empty, busy = self.empty, self.busy
-        now_busy = [nodes for new, nodes in changed if new is not empty]
-        now_idle = [nodes for new, nodes in changed if new is empty]
-        taken = set().union(*now_busy).difference(busy) if now_busy else ()
-        freed = busy.intersection(chain.from_iterable(now_idle)) if now_idle else ()
-        self._move(taken, freed)
+    def _refile(self, changed: list[tuple[Profile, Profile, list[int]]]) -> None:
+        """`_file` for nodes whose profiles `_change` has just changed, given as (the old profile, the new one,
+        nodes): a node in planning is idle exactly where its profile is `empty`, so a group is filed busy where it
+        leaves `empty`, idle where it comes to it, and stays as it is otherwise, with no look at each node."""
+        empty = self.empty
+        taken = [nodes for old, new, nodes in changed if old is empty and new is not empty]
+        freed = [nodes for old, new, nodes in changed if new is empty and old is not empty]
+        if taken or freed:
+            self._move(taken[0] if len(taken) == 1 else list(chain.from_iterable(taken)),
+                       freed[0] if len(freed) == 1 else list(chain.from_iterable(freed)))
 
     def _move(self, taken: Collection[int], freed: Collection[int]) -> None:
         """File nodes just taken (their profile no longer empty) as busy, and nodes just freed as idle."""
@@ -137,52 +137,52 @@ class NodeClasses:
             taken = [n for n in taken if n not in self.down]
         if taken:
             busy.update(taken)
-            for cap, ranks in self._by_cap(taken):
-                self._unidle(cap, ranks)
+            for cap, nodes in self._by_cap(taken):
+                self._unidle(cap, nodes)
         if freed:
+            if self.down:
+                freed = [n for n in freed if n not in self.down]
             busy.difference_update(freed)
-            for cap, ranks in self._by_cap(freed):
-                self._reidle(cap, ranks)
+            for cap, nodes in self._by_cap(freed):
+                self._reidle(cap, nodes)
 
-    def _by_cap(self, nodes: list[int]) -> Iterable[tuple[Vec, list[int]]]:
-        """(capacity, ranks) of the given nodes, by capacity."""
-        rank = self.rank
+    def _by_cap(self, nodes: Collection[int]) -> Iterable[tuple[Vec, Collection[int]]]:
+        """(capacity, nodes) of the given nodes, by capacity."""
         if len(self.idle) == 1:   # one capacity on the whole site
-            return ((next(iter(self.idle)), list(map(rank.__getitem__, nodes))),)
+            return ((next(iter(self.idle)), nodes),)
         caps, out = self.caps, {}
         for n in nodes:
-            out.setdefault(caps[n], []).append(rank[n])
+            out.setdefault(caps[n], []).append(n)
         return out.items()
 
-    def _unidle(self, cap: Vec, ranks: list[int]) -> None:
-        """Take ranks out of the idle list of their capacity. A wide lease takes a run of idle nodes: one slice."""
+    def _unidle(self, cap: Vec, nodes: Collection[int]) -> None:
+        """Take nodes out of the idle list of their capacity. A wide lease takes a run of idle nodes: one slice."""
         idle = self.idle[cap]
-        if len(ranks) <= 8:
-            for r in ranks:
-                i = bisect_left(idle, r)
-                if i < len(idle) and idle[i] == r:
+        if len(nodes) <= 8:
+            for n in nodes:
+                i = bisect_left(idle, n)
+                if i < len(idle) and idle[i] == n:
                     del idle[i]
             return
-        ranks.sort()
-        i = bisect_left(idle, ranks[0])
-        if idle[i:i + len(ranks)] == ranks:
-            del idle[i:i + len(ranks)]
+        nodes = sorted(nodes)
+        i = bisect_left(idle, nodes[0])
+        if idle[i:i + len(nodes)] == nodes:
+            del idle[i:i + len(nodes)]
         else:
-            drop = set(ranks)
-            idle[:] = [r for r in idle if r not in drop]
+            drop = set(nodes)
+            idle[:] = [n for n in idle if n not in drop]
 
-    def _reidle(self, cap: Vec, ranks: list[int]) -> None:
-        """Give ranks back to the idle list of their capacity."""
+    def _reidle(self, cap: Vec, nodes: Collection[int]) -> None:
+        """Give nodes back to the idle list of their capacity."""
         idle = self.idle.setdefault(cap, [])
-        if len(ranks) <= 8:
-            for r in ranks:
-                insort(idle, r)
+        if len(nodes) <= 8:
+            for n in nodes:
+                insort(idle, n)
         else:
-            idle.extend(ranks)
+            idle.extend(nodes)
             idle.sort()
 
     def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
         """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
-        node_ids = self.by_rank
-        ranks = [r for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
-        return map(node_ids.__getitem__, iter(ranks[0]) if len(ranks) == 1 else heapq.merge(*ranks))
+        lists = [nodes for cap, nodes in self.idle.items() if nodes and (need is None or fits(need, cap))]
+        return iter(lists[0]) if len(lists) == 1 else heapq.merge(*lists)

@@ -154,12 +154,13 @@ class SlotTable(NodeClasses, SlotQueries):
         # the reservation `cut` has just cut short and pruned at its new end (its `forget` then prunes nothing)
         self._pruned = None
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
-        # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
-        # and gives back runs of them at once), and the others (`busy`).
+        # The nodes in planning whose profile is empty, by capacity (the `by_rank` objects in a sorted list: node
+        # ids grow with node order, and a wide lease takes and gives back runs of them at once), and the others
+        # (`busy`).
         self.idle: dict[Vec, list[int]] = {}
         self.busy: set[int] = set()
-        for n in self.nodes:
-            self.idle.setdefault(self.caps[n], []).append(self.rank[n])
+        for n in self.by_rank:
+            self.idle.setdefault(self.caps[n], []).append(n)
 
     def nodes_in_order(self, nodes: Iterable[int]) -> list[int]:
         """The given nodes in node order (the order of `nodes`)."""
@@ -173,7 +174,7 @@ class SlotTable(NodeClasses, SlotQueries):
         if node in self.busy:
             self.busy.discard(node)
         else:
-            self._unidle(self.caps[node], [self.rank[node]])
+            self._unidle(self.caps[node], (node,))
         self.down.add(node)
         self.total_cap = vsub(self.total_cap, self.caps[node])
         self.caps[node] = self.zero
@@ -258,7 +259,7 @@ class SlotTable(NodeClasses, SlotQueries):
             if self.alike:      # (`_unalike`, from the groups: their nodes' reservations change)
                 for prof, _, _ in groups:
                     self.alike.pop(prof, None)
-            self._refile([(self._change(prof, nodes, Profile.add, start, end, d), nodes)
+            self._refile([(prof, self._change(prof, nodes, Profile.add, start, end, d), nodes)
                           for prof, d, nodes in groups])
             if demand:
                 self.total.add(start, end, rr.total())
@@ -291,7 +292,7 @@ class SlotTable(NodeClasses, SlotQueries):
             return      # no usage to take out (a shutdown that takes no time)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
         change, last = (Profile.add, -1) if prune is None else (_less_pruned, prune)
-        self._refile([(self._change(prof, nodes, change, start, end, d, last), nodes)
+        self._refile([(prof, self._change(prof, nodes, change, start, end, d, last), nodes)
                       for prof, d, nodes in self._groups(rr.demand)])
         if rr.demand:
             self.total.add(start, end, rr.total(), -1)
@@ -335,7 +336,7 @@ class SlotTable(NodeClasses, SlotQueries):
                 unalike = False
             stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
             if stale:
-                self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
+                self._refile([(prof, self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
             all_pruned = len(stale) == len(groups)
         if unalike:
             self._unalike(demand)
@@ -391,6 +392,6 @@ class SlotTable(NodeClasses, SlotQueries):
 
     def prune(self, before: int) -> None:
         busy = list(self.busy)
-        self._refile([(self._change(prof, nodes, Profile.prune, before), nodes)
+        self._refile([(prof, self._change(prof, nodes, Profile.prune, before), nodes)
                       for prof, _, nodes in self.by_profile(busy)])
         self.total.prune(before)
