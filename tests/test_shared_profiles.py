@@ -95,6 +95,9 @@ def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
             assert prof.t or prof is table.empty       # a profile left empty is the shared empty one
         assert not table.empty.t
         assert {n for n in table.nodes if table.profiles[n].t} == table.busy
+        # each node's reservations (shared frozen sets): exactly those booked on it
+        for n in table.site.node_ids:
+            assert table.by_node[n] == {rr for rr in booked if n in rr.demand}, n
         # the others in planning are filed idle, in node order (the mapper cuts its runs from these lists)
         assert table.idle.get(table.one_cap, []) == [n for n in table.nodes if not table.profiles[n].t]
         assert list(table.idle_nodes()) == [n for n in table.nodes if not table.profiles[n].t]

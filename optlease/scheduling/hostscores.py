@@ -8,6 +8,9 @@ not the number of busy nodes. The scores are the policy's own (`GreedyHosts.scor
 """
 from __future__ import annotations
 
+from itertools import compress, groupby, repeat
+from operator import is_not, itemgetter
+
 from sortedcontainers import SortedList
 
 from optlease.scheduling.records import Lease
@@ -70,7 +73,8 @@ class BusyScores:
                 del self.views[next(iter(self.views))]
             self.views[key] = view
         elif view.pos < len(log):
-            self._update(view, set(log[view.pos:]), start, lease, smallest)
+            # (each node once, in the log's order: nodes changed together come together)
+            self._update(view, list(dict.fromkeys(log[view.pos:])), start, lease, smallest)
             view.pos = len(log)
         return {k: [Ranks(ranks)] for k, ranks in view.nodes_at.items()}
 
@@ -81,14 +85,19 @@ class BusyScores:
         self._score(view, busy, start, lease)
         return view
 
-    def _update(self, view: _View, nodes: set[int], start: int, lease: Lease, smallest) -> None:
-        """Score again the given nodes (those the table changed since the view was last brought up to date)."""
+    def _update(self, view: _View, nodes: list[int], start: int, lease: Lease, smallest) -> None:
+        """Score again the given nodes (those the table changed since the view was last brought up to date, each
+        once)."""
         key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
         gone: dict[float, list[int]] = {}     # -score -> the ranks that leave it
-        for node in nodes:
-            old = key_of.pop(node, None)
+        # (in C per node, in Python per stretch of nodes that had one score: nodes changed together come together)
+        olds = map(key_of.pop, nodes, repeat(None))
+        for old, stretch in groupby(zip(olds, nodes), itemgetter(0)):
             if old is not None:
-                gone.setdefault(old, []).append(rank[node])
+                ranks = gone.get(old)
+                if ranks is None:
+                    ranks = gone[old] = []
+                ranks.extend(map(rank.__getitem__, map(itemgetter(1), stretch)))
         for old, ranks in gone.items():
             held = nodes_at[old]
             if len(ranks) == len(held):
@@ -100,7 +109,7 @@ class BusyScores:
                     held.discard(r)
         # the busy ones (keyed asks only when no node is down) where `smallest` fits, as busy_groups picks them
         table = self.table
-        busy = [n for n in nodes if table.profiles[n] is not table.empty]
+        busy = list(compress(nodes, map(is_not, map(table.profiles.__getitem__, nodes), repeat(table.empty))))
         self._score(view, busy if smallest is None else table.nodes_with_room(smallest, start, busy), start, lease)
 
     def _score(self, view: _View, nodes: list[int], start: int, lease: Lease) -> None:
@@ -118,7 +127,7 @@ class BusyScores:
             else:
                 scored = ((score, (node,)) for score, node in self.hosts.score_many(group, start, lease, table))
             for score, members in scored:
-                key_of.update(dict.fromkeys(members, -score))
+                any(map(key_of.__setitem__, members, repeat(-score)))
                 new.setdefault(-score, []).extend(map(rank.__getitem__, members))
         for key, ranks in new.items():
             held = nodes_at.get(key)

@@ -28,8 +28,10 @@ class NodeClasses:
             # most often one group: a lease's VMs ask alike, on nodes that share a profile (idle ones, or the
             # nodes of one earlier lease)
             nodes = list(keys)
-            if len(set(keys.values())) == 1:
-                return self.by_profile(nodes, keys[nodes[0]])
+            values = list(keys.values())
+            # (`count` compares by identity first: a lease's VMs alike share one vector)
+            if values.count(values[0]) == len(values):
+                return self.by_profile(nodes, values[0])
         groups: dict[tuple, list] = {}
         for node, key in keys.items():
             prof = profiles[node]
@@ -43,9 +45,9 @@ class NodeClasses:
     def by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
         """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone."""
         profiles = self.profiles
-        profs = set(map(profiles.__getitem__, nodes))
-        if len(profs) == 1:
-            return ([profs.pop(), key, nodes],)
+        profs = list(map(profiles.__getitem__, nodes))
+        if profs and profs.count(profs[0]) == len(profs):    # (profiles compare by identity)
+            return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
         # together lie together)
         by_prof: dict[Profile, list] = {}
@@ -56,6 +58,31 @@ class NodeClasses:
             else:
                 group[2].extend(stretch)
         return by_prof.values()
+
+    def _hold(self, nodes, rr, joins: bool) -> None:
+        """Add a reservation to the given nodes' reservation sets (`joins`) or take it out of them. Nodes that
+        hold the same reservations share one frozen set (nodes booked together come in stretches), so each such
+        stretch gets one new set, set per node in one pass in C."""
+        by_node = self.by_node
+        nodes = nodes if type(nodes) is list else list(nodes)
+        if not nodes:
+            return
+        held = list(map(by_node.__getitem__, nodes))
+        first = held[0]
+        # (`count` compares by identity first: one shared set, most often)
+        stretches = ((first, len(held)),) if held.count(first) == len(held) else \
+            ((old, len(list(group))) for old, group in groupby(held))
+        made: dict[int, frozenset] = {}
+        i = 0
+        for old, k in stretches:
+            new = made.get(id(old))
+            if new is None:
+                new = made[id(old)] = old.union((rr,)) if joins else old.difference((rr,))
+            if k == 1:
+                by_node[nodes[i]] = new
+            else:
+                any(map(by_node.__setitem__, nodes[i:i + k], repeat(new)))
+            i += k
 
     def _change(self, prof: Profile, nodes: list[int], change, *args) -> Profile:
         """Apply `change(profile, *args)` to the usage of nodes that share `prof`. A profile other nodes share too
@@ -79,9 +106,9 @@ class NodeClasses:
         new.owners += n
         holders = self.holders
         if prof is not empty:
-            held = holders[prof]
-            held.difference_update(nodes)
-            if not held:
+            if prof.owners:
+                holders[prof].difference_update(nodes)
+            else:       # (every node that held it is among these)
                 del holders[prof]
                 self.alike.pop(prof, None)    # (no longer asked about)
         if new is not empty:

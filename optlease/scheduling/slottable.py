@@ -8,7 +8,7 @@ them cost nothing per node (nodeclasses.py: nodes alike share a profile and are 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from itertools import count, repeat
+from itertools import count
 from typing import Iterable
 
 from optlease.domain.site import Site
@@ -102,8 +102,9 @@ class SlotTable(NodeClasses, SlotQueries):
         self.one_cap: Vec | None = next(iter(caps)) if len(caps) == 1 else None
         # the reservations on each node, but a shutdown that takes no time: it holds nothing at any instant and
         # ends where its VM reservation (on the same nodes) does, so no question about a node's reservations
-        # (how many hold it at an instant, which end when) has another answer without it
-        self.by_node: dict[int, set] = {n: set() for n in self.nodes}
+        # (how many hold it at an instant, which end when) has another answer without it. Frozen sets, shared by
+        # the nodes that hold the same reservations (NodeClasses._hold): a wide lease's nodes change one set.
+        self.by_node: dict[int, frozenset] = dict.fromkeys(self.nodes, frozenset())
         self.total = Profile(self.zero)
         self.total_cap: Vec = self.zero
         for cap in self.caps.values():
@@ -245,11 +246,9 @@ class SlotTable(NodeClasses, SlotQueries):
         if start < end or rr.kind != SHUTDOWN:
             if self.alike and start >= end:
                 self._unalike(demand)     # (with usage: forgotten per group, below)
-            by_node = self.by_node
             if self.touched is not None and start >= end:
                 self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
-            # (each node's set, in one pass in C: set.add gives None, so `any` walks them all)
-            any(map(set.add, map(by_node.__getitem__, demand), repeat(rr)))
+            self._hold(demand, rr, True)
         # (a reservation of no length changes no profile, and every change of usage files its nodes: they stay
         # filed as they are)
         if start < end:
@@ -315,8 +314,7 @@ class SlotTable(NodeClasses, SlotQueries):
         # its nodes' reservations change: `_unalike`, from the groups by profile where they are made below
         unalike = not unfiled and bool(self.alike)
         if not unfiled:
-            by_node = self.by_node
-            any(map(set.discard, map(by_node.__getitem__, demand), repeat(rr)))    # (as in `add`)
+            self._hold(demand, rr, False)
         all_pruned = False
         if now is not None and self._pruned is rr and end == now:
             # cut short and pruned at `now` in one change, just before (`cut`): nothing of it is left to prune
