@@ -12,6 +12,34 @@ from typing import Collection, Iterable
 from optlease.scheduling.profile import Profile, Vec, fits
 
 
+SPAN_LEAST = 16     # nodes from which a change looks whether they are a stretch of consecutive ids
+
+
+def span(nodes) -> tuple[int, int] | None:
+    """(first, last + 1) where the given distinct nodes (in any order) are exactly the ids first..last, from
+    SPAN_LEAST of them; else None."""
+    n = len(nodes)
+    if n < SPAN_LEAST:
+        return None
+    ordered = sorted(nodes)     # (a pass of comparisons of ints where they come in order, as most do)
+    lo, hi = ordered[0], ordered[-1]
+    return (lo, hi + 1) if hi - lo == n - 1 else None
+
+
+def fill(values: list, nodes, value) -> None:
+    """Set every given node's value (distinct nodes): a stretch of consecutive ids in one slice."""
+    if len(nodes) == 1:
+        for node in nodes:
+            values[node] = value
+        return
+    ends = span(nodes)
+    if ends is not None:
+        lo, hi = ends
+        values[lo:hi] = [value] * (hi - lo)
+    else:
+        any(map(values.__setitem__, nodes, repeat(value)))
+
+
 class NodeClasses:
     """The slot table's nodes by profile and by idleness (SlotTable sets the state: `profiles`, `empty`, `holders`,
     `idle`, `busy`, `down`, `caps`, `rank`, `by_rank`, `site`)."""
@@ -45,7 +73,8 @@ class NodeClasses:
     def by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
         """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone."""
         profiles = self.profiles
-        profs = list(map(profiles.__getitem__, nodes))
+        ends = span(nodes)
+        profs = list(map(profiles.__getitem__, nodes)) if ends is None else profiles[ends[0]:ends[1]]
         if profs and profs.count(profs[0]) == len(profs):    # (profiles compare by identity)
             return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
@@ -67,6 +96,13 @@ class NodeClasses:
         nodes = nodes if type(nodes) is list else list(nodes)
         if not nodes:
             return
+        ends = span(nodes)
+        if ends is not None:    # consecutive nodes: their sets read as one slice and, shared by all, set as one
+            held = by_node[ends[0]:ends[1]]
+            first = held[0]
+            if held.count(first) == len(held):
+                fill(by_node, nodes, first.union((rr,)) if joins else first.difference((rr,)))
+                return
         held = list(map(by_node.__getitem__, nodes))
         first = held[0]
         # (`count` compares by identity first: one shared set, most often)
@@ -78,10 +114,7 @@ class NodeClasses:
             new = made.get(id(old))
             if new is None:
                 new = made[id(old)] = old.union((rr,)) if joins else old.difference((rr,))
-            if k == 1:
-                by_node[nodes[i]] = new
-            else:
-                any(map(by_node.__setitem__, nodes[i:i + k], repeat(new)))
+            fill(by_node, nodes[i:i + k], new)
             i += k
 
     def _change(self, prof: Profile, nodes: list[int], change, *args) -> Profile:
@@ -117,11 +150,7 @@ class NodeClasses:
                 holders[new] = set(nodes)
             else:
                 held.update(nodes)
-        if n == 1:
-            self.profiles[nodes[0]] = new
-        else:
-            # (each node's entry set in one pass in C: no dict built to update from)
-            any(map(self.profiles.__setitem__, nodes, repeat(new)))
+        fill(self.profiles, nodes, new)
         return new
 
     def _file(self, nodes: Collection[int]) -> None:

@@ -89,7 +89,9 @@ class SlotTable(NodeClasses, SlotQueries):
         # booked on nodes alike change one profile, not one per node, and questions about them are answered once.
         # Every node with nothing booked has `empty`.
         self.empty = Profile(self.zero)
-        self.profiles: dict[int, Profile] = dict.fromkeys(self.nodes, self.empty)
+        # (a list at the node's id: node ids are 1..n, and a stretch of consecutive nodes is read or set as one
+        # slice, nodeclasses.fill)
+        self.profiles: list[Profile | None] = [None] + [self.empty] * len(self.nodes)
         self.empty.owners = len(self.nodes)
         # the nodes that hold each profile other than `empty`: questions about busy nodes are asked per profile
         self.holders: dict[Profile, set[int]] = {}
@@ -104,7 +106,7 @@ class SlotTable(NodeClasses, SlotQueries):
         # ends where its VM reservation (on the same nodes) does, so no question about a node's reservations
         # (how many hold it at an instant, which end when) has another answer without it. Frozen sets, shared by
         # the nodes that hold the same reservations (NodeClasses._hold): a wide lease's nodes change one set.
-        self.by_node: dict[int, frozenset] = dict.fromkeys(self.nodes, frozenset())
+        self.by_node: list[frozenset | None] = [None] + [frozenset()] * len(self.nodes)     # (as `profiles`)
         self.total = Profile(self.zero)
         self.total_cap: Vec = self.zero
         for cap in self.caps.values():
@@ -170,7 +172,7 @@ class SlotTable(NodeClasses, SlotQueries):
     def take_down(self, node: int) -> None:
         """Take a node out of planning (idempotent). What it still holds stays in its profile: the caller removes
         the reservations of the leases that were on it."""
-        if node in self.down or node not in self.profiles:
+        if node in self.down or node not in self.caps:
             return
         if node in self.busy:
             self.busy.discard(node)
