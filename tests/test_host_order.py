@@ -35,7 +35,7 @@ def apply(table: SlotTable, step: tuple, booked: list[RR], pruned: int, most: in
         return pruned
     if kind == "book":
         node, begin, length, amount = args
-        if node in table.profiles and node not in table.down:
+        if node in table.caps and node not in table.down:
             rr = RR(SimpleNamespace(id=len(booked)), "vm", begin, begin + length, {1: node},
                     {node: (amount if most is None else min(amount, most), 64)}, table.next_seq())
             table.add(rr)
@@ -49,7 +49,7 @@ def apply(table: SlotTable, step: tuple, booked: list[RR], pruned: int, most: in
     elif kind == "prune":
         pruned = max(pruned, args[0])
         table.prune(pruned)
-    elif kind == "down" and args[0] in table.profiles:
+    elif kind == "down" and args[0] in table.caps:
         table.take_down(args[0])
     elif kind == "up":
         table.bring_up(args[0])

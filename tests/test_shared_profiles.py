@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from optlease.domain.site import Site
@@ -17,22 +17,32 @@ from optlease.scheduling.preparation import PreparedTable
 from optlease.scheduling.records import RR
 from optlease.scheduling.slottable import Profile, SlotTable, fits
 
-NODES = 6
+NODES = 24     # (more than nodeclasses.SPAN_LEAST: a run of consecutive nodes is changed by slices)
 DEMANDS = ((100, 64), (50, 64), (50, 32))
+
+# the nodes of a booking: any set of them, or a run of consecutive ones (a wide lease on idle nodes)
+on_nodes = st.one_of(st.sets(st.integers(1, NODES), min_size=1),
+                     st.builds(lambda a, k: set(range(a, min(NODES, a + k) + 1)), st.integers(1, NODES),
+                               st.integers(0, NODES)))
 
 ops = st.lists(st.one_of(
     # a reservation over a set of nodes, each with one of a few demands (nodes alike take the same one)
-    st.tuples(st.just("book"), st.sets(st.integers(1, NODES), min_size=1), st.sampled_from(DEMANDS),
-              st.integers(0, 40), st.integers(0, 30)),
+    st.tuples(st.just("book"), on_nodes, st.sampled_from(DEMANDS), st.integers(0, 40), st.integers(0, 30)),
     st.tuples(st.just("cancel"), st.integers(0, 30)),
     st.tuples(st.just("cut"), st.integers(0, 30), st.integers(0, 30)),
     st.tuples(st.just("end"), st.integers(0, 30)),
     st.tuples(st.just("prune"), st.integers(0, 10)),
+    # a node leaves planning (its host went silent) or comes back
+    st.tuples(st.just("down"), st.integers(1, NODES)),
+    st.tuples(st.just("up"), st.integers(1, NODES)),
 ), max_size=30)
 
 
 @settings(max_examples=300, deadline=None)
 @given(ops)
+# a run of consecutive nodes of which the last holds something more, booked over again and ended
+@example([("book", set(range(1, 21)), (50, 32), 0, 10), ("book", {20}, (50, 32), 0, 5),
+          ("book", set(range(1, 21)), (50, 32), 0, 10), ("end", 0), ("cancel", 1)])
 def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
     table = SlotTable(Site.homogeneous(NODES, {"CPU": 100, "Memory": 64}))
     zero = table.zero
@@ -77,20 +87,31 @@ def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
             table.prune(now)
             for n in busy:
                 own[n].prune(now)
+        elif kind == "down":
+            table.take_down(args[0])
+        elif kind == "up":
+            table.bring_up(args[0])
         for n in table.nodes:
             assert (table.profiles[n].t, table.profiles[n].u) == (own[n].t, own[n].u), n
         holders: dict[int, int] = {}
-        for n in table.nodes:
+        for n in table.site.node_ids:     # (a node out of planning keeps its profile: it still counts)
             holders[id(table.profiles[n])] = holders.get(id(table.profiles[n]), 0) + 1
-        for n in table.nodes:
+        for n in table.site.node_ids:
             prof = table.profiles[n]
             assert prof.owners == holders[id(prof)]
             assert prof.t or prof is table.empty       # a profile left empty is the shared empty one
         assert not table.empty.t
         assert {n for n in table.nodes if table.profiles[n].t} == table.busy
+        # each node's reservations (shared frozen sets): exactly those booked on it
+        for n in table.site.node_ids:
+            assert table.by_node[n] == {rr for rr in booked if n in rr.demand}, n
+        # the others in planning are filed idle, in node order (the mapper cuts its runs from these lists)
+        assert table.idle.get(table.one_cap, []) == [n for n in table.nodes if not table.profiles[n].t]
+        assert list(table.idle_nodes()) == [n for n in table.nodes if not table.profiles[n].t]
         # the nodes holding each profile, which busy nodes are asked about by
         held: dict[Profile, set] = {}
-        for n, prof in table.profiles.items():
+        for n in table.site.node_ids:
+            prof = table.profiles[n]
             if prof is not table.empty:
                 held.setdefault(prof, set()).add(n)
         assert table.holders == held

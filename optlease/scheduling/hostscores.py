@@ -8,6 +8,9 @@ not the number of busy nodes. The scores are the policy's own (`GreedyHosts.scor
 """
 from __future__ import annotations
 
+from itertools import compress, groupby, repeat
+from operator import is_not, itemgetter
+
 from sortedcontainers import SortedList
 
 from optlease.scheduling.records import Lease
@@ -16,13 +19,13 @@ from optlease.scheduling.slottable import SlotTable
 VIEWS = 4    # (instant, duration, smallest VM) kept at once: a step tries a few instants for the leases it places
 
 
-class Ranks:
-    """Nodes of one score as their ranks in the site, kept in order (the mapper walks them without sorting)."""
+class InOrder:
+    """Nodes of one score, kept in node order (node ids grow with it): the mapper walks them without sorting."""
 
-    __slots__ = ("ranks",)
+    __slots__ = ("nodes",)
 
-    def __init__(self, ranks: SortedList) -> None:
-        self.ranks = ranks
+    def __init__(self, nodes: SortedList) -> None:
+        self.nodes = nodes
 
 
 class _View:
@@ -32,7 +35,7 @@ class _View:
         self.epoch = epoch
         self.pos = pos
         self.key_of: dict[int, float] = {}          # node -> -score
-        self.nodes_at: dict[float, SortedList] = {}   # -score -> the nodes' ranks
+        self.nodes_at: dict[float, SortedList] = {}   # -score -> the nodes, in node order
 
 
 class BusyScores:
@@ -70,9 +73,10 @@ class BusyScores:
                 del self.views[next(iter(self.views))]
             self.views[key] = view
         elif view.pos < len(log):
-            self._update(view, set(log[view.pos:]), start, lease, smallest)
+            # (each node once, in the log's order: nodes changed together come together)
+            self._update(view, list(dict.fromkeys(log[view.pos:])), start, lease, smallest)
             view.pos = len(log)
-        return {k: [Ranks(ranks)] for k, ranks in view.nodes_at.items()}
+        return {k: [InOrder(nodes)] for k, nodes in view.nodes_at.items()}
 
     def _build(self, start: int, lease: Lease, smallest) -> _View:
         table = self.table
@@ -81,30 +85,35 @@ class BusyScores:
         self._score(view, busy, start, lease)
         return view
 
-    def _update(self, view: _View, nodes: set[int], start: int, lease: Lease, smallest) -> None:
-        """Score again the given nodes (those the table changed since the view was last brought up to date)."""
-        key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
-        gone: dict[float, list[int]] = {}     # -score -> the ranks that leave it
-        for node in nodes:
-            old = key_of.pop(node, None)
+    def _update(self, view: _View, nodes: list[int], start: int, lease: Lease, smallest) -> None:
+        """Score again the given nodes (those the table changed since the view was last brought up to date, each
+        once)."""
+        key_of, nodes_at = view.key_of, view.nodes_at
+        gone: dict[float, list[int]] = {}     # -score -> the nodes that leave it
+        # (in C per node, in Python per stretch of nodes that had one score: nodes changed together come together)
+        olds = map(key_of.pop, nodes, repeat(None))
+        for old, stretch in groupby(zip(olds, nodes), itemgetter(0)):
             if old is not None:
-                gone.setdefault(old, []).append(rank[node])
-        for old, ranks in gone.items():
+                left = gone.get(old)
+                if left is None:
+                    left = gone[old] = []
+                left.extend(map(itemgetter(1), stretch))
+        for old, left in gone.items():
             held = nodes_at[old]
-            if len(ranks) == len(held):
+            if len(left) == len(held):
                 del nodes_at[old]
-            elif 8 * len(ranks) > len(held):     # many: the rest kept in one sort, not a removal each
-                nodes_at[old] = SortedList(set(held).difference(ranks))
+            elif 8 * len(left) > len(held):     # many: the rest kept in one sort, not a removal each
+                nodes_at[old] = SortedList(set(held).difference(left))
             else:
-                for r in ranks:
-                    held.discard(r)
+                for n in left:
+                    held.discard(n)
         # the busy ones (keyed asks only when no node is down) where `smallest` fits, as busy_groups picks them
         table = self.table
-        busy = [n for n in nodes if table.profiles[n] is not table.empty]
+        busy = list(compress(nodes, map(is_not, map(table.profiles.__getitem__, nodes), repeat(table.empty))))
         self._score(view, busy if smallest is None else table.nodes_with_room(smallest, start, busy), start, lease)
 
     def _score(self, view: _View, nodes: list[int], start: int, lease: Lease) -> None:
-        key_of, nodes_at, rank = view.key_of, view.nodes_at, self.table.rank
+        key_of, nodes_at = view.key_of, view.nodes_at
         table = self.table
         by_node = table.by_node
         # A node's score depends on its profile and its reservations alone: nodes that share a profile (they come
@@ -112,17 +121,18 @@ class BusyScores:
         new: dict[float, list[int]] = {}
         for _, _, group in table.by_profile(nodes):
             ref = by_node[group[0]]
-            if len(group) > 1 and all(map(ref.__eq__, map(by_node.__getitem__, group))):
+            # (`count` compares by identity first: nodes booked together share one set)
+            if len(group) > 1 and list(map(by_node.__getitem__, group)).count(ref) == len(group):
                 ((score, _),) = self.hosts.score_many(group[:1], start, lease, table)
                 scored = ((score, group),)
             else:
                 scored = ((score, (node,)) for score, node in self.hosts.score_many(group, start, lease, table))
             for score, members in scored:
-                key_of.update(dict.fromkeys(members, -score))
-                new.setdefault(-score, []).extend(map(rank.__getitem__, members))
-        for key, ranks in new.items():
+                any(map(key_of.__setitem__, members, repeat(-score)))
+                new.setdefault(-score, []).extend(members)
+        for key, members in new.items():
             held = nodes_at.get(key)
             if held is None:
-                nodes_at[key] = SortedList(ranks)
+                nodes_at[key] = SortedList(members)
             else:
-                held.update(ranks)
+                held.update(members)

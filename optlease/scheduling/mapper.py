@@ -10,7 +10,7 @@ import heapq
 import itertools
 from bisect import bisect_right
 
-from optlease.scheduling.hostscores import BusyScores, Ranks
+from optlease.scheduling.hostscores import BusyScores, InOrder
 from optlease.scheduling.policies import GreedyHosts, Policies
 from optlease.scheduling.records import AlikeVMs, Lease, Placement
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
@@ -118,59 +118,60 @@ class GreedyMapper:
         falls."""
         table = self.table
         cap = table.one_cap
-        ranks = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
-        node_ids, rank = table.by_rank, table.rank
+        # the idle nodes, in node order (node ids grow with it)
+        idle = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
         keys = sorted(keyed)
 
         def in_order(key: float):
+            # one score's nodes in node order (node ids grow with it)
             colls = keyed[key]
-            if len(colls) == 1 and type(colls[0]) is Ranks:    # kept in node order (hostscores)
-                return colls[0].ranks
-            return sorted(itertools.chain.from_iterable(map(rank.__getitem__, c) for c in colls))
+            if len(colls) == 1 and type(colls[0]) is InOrder:    # kept in node order (hostscores)
+                return colls[0].nodes
+            return sorted(itertools.chain.from_iterable(colls))
 
         def score_runs(ordered):
-            # one score's nodes (ranks in node order) in chunks that double: a lease most often takes the first
+            # one score's nodes in chunks that double: a lease most often takes the first
             size, lo = 16, 0
             while lo < len(ordered):
-                yield Nodes(map(node_ids.__getitem__, ordered[lo:lo + size]))
+                yield Nodes(ordered[lo:lo + size])
                 lo, size = lo + size, 2 * size
 
-        if not ranks:
+        if not idle:
             for key in keys:
                 yield from score_runs(in_order(key))
             return
 
         def runs(lo: int, hi: int):
-            # idle ranks[lo:hi] as node lists, in chunks that double: a lease takes a few idle nodes or many
+            # idle[lo:hi] as node lists, in chunks that double: a lease takes a few idle nodes or many
             size = 16
             while lo < hi:
                 top = min(hi, lo + size)
-                yield list(map(node_ids.__getitem__, ranks[lo:top]))
+                yield idle[lo:top]
                 lo, size = top, 2 * size
 
         if not keys:
-            yield from runs(0, len(ranks))
+            yield from runs(0, len(idle))
             return
-        idle_key = -self.policies.score_hosts([node_ids[ranks[0]]], start, lease, table)[0][0]
+        idle_key = -self.policies.score_hosts([idle[0]], start, lease, table)[0][0]
         i, lo = 0, 0
         while i < len(keys) and keys[i] < idle_key:     # busy nodes that score higher than idle ones
             yield from score_runs(in_order(keys[i]))
             i += 1
         if i < len(keys) and keys[i] == idle_key:       # busy nodes that score as idle ones: by node order
-            # the idle ranks in chunks that double, each with the busy nodes that come before its last idle node
+            # the idle nodes in chunks that double, each with the busy nodes that come before its last idle node
             # merged in (a chunk with none is a run)
-            busy, j, size, n = in_order(keys[i]), 0, 16, len(ranks)
+            busy, j, size, n = in_order(keys[i]), 0, 16, len(idle)
             while lo < n:
                 top = min(n, lo + size)
-                jj = len(busy) if top == n else bisect_right(busy, ranks[top - 1], j)
+                jj = len(busy) if top == n else bisect_right(busy, idle[top - 1], j)
                 if jj == j:
-                    yield list(map(node_ids.__getitem__, ranks[lo:top]))
+                    yield idle[lo:top]
                 else:
-                    yield Nodes(map(node_ids.__getitem__, sorted(ranks[lo:top] + busy[j:jj])))
+                    yield Nodes(sorted(idle[lo:top] + list(busy[j:jj])))
                     j = jj
                 lo, size = top, 2 * size
             i += 1
-        yield from runs(lo, len(ranks))
+        yield from runs(lo, len(idle))
         while i < len(keys):                             # busy nodes that score lower
             yield from score_runs(in_order(keys[i]))
             i += 1

@@ -1,14 +1,43 @@
 """Nodes alike in the slot table: nodes with the same usage over time share one profile (copied on write), the
 nodes that hold each profile are known, and nodes with nothing booked are filed apart as idle, in node order per
-capacity, so that a change or a question about nodes alike is made once for all of them."""
+capacity (node ids grow with node order), so that a change or a question about nodes alike is made once for all of
+them."""
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from itertools import chain, groupby
+from itertools import chain, groupby, repeat
 from typing import Collection, Iterable
 
 from optlease.scheduling.profile import Profile, Vec, fits
+
+
+SPAN_LEAST = 16     # nodes from which a change looks whether they are a stretch of consecutive ids
+
+
+def span(nodes) -> tuple[int, int] | None:
+    """(first, last + 1) where the given distinct nodes (in any order) are exactly the ids first..last, from
+    SPAN_LEAST of them; else None."""
+    n = len(nodes)
+    if n < SPAN_LEAST:
+        return None
+    ordered = sorted(nodes)     # (a pass of comparisons of ints where they come in order, as most do)
+    lo, hi = ordered[0], ordered[-1]
+    return (lo, hi + 1) if hi - lo == n - 1 else None
+
+
+def fill(values: list, nodes, value) -> None:
+    """Set every given node's value (distinct nodes): a stretch of consecutive ids in one slice."""
+    if len(nodes) == 1:
+        for node in nodes:
+            values[node] = value
+        return
+    ends = span(nodes)
+    if ends is not None:
+        lo, hi = ends
+        values[lo:hi] = [value] * (hi - lo)
+    else:
+        any(map(values.__setitem__, nodes, repeat(value)))
 
 
 class NodeClasses:
@@ -27,8 +56,10 @@ class NodeClasses:
             # most often one group: a lease's VMs ask alike, on nodes that share a profile (idle ones, or the
             # nodes of one earlier lease)
             nodes = list(keys)
-            if len(set(keys.values())) == 1:
-                return self.by_profile(nodes, keys[nodes[0]])
+            values = list(keys.values())
+            # (`count` compares by identity first: a lease's VMs alike share one vector)
+            if values.count(values[0]) == len(values):
+                return self.by_profile(nodes, values[0])
         groups: dict[tuple, list] = {}
         for node, key in keys.items():
             prof = profiles[node]
@@ -42,9 +73,10 @@ class NodeClasses:
     def by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
         """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone."""
         profiles = self.profiles
-        profs = set(map(profiles.__getitem__, nodes))
-        if len(profs) == 1:
-            return ([profs.pop(), key, nodes],)
+        ends = span(nodes)
+        profs = list(map(profiles.__getitem__, nodes)) if ends is None else profiles[ends[0]:ends[1]]
+        if profs and profs.count(profs[0]) == len(profs):    # (profiles compare by identity)
+            return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
         # together lie together)
         by_prof: dict[Profile, list] = {}
@@ -55,6 +87,35 @@ class NodeClasses:
             else:
                 group[2].extend(stretch)
         return by_prof.values()
+
+    def _hold(self, nodes, rr, joins: bool) -> None:
+        """Add a reservation to the given nodes' reservation sets (`joins`) or take it out of them. Nodes that
+        hold the same reservations share one frozen set (nodes booked together come in stretches), so each such
+        stretch gets one new set, set per node in one pass in C."""
+        by_node = self.by_node
+        nodes = nodes if type(nodes) is list else list(nodes)
+        if not nodes:
+            return
+        ends = span(nodes)
+        if ends is not None:    # consecutive nodes: their sets read as one slice and, shared by all, set as one
+            held = by_node[ends[0]:ends[1]]
+            first = held[0]
+            if held.count(first) == len(held):
+                fill(by_node, nodes, first.union((rr,)) if joins else first.difference((rr,)))
+                return
+        held = list(map(by_node.__getitem__, nodes))
+        first = held[0]
+        # (`count` compares by identity first: one shared set, most often)
+        stretches = ((first, len(held)),) if held.count(first) == len(held) else \
+            ((old, len(list(group))) for old, group in groupby(held))
+        made: dict[int, frozenset] = {}
+        i = 0
+        for old, k in stretches:
+            new = made.get(id(old))
+            if new is None:
+                new = made[id(old)] = old.union((rr,)) if joins else old.difference((rr,))
+            fill(by_node, nodes[i:i + k], new)
+            i += k
 
     def _change(self, prof: Profile, nodes: list[int], change, *args) -> Profile:
         """Apply `change(profile, *args)` to the usage of nodes that share `prof`. A profile other nodes share too
@@ -78,9 +139,9 @@ class NodeClasses:
         new.owners += n
         holders = self.holders
         if prof is not empty:
-            held = holders[prof]
-            held.difference_update(nodes)
-            if not held:
+            if prof.owners:
+                holders[prof].difference_update(nodes)
+            else:       # (every node that held it is among these)
                 del holders[prof]
                 self.alike.pop(prof, None)    # (no longer asked about)
         if new is not empty:
@@ -89,10 +150,7 @@ class NodeClasses:
                 holders[new] = set(nodes)
             else:
                 held.update(nodes)
-        if n == 1:
-            self.profiles[nodes[0]] = new
-        else:
-            self.profiles.update(dict.fromkeys(nodes, new))
+        fill(self.profiles, nodes, new)
         return new
 
     def _file(self, nodes: Collection[int]) -> None:
@@ -105,10 +163,10 @@ class NodeClasses:
             if profiles[node].t:
                 if node not in busy:
                     busy.add(node)
-                    self._unidle(self.caps[node], [self.rank[node]])
+                    self._unidle(self.caps[node], (node,))
             elif node in busy:
                 busy.discard(node)
-                self._reidle(self.caps[node], [self.rank[node]])
+                self._reidle(self.caps[node], (node,))
             return
         fresh = set(nodes).difference(busy)      # (set operations: a wide lease's nodes at once)
         taken = [n for n in fresh if profiles[n].t] if fresh else fresh
@@ -117,18 +175,16 @@ class NodeClasses:
             freed = [n for n in freed if not profiles[n].t]
         self._move(taken, freed)
 
-    def _refile(self, changed: list[tuple[Profile, list[int]]]) -> None:
-        """`_file` for nodes whose profiles `_change` has just set, given as (the new profile, nodes): filed by
-        group, with no look at each node's profile."""
-        if len(changed) == 1 and len(changed[0][1]) == 1:
-            self._file(changed[0][1])
-            return
-        empty, busy = self.empty, self.busy
-        now_busy = [nodes for new, nodes in changed if new is not empty]
-        now_idle = [nodes for new, nodes in changed if new is empty]
-        taken = set().union(*now_busy).difference(busy) if now_busy else ()
-        freed = busy.intersection(chain.from_iterable(now_idle)) if now_idle else ()
-        self._move(taken, freed)
+    def _refile(self, changed: list[tuple[Profile, Profile, list[int]]]) -> None:
+        """`_file` for nodes whose profiles `_change` has just changed, given as (the old profile, the new one,
+        nodes): a node in planning is idle exactly where its profile is `empty`, so a group is filed busy where it
+        leaves `empty`, idle where it comes to it, and stays as it is otherwise, with no look at each node."""
+        empty = self.empty
+        taken = [nodes for old, new, nodes in changed if old is empty and new is not empty]
+        freed = [nodes for old, new, nodes in changed if new is empty and old is not empty]
+        if taken or freed:
+            self._move(taken[0] if len(taken) == 1 else list(chain.from_iterable(taken)),
+                       freed[0] if len(freed) == 1 else list(chain.from_iterable(freed)))
 
     def _move(self, taken: Collection[int], freed: Collection[int]) -> None:
         """File nodes just taken (their profile no longer empty) as busy, and nodes just freed as idle."""
@@ -137,52 +193,52 @@ class NodeClasses:
             taken = [n for n in taken if n not in self.down]
         if taken:
             busy.update(taken)
-            for cap, ranks in self._by_cap(taken):
-                self._unidle(cap, ranks)
+            for cap, nodes in self._by_cap(taken):
+                self._unidle(cap, nodes)
         if freed:
+            if self.down:
+                freed = [n for n in freed if n not in self.down]
             busy.difference_update(freed)
-            for cap, ranks in self._by_cap(freed):
-                self._reidle(cap, ranks)
+            for cap, nodes in self._by_cap(freed):
+                self._reidle(cap, nodes)
 
-    def _by_cap(self, nodes: list[int]) -> Iterable[tuple[Vec, list[int]]]:
-        """(capacity, ranks) of the given nodes, by capacity."""
-        rank = self.rank
+    def _by_cap(self, nodes: Collection[int]) -> Iterable[tuple[Vec, Collection[int]]]:
+        """(capacity, nodes) of the given nodes, by capacity."""
         if len(self.idle) == 1:   # one capacity on the whole site
-            return ((next(iter(self.idle)), list(map(rank.__getitem__, nodes))),)
+            return ((next(iter(self.idle)), nodes),)
         caps, out = self.caps, {}
         for n in nodes:
-            out.setdefault(caps[n], []).append(rank[n])
+            out.setdefault(caps[n], []).append(n)
         return out.items()
 
-    def _unidle(self, cap: Vec, ranks: list[int]) -> None:
-        """Take ranks out of the idle list of their capacity. A wide lease takes a run of idle nodes: one slice."""
+    def _unidle(self, cap: Vec, nodes: Collection[int]) -> None:
+        """Take nodes out of the idle list of their capacity. A wide lease takes a run of idle nodes: one slice."""
         idle = self.idle[cap]
-        if len(ranks) <= 8:
-            for r in ranks:
-                i = bisect_left(idle, r)
-                if i < len(idle) and idle[i] == r:
+        if len(nodes) <= 8:
+            for n in nodes:
+                i = bisect_left(idle, n)
+                if i < len(idle) and idle[i] == n:
                     del idle[i]
             return
-        ranks.sort()
-        i = bisect_left(idle, ranks[0])
-        if idle[i:i + len(ranks)] == ranks:
-            del idle[i:i + len(ranks)]
+        nodes = sorted(nodes)
+        i = bisect_left(idle, nodes[0])
+        if idle[i:i + len(nodes)] == nodes:
+            del idle[i:i + len(nodes)]
         else:
-            drop = set(ranks)
-            idle[:] = [r for r in idle if r not in drop]
+            drop = set(nodes)
+            idle[:] = [n for n in idle if n not in drop]
 
-    def _reidle(self, cap: Vec, ranks: list[int]) -> None:
-        """Give ranks back to the idle list of their capacity."""
+    def _reidle(self, cap: Vec, nodes: Collection[int]) -> None:
+        """Give nodes back to the idle list of their capacity."""
         idle = self.idle.setdefault(cap, [])
-        if len(ranks) <= 8:
-            for r in ranks:
-                insort(idle, r)
+        if len(nodes) <= 8:
+            for n in nodes:
+                insort(idle, n)
         else:
-            idle.extend(ranks)
+            idle.extend(nodes)
             idle.sort()
 
     def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
         """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""
-        node_ids = self.by_rank
-        ranks = [r for cap, r in self.idle.items() if r and (need is None or fits(need, cap))]
-        return map(node_ids.__getitem__, iter(ranks[0]) if len(ranks) == 1 else heapq.merge(*ranks))
+        lists = [nodes for cap, nodes in self.idle.items() if nodes and (need is None or fits(need, cap))]
+        return iter(lists[0]) if len(lists) == 1 else heapq.merge(*lists)

@@ -115,7 +115,8 @@ class GreedyHosts:
             if len(nodes) > 1:
                 same = alike.get(prof)
                 if same is None:
-                    same = alike[prof] = all(map(ref.__eq__, map(by_node.__getitem__, nodes)))
+                    # (`count` compares by identity first: nodes booked together share one set)
+                    same = alike[prof] = list(map(by_node.__getitem__, nodes)).count(ref) == len(nodes)
             else:
                 same = True
             if not same:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
+from itertools import compress
 from operator import attrgetter, le as _le, sub as _sub
 from typing import Iterable
 
@@ -31,6 +32,13 @@ class SlotQueries:
     def nodes_with_room(self, need: Vec, t: int, nodes) -> list[int]:
         """The nodes (in the given order) where `need` fits at instant t."""
         caps, profiles = self.caps, self.profiles
+        if self.one_cap is not None and not self.down:
+            # nodes alike: asked once per profile, and the nodes picked by their profile's answer in one pass in C
+            nodes = nodes if type(nodes) is list else list(nodes)
+            profs = list(map(profiles.__getitem__, nodes))
+            limit = tuple(map(_sub, self.one_cap, need))
+            room = {prof: all(map(_le, prof.at(t), limit)) for prof in set(profs)}
+            return list(compress(nodes, map(room.__getitem__, profs)))
         # what may be in use on a node of each capacity for `need` to fit: one comparison of vectors per node
         limits: dict[Vec, Vec] = {}
         # the answer for each profile (and capacity) met: nodes that share a profile are asked once

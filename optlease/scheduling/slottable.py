@@ -8,11 +8,11 @@ them cost nothing per node (nodeclasses.py: nodes alike share a profile and are 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from itertools import count, repeat
+from itertools import count
 from typing import Iterable
 
 from optlease.domain.site import Site
-from optlease.scheduling.nodeclasses import NodeClasses
+from optlease.scheduling.nodeclasses import NodeClasses, span
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 from optlease.scheduling.records import SHUTDOWN
@@ -89,7 +89,9 @@ class SlotTable(NodeClasses, SlotQueries):
         # booked on nodes alike change one profile, not one per node, and questions about them are answered once.
         # Every node with nothing booked has `empty`.
         self.empty = Profile(self.zero)
-        self.profiles: dict[int, Profile] = dict.fromkeys(self.nodes, self.empty)
+        # (a list at the node's id: node ids are 1..n, and a stretch of consecutive nodes is read or set as one
+        # slice, nodeclasses.fill)
+        self.profiles: list[Profile | None] = [None] + [self.empty] * len(self.nodes)
         self.empty.owners = len(self.nodes)
         # the nodes that hold each profile other than `empty`: questions about busy nodes are asked per profile
         self.holders: dict[Profile, set[int]] = {}
@@ -102,8 +104,9 @@ class SlotTable(NodeClasses, SlotQueries):
         self.one_cap: Vec | None = next(iter(caps)) if len(caps) == 1 else None
         # the reservations on each node, but a shutdown that takes no time: it holds nothing at any instant and
         # ends where its VM reservation (on the same nodes) does, so no question about a node's reservations
-        # (how many hold it at an instant, which end when) has another answer without it
-        self.by_node: dict[int, set] = {n: set() for n in self.nodes}
+        # (how many hold it at an instant, which end when) has another answer without it. Frozen sets, shared by
+        # the nodes that hold the same reservations (NodeClasses._hold): a wide lease's nodes change one set.
+        self.by_node: list[frozenset | None] = [None] + [frozenset()] * len(self.nodes)     # (as `profiles`)
         self.total = Profile(self.zero)
         self.total_cap: Vec = self.zero
         for cap in self.caps.values():
@@ -154,12 +157,13 @@ class SlotTable(NodeClasses, SlotQueries):
         # the reservation `cut` has just cut short and pruned at its new end (its `forget` then prunes nothing)
         self._pruned = None
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
-        # The nodes in planning whose profile is empty, by capacity (ranks, in a sorted list: a wide lease takes
-        # and gives back runs of them at once), and the others (`busy`).
+        # The nodes in planning whose profile is empty, by capacity (the `by_rank` objects in a sorted list: node
+        # ids grow with node order, and a wide lease takes and gives back runs of them at once), and the others
+        # (`busy`).
         self.idle: dict[Vec, list[int]] = {}
         self.busy: set[int] = set()
-        for n in self.nodes:
-            self.idle.setdefault(self.caps[n], []).append(self.rank[n])
+        for n in self.by_rank:
+            self.idle.setdefault(self.caps[n], []).append(n)
 
     def nodes_in_order(self, nodes: Iterable[int]) -> list[int]:
         """The given nodes in node order (the order of `nodes`)."""
@@ -168,12 +172,12 @@ class SlotTable(NodeClasses, SlotQueries):
     def take_down(self, node: int) -> None:
         """Take a node out of planning (idempotent). What it still holds stays in its profile: the caller removes
         the reservations of the leases that were on it."""
-        if node in self.down or node not in self.profiles:
+        if node in self.down or node not in self.caps:
             return
         if node in self.busy:
             self.busy.discard(node)
         else:
-            self._unidle(self.caps[node], [self.rank[node]])
+            self._unidle(self.caps[node], (node,))
         self.down.add(node)
         self.total_cap = vsub(self.total_cap, self.caps[node])
         self.caps[node] = self.zero
@@ -244,11 +248,9 @@ class SlotTable(NodeClasses, SlotQueries):
         if start < end or rr.kind != SHUTDOWN:
             if self.alike and start >= end:
                 self._unalike(demand)     # (with usage: forgotten per group, below)
-            by_node = self.by_node
             if self.touched is not None and start >= end:
                 self._touch(demand)     # (a change of usage notes its nodes itself: `_change`)
-            # (each node's set, in one pass in C: set.add gives None, so `any` walks them all)
-            any(map(set.add, map(by_node.__getitem__, demand), repeat(rr)))
+            self._hold(demand, rr, True)
         # (a reservation of no length changes no profile, and every change of usage files its nodes: they stay
         # filed as they are)
         if start < end:
@@ -258,7 +260,7 @@ class SlotTable(NodeClasses, SlotQueries):
             if self.alike:      # (`_unalike`, from the groups: their nodes' reservations change)
                 for prof, _, _ in groups:
                     self.alike.pop(prof, None)
-            self._refile([(self._change(prof, nodes, Profile.add, start, end, d), nodes)
+            self._refile([(prof, self._change(prof, nodes, Profile.add, start, end, d), nodes)
                           for prof, d, nodes in groups])
             if demand:
                 self.total.add(start, end, rr.total())
@@ -291,7 +293,7 @@ class SlotTable(NodeClasses, SlotQueries):
             return      # no usage to take out (a shutdown that takes no time)
         # emptied, or (a reservation pruned away already) filled with what is left of it before the prune
         change, last = (Profile.add, -1) if prune is None else (_less_pruned, prune)
-        self._refile([(self._change(prof, nodes, change, start, end, d, last), nodes)
+        self._refile([(prof, self._change(prof, nodes, change, start, end, d, last), nodes)
                       for prof, d, nodes in self._groups(rr.demand)])
         if rr.demand:
             self.total.add(start, end, rr.total(), -1)
@@ -314,8 +316,7 @@ class SlotTable(NodeClasses, SlotQueries):
         # its nodes' reservations change: `_unalike`, from the groups by profile where they are made below
         unalike = not unfiled and bool(self.alike)
         if not unfiled:
-            by_node = self.by_node
-            any(map(set.discard, map(by_node.__getitem__, demand), repeat(rr)))    # (as in `add`)
+            self._hold(demand, rr, False)
         all_pruned = False
         if now is not None and self._pruned is rr and end == now:
             # cut short and pruned at `now` in one change, just before (`cut`): nothing of it is left to prune
@@ -335,7 +336,7 @@ class SlotTable(NodeClasses, SlotQueries):
                 unalike = False
             stale = [(prof, nodes) for prof, _, nodes in groups if prof.stale(now)]
             if stale:
-                self._refile([(self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
+                self._refile([(prof, self._change(prof, nodes, Profile.prune, now), nodes) for prof, nodes in stale])
             all_pruned = len(stale) == len(groups)
         if unalike:
             self._unalike(demand)
@@ -349,8 +350,8 @@ class SlotTable(NodeClasses, SlotQueries):
     def _unalike(self, nodes) -> None:
         """Forget whether the holders of the given nodes' profiles hold the same reservations (their reservations
         are about to change); every other profile's holders keep theirs, so its answer stands."""
-        alike, profiles = self.alike, self.profiles
-        for prof in set(map(profiles.__getitem__, nodes)):
+        alike, profiles, ends = self.alike, self.profiles, span(nodes)
+        for prof in set(map(profiles.__getitem__, nodes) if ends is None else profiles[ends[0]:ends[1]]):
             alike.pop(prof, None)
 
     def _touch(self, nodes) -> None:
@@ -391,6 +392,6 @@ class SlotTable(NodeClasses, SlotQueries):
 
     def prune(self, before: int) -> None:
         busy = list(self.busy)
-        self._refile([(self._change(prof, nodes, Profile.prune, before), nodes)
+        self._refile([(prof, self._change(prof, nodes, Profile.prune, before), nodes)
                       for prof, _, nodes in self.by_profile(busy)])
         self.total.prune(before)
