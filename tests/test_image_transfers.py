@@ -73,7 +73,7 @@ def document(result):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=workloads(), prep=preparations, migration=st.sampled_from(["no", "yes"]),
-       backfilling=st.sampled_from(["aggressive", "conservative"]))
+       backfilling=st.sampled_from(["off", "aggressive", "conservative"]))
 def test_every_schedule_with_transfers_is_safe(reqs, prep, migration, backfilling):
     result, _ = run(reqs, prep, migration=migration, backfilling=backfilling)
     doc = document(result)
@@ -242,7 +242,7 @@ def every_lease_tried(reqs, prep, **opts):
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=workloads(), prep=preparations, migration=st.sampled_from(["no", "yes"]),
-       backfilling=st.sampled_from(["aggressive", "conservative"]))
+       backfilling=st.sampled_from(["off", "aggressive", "conservative"]))
 def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, migration, backfilling):
     """The queue skips a lease whose try depends on nothing that changed since it last did not fit (what was freed,
     how its image can come, the ends before its earliest start), or that has no room as a whole when it could
@@ -346,13 +346,11 @@ def test_an_ar_arriving_as_a_suspended_lease_begins_to_resume_sends_it_back_to_t
         assert check_schedule(document(result)) == []
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="known: under FCFS a lease whose image some cache holds tries only now, on those nodes")
 def test_under_fcfs_a_lease_wider_than_the_nodes_caching_its_image_still_runs():
-    """Found by tests/test_queue_quiet.py with FCFS (`backfilling: off`), on main as here: lease 1 leaves its image in
-    node 1's cache; lease 2 needs two nodes, and with no booking for the future allowed its one try is now, on the
-    node whose cache holds the image (`ImageTransfers.first_ready`: the cache is the first way); it does not fit
-    there, nothing else happens, and the run is stuck (its own transfer, later, would let it run on both nodes)."""
+    """Under FCFS (`backfilling: off`): lease 1 leaves its image in node 1's cache; lease 2 needs two nodes. With no
+    booking for the future allowed it tries now, on the node whose cache holds the image, and then, as Haizea does,
+    when its own transfer brings the image to the other node (each node's earliest time a try, with the nodes
+    ready by then): it runs there. It used to try now alone, and the run was stuck."""
     quarter = {"CPU": 25, "Memory": 256}
     image = DiskImage("img1.img", 600)
     reqs = [LeaseRequest(1, BE, 0, 60, (quarter,), software=image),
@@ -361,3 +359,7 @@ def test_under_fcfs_a_lease_wider_than_the_nodes_caching_its_image_still_runs():
                               reuse="image-caches")
     result, _ = run(reqs, prep, nodes=2, migration="no", backfilling="off")
     assert all(lease.state is LeaseState.DONE for lease in result.leases)
+    # its second try: when its own transfer, estimated for both nodes (unicast: 2 x 480 s), is there
+    second = result.leases[1].vmrrs[0]
+    assert (second.start, set(second.demand)) == (480 + 2 * 480, {1, 2})
+    assert check_schedule(document(result)) == []

@@ -65,7 +65,7 @@ def every_lease_tried(reqs, prep, nodes: int, **opts):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=workloads(), prep=preparations, migration=st.sampled_from(["no", "yes"]),
-       backfilling=st.sampled_from(["aggressive", "conservative"]), nodes=st.integers(2, 4))
+       backfilling=st.sampled_from(["off", "aggressive", "conservative"]), nodes=st.integers(2, 4))
 def test_the_quiet_pass_decides_as_the_logged_pass_and_as_trying_every_lease(reqs, prep, migration, backfilling,
                                                                              nodes):
     quiet = run(reqs, prep, nodes, False, migration=migration, backfilling=backfilling)

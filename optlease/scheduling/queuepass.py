@@ -213,12 +213,18 @@ class QueuePass:
             cls = ("resume", self._copies_wait(lease), not lease.image_nodes)
             found = ready.get(cls)
             if found is None:
-                first, own = self._resume_first(lease, now)
+                first, everywhere = self._resume_first(lease, now)
+                own = everywhere != first
                 # (room given back anywhere counts, not only at or after now as for an image that must come: the
                 # greedy mapper's choice of nodes, and so how long a resume that may be suspended again runs, moves
                 # with what starts on each node, and a later start is not always harder to place)
-                key = (self.table.released, future, self.table.ends.bisect_right(first), own)
-                found = ready[cls] = (self._kept_key(cls, key), max(now, first), own)
+                if own and self.vm.tries_every_first:
+                    # its own nodes first, every node later, each a try: no quick test answers for both
+                    key = (self.table.released, future, self.table.ends.bisect_right(everywhere), own, everywhere)
+                    found = ready[cls] = (self._kept_key(cls, key), None, own)
+                else:
+                    key = (self.table.released, future, self.table.ends.bisect_right(first), own)
+                    found = ready[cls] = (self._kept_key(cls, key), max(now, first), own)
             return cls, found[0], (found[1], self._image_ways(lease) if found[2] else None)
         found = ready.get(PLAIN)
         if found is None:
@@ -232,6 +238,14 @@ class QueuePass:
         if future:
             return self._kept_key(cls, (table.released, future, version)), None
         first, ways = prep.first_ready(lease, now)
+        if self.vm.tries_every_first and not self._everywhere(ways):
+            # Its tries are at `first`, on the nodes those ways reach, and then later as other nodes get its image
+            # (at the latest, its own transfer: `VMScheduler._candidates`): no quick test answers for them all, and
+            # room given back anywhere, an end before its own transfer's arrival or a change on the link lets it go
+            # otherwise.
+            own = prep.first_gap(now, prep.duration(lease, lease.numnodes)) + prep.duration(lease, lease.numnodes)
+            key = ("tries", table.released, future, version, ways, own, self._ends_until(own))
+            return self._kept_key(cls, key), (None, ways)
         if first > now and self.opts.runtime_estimate == "requested" and first - now <= MAX_SECONDS:
             # Its try is at `first`, after now: a reservation ending now gives back no room there, so only
             # room given back at or after now, or an end of a reservation holding node capacity that came to lie
@@ -240,13 +254,18 @@ class QueuePass:
             key = ("ahead", table.gave_back, future, version, ways, self._room_ends_until(first))
         elif first == now and ways == (-1,) and self.opts.runtime_estimate == "requested":
             # Its try is now, on the nodes whose caches hold its image and on no other (its own transfer and the
-            # rides come later): only room given back on those nodes lets it go otherwise (with no estimate
-            # learning from runs that end elsewhere).
+            # rides come later, and it may not try then: `VMScheduler.tries_every_first`): only room given back on
+            # those nodes lets it go otherwise (with no estimate learning from runs that end elsewhere).
             key = ("cached", table.released_on(prep.caches.holding(lease.req.software.id)), future, version, ways,
                    self._ends_until(first))
         else:
             key = (table.released, future, version, ways, self._ends_until(first))
         return self._kept_key(cls, key), (max(now, first), ways)
+
+    def _everywhere(self, ways: tuple) -> bool:
+        """Whether the ways that bring a lease's image first (as `ImageTransfers.first_ready` names them) reach every
+        node: its own transfer, or a multicast one to ride on."""
+        return 0 in ways or (self.prep.opts.mechanism == "multicast" and any(way > 0 for way in ways))
 
     def _ends_until(self, t: int) -> int:
         """How many reservations in the table end at or before t (asked once per instant in a pass over the queue,
@@ -278,6 +297,8 @@ class QueuePass:
         be there (the one start `VMScheduler.asap` would try): the site as a whole has room for it from `t` on, and
         the nodes its image reaches by then (`ways`, as `ImageTransfers.first_ready` names them, or the set of nodes
         a suspended lease may resume on then; None: every node) have room for it at `t`."""
+        if t is None:
+            return True     # (several tries, each on the nodes ready by then: `_image_attempt`)
         window = self._window(lease)
         # What the site has free over the window from `t` is the same for every lease that asks in this pass over
         # the queue (until something is placed): the walk is made once, and each lease compares its need with it.
@@ -310,8 +331,8 @@ class QueuePass:
         """Whether what this pass already found free on the site over the lease's window from `t`, or on the nodes
         its image reaches by then (`ways`), is too little for it (`_room_when_ready`'s tests, answered from what it
         kept; False: not asked yet)."""
-        if self.vm.estimates.enabled:
-            return False    # (its window is worked out again at each try: `_room_when_ready` asks)
+        if self.vm.estimates.enabled or t is None:
+            return False    # (its window is worked out again at each try, or it has several: `_room_when_ready`)
         room = self._room.get(("over", t, self._window(lease)))
         if room is None:
             return False

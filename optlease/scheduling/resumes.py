@@ -47,17 +47,18 @@ class Resumes:
             earliest[pnode] = now + wait
         return earliest, begin
 
-    def _resume_first(self, lease: Lease, now: int) -> tuple[int, bool]:
-        """The earliest time `_resume_earliest` gives any node, and whether only the nodes its images are on have it
-        then (while the link is busy for the copies elsewhere; False: every node), without building its dict of
-        every node, at each pass the lease waits. The same for every lease whose copies take as long."""
+    def _resume_first(self, lease: Lease, now: int) -> tuple[int, int]:
+        """The earliest time `_resume_earliest` gives any node, and the time it gives every node (later where only
+        the nodes its images are on have it first, while the link is busy for the copies elsewhere), without
+        building its dict of every node, at each pass the lease waits. The same for every lease whose copies take
+        as long."""
         wait = self._copies_wait(lease)
         if self.prep is None or self.opts.migration != "yes" or self.opts.mapper != "greedy" or not wait:
-            return now + wait, False
+            return now + wait, now + wait
         begin = self.prep.first_gap(now, wait)
         if not lease.image_nodes:
-            return begin + wait, False
-        return now + wait, begin != now
+            return begin + wait, begin + wait
+        return now + wait, begin + wait
 
     def _image_ways(self, lease: Lease) -> frozenset | None:
         """The nodes a suspended lease's images are on (None: every node holds some of them)."""

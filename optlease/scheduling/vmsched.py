@@ -32,6 +32,14 @@ class VMScheduler:
         limit = self.opts.max_in_future
         return limit == -1 or self.future_count < limit
 
+    @property
+    def tries_every_first(self) -> bool:
+        """Whether a best-effort lease that may not book the future tries each node's earliest time in turn (with
+        the nodes ready by then), as Haizea does, rather than the first alone: under FCFS, where it never may (a
+        lease whose image a cache holds on too few nodes would otherwise never run). With backfilling, the first
+        alone, and the lease books a later start once the backfilling limit allows (docs/haizea-differences.md)."""
+        return self.opts.max_in_future == 0
+
     def rr(self, lease: Lease, kind: str, start: int, end: int, mapping: dict[int, int], of: RR | None = None) -> RR:
         """A reservation of the lease's VMs placed by `mapping`; `of`: the VM reservation whose VMs it holds (its
         resume, suspension, shutdown or image copy), which then shares its mapping and demand (neither is ever
@@ -100,7 +108,8 @@ class VMScheduler:
         # in line (image transfers one after another on a slow link) would plan past the calendar's end. Such a lease
         # waits in the queue until its start comes within reach.
         horizon = now + MAX_SECONDS
-        for t in self._candidates(now, firsts, allow_in_future, fixed, floor):
+        every = not strict and self.tries_every_first
+        for t in self._candidates(now, firsts, allow_in_future, fixed, floor, every):
             if t > horizon:
                 break
             if t < room_from:
@@ -162,14 +171,21 @@ class VMScheduler:
         return found
 
     def _candidates(self, now: int, firsts: set[int], allow_in_future: bool, fixed: dict[int, int] | None = None,
-                    floor: list | None = None):
+                    floor: list | None = None, every: bool = True):
         """Start times to try, in order: now, the nodes' earliest times (`firsts`), and every later end of a
         reservation (on the lease's own nodes when its placement is fixed). `floor`: a one-item list the caller may
         raise as it goes; candidates below it are then skipped without being walked (placement not fixed)."""
         first = min(firsts)
         if not allow_in_future:
-            # Only now, or as soon as the lease's own preparation (copying its memory image) allows.
-            yield max(now, first)
+            # Now, or as soon as the lease's own preparation allows; with `every` (`tries_every_first`), where some
+            # nodes are ready before others (its image in a cache, its memory image on its own nodes), each node's
+            # earliest time in turn, with the nodes ready by then (Haizea's changepoints)
+            last = None
+            for t in sorted(firsts) if every else (first,):
+                t = max(now, t)
+                if t != last:
+                    last = t
+                    yield t
             return
         if floor is not None and fixed is None:
             yield from self._candidates_above(now, sorted(firsts), floor)
