@@ -71,3 +71,17 @@ def test_an_immediate_lease_is_refused_where_requeueing_cannot_make_room_for_it(
                                      mapper="cpsat", policy_preemption=preemption)
     assert leases[2].state is LeaseState.REJECTED
     assert leases[1].requeues == 0 and leases[1].end == 1000
+
+
+def test_a_lease_older_than_the_aging_horizon_is_not_requeued_for_an_immediate_lease():
+    """As for an AR, a lease that asked more than the preemption policy's seven days ago never gives way: lease 1
+    waited a week behind lease 0 (not preemptible), and has run 10 s when immediate lease 2 arrives, younger than
+    its threshold but older than the horizon. The round refuses lease 2; a week less of waiting and it requeues
+    lease 1 (the test above)."""
+    week = 7 * 86400
+    reqs = [LeaseRequest(0, LeaseKind.BEST_EFFORT, 0, week, (VM1, VM1)),
+            *_young_run_and_an_immediate_lease(week + 10)]
+    sim, leases, _, _ = run_requests("2 CPU:100 Memory:1024", reqs, mapper="cpsat",
+                                     policy_preemption="ar-preempts-everything")
+    assert leases[1].first_start == week and leases[1].requeues == 0 and leases[1].end == week + 1000
+    assert leases[2].state is LeaseState.REJECTED

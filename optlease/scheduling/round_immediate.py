@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.scheduling import overheads as oh
+from optlease.scheduling.policies import AGING_HORIZON, ARPreemptsEverything
 from optlease.scheduling.records import MIGRATE, RR, Lease, NotSchedulable
 
 S = LeaseState
@@ -27,8 +28,9 @@ class ImmediateRoom:
         loses (node-seconds), the cheapest first (ties by id)."""
         sched, out = self.sched, []
         for lease in sched.leases.values():
-            if lease.kind is not LeaseKind.BEST_EFFORT or not lease.req.preemptible or not lease.vmrrs:
-                continue
+            if lease.kind is not LeaseKind.BEST_EFFORT or not lease.req.preemptible or not lease.vmrrs \
+                    or now - lease.req.arrival >= AGING_HORIZON:
+                continue    # (a lease older than the policy's aging horizon never gives way, as for an AR)
             vmrr = lease.last_vmrr()
             if lease.state in NOT_BEGUN:
                 # nothing of it has begun but a copy of its images (which holds no node)
@@ -48,9 +50,11 @@ class ImmediateRoom:
         """Admit an immediate lease by requeueing the cheapest requeueable work in its way (`_requeueable`), losing no
         more node-seconds of work than the lease asks for: the leases requeued, or None (nothing changed) where that
         work does not make room. None too with disk images managed (its transfers would have to be planned) and under
-        a preemption policy that preempts nothing."""
+        a preemption policy other than `ar-preempts-everything` (nothing preempted, or a policy of the user's, whose
+        rule for an immediate lease is not known)."""
         sched = self.sched
-        if lease.kind is not LeaseKind.IMMEDIATE or self.images is not None or not sched.policies.preemption_enabled:
+        if lease.kind is not LeaseKind.IMMEDIATE or self.images is not None \
+                or type(sched.policies.preemption) is not ARPreemptsEverything:
             return None
         # the cheapest work first, and never more work lost than the lease asks for: requeueing a wide run to admit
         # a few node-seconds would waste more of the site than it serves
@@ -69,9 +73,11 @@ class ImmediateRoom:
         held = [rr for other, out in taken if other in victims for rr in out]
         for rr in held:
             sched.table.remove(rr)
-        fits = self._fits(rrs)
-        for rr in held:
-            sched.table.add(rr)
+        try:
+            fits = self._fits(rrs)
+        finally:
+            for rr in held:
+                sched.table.add(rr)
         if not fits:
             return None
         for other in victims:
