@@ -325,7 +325,8 @@ def test_the_reports_name_every_change_with_its_new_value():
     changes = [lambda r: r.__setitem__("a", ("h1", "running")), lambda r: r.update(b=("h2", "running")),
                lambda r: r.update({"a": ("h1", "saved")}), lambda r: r.setdefault("c", ("h3", "running")),
                lambda r: r.pop("b"), lambda r: r.__delitem__("a"), lambda r: r.popitem(),
-               lambda r: r.update(d=("h1", "running"), e=("h2", "paused")), lambda r: r.clear()]
+               lambda r: r.update(d=("h1", "running"), e=("h2", "paused")), lambda r: r.__ior__({"f": ("h3", "saved")}),
+               lambda r: r.clear()]
     for change in changes:
         change(reports)
         follow()

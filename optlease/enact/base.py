@@ -105,6 +105,10 @@ class Reported(dict):
         self.changed.update(self)
         super().clear()
 
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
     def take_changes(self) -> set[str]:
         out, self.changed = self.changed, set()
         return out

@@ -92,8 +92,11 @@ class Enactment:
         `running()` each pass, and the changes the enactor names or the difference from the last pass's copy."""
         if self.indexed and _trusted(self.enactor, "running_delta", "running"):
             delta = self.enactor.running_delta()
-            if self._mirror is None:        # the first pass copies everything once
+            if self._mirror is None:
+                # the first pass copies everything once, after the delta was taken: the copy is as new as it
+                # (a change between the two is in both, and in the next delta again), so the delta is not applied
                 self._mirror = dict(self.enactor.running())
+                return self._mirror, set(delta)
             mirror = self._mirror
             for vm, where in delta.items():
                 if where is None:
