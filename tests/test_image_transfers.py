@@ -224,8 +224,9 @@ def test_without_images_managed_nothing_changes():
     assert "images" not in document(result)
 
 
-def every_lease_tried(reqs, prep, **opts):
-    """The run with every queued lease tried in full at every pass, as Haizea does (no skipping, no quick refusal)."""
+def every_lease_tried(runner, *args, **opts):
+    """`runner(*args, **opts)` with every queued lease tried in full at every pass, as Haizea does (no skipping, no
+    quick refusal)."""
     process_queue = LeaseScheduler.process_queue
 
     def every_lease(self, now):
@@ -236,8 +237,8 @@ def every_lease_tried(reqs, prep, **opts):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LeaseScheduler, "process_queue", every_lease)
         patch.setattr(LeaseScheduler, "room_now", lambda self, lease, now: True)
-        patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, now, t: True)
-        return run(reqs, prep, **opts)
+        patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, t, ways: True)
+        return runner(*args, **opts)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -248,7 +249,7 @@ def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, mig
     how its image can come, the ends before its earliest start), or that has no room as a whole when it could
     start: trying every lease in full at every step, as Haizea does, gives the same schedule."""
     skipping, _ = run(reqs, prep, migration=migration, backfilling=backfilling)
-    trying, _ = every_lease_tried(reqs, prep, migration=migration, backfilling=backfilling)
+    trying, _ = every_lease_tried(run, reqs, prep, migration=migration, backfilling=backfilling)
     assert document(skipping) == document(trying)
 
 
@@ -303,7 +304,7 @@ def test_a_suspended_lease_is_tried_again_when_the_link_it_waited_for_is_free():
             LeaseRequest(5, BE, 250, 600, (quarter,), preemptible=True, software=DiskImage("big.img", 4096))]
     prep = PreparationOptions("imagetransfer", mechanism="multicast", avoid_redundant=False)
     skipping, _ = run(reqs, prep, nodes=2, migration="yes", backfilling="aggressive")
-    trying, _ = every_lease_tried(reqs, prep, nodes=2, migration="yes", backfilling="aggressive")
+    trying, _ = every_lease_tried(run, reqs, prep, nodes=2, migration="yes", backfilling="aggressive")
     first = skipping.leases[0]
     assert [(h.kind, h.start) for h in first.held if h.kind in ("transfer", "migrate")] == [("migrate", 578)]
     assert first.held[2].mapping == {1: 2}
@@ -328,7 +329,7 @@ def test_a_suspended_lease_is_tried_again_after_any_end_though_its_resume_comes_
             LeaseRequest(9, AR, 540, 60, (quarter,), start=1290)]
     prep = PreparationOptions("imagetransfer", mechanism="unicast", avoid_redundant=False)
     skipping, _ = run(reqs, prep, nodes=3, migration="yes", backfilling="aggressive")
-    trying, _ = every_lease_tried(reqs, prep, nodes=3, migration="yes", backfilling="aggressive")
+    trying, _ = every_lease_tried(run, reqs, prep, nodes=3, migration="yes", backfilling="aggressive")
     assert [h.start for h in skipping.leases[5].held if h.kind == "migrate"][:1] == [1350]
     assert document(skipping) == document(trying)
 

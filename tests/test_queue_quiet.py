@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,10 +12,9 @@ from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.domain.site import Site
 from optlease.engine.simulator import Simulator
 from optlease.eventlog import EventLog
-from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from tests.test_image_transfers import IMAGES, ORIGIN, document, preparations
+from tests.test_image_transfers import IMAGES, ORIGIN, document, every_lease_tried, preparations
 
 QUARTER, HALF, WHOLE = {"CPU": 25, "Memory": 256}, {"CPU": 50, "Memory": 512}, {"CPU": 100, "Memory": 1024}
 
@@ -47,22 +45,6 @@ def run(reqs, prep, nodes: int, logged: bool, **opts):
     return document(Simulator(site, reqs, options, policies, log).run())
 
 
-def every_lease_tried(reqs, prep, nodes: int, **opts):
-    """The quiet run with every queued lease tried in full at every pass (no skipping, no quick refusal)."""
-    process_queue = LeaseScheduler.process_queue
-
-    def every_lease(self, now):
-        for lease in self.queue:
-            lease.cache.pop("failed", None)
-        return process_queue(self, now)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(LeaseScheduler, "process_queue", every_lease)
-        patch.setattr(LeaseScheduler, "room_now", lambda self, lease, now: True)
-        patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, now, t: True)
-        return run(reqs, prep, nodes, False, **opts)
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=workloads(), prep=preparations, migration=st.sampled_from(["no", "yes"]),
        backfilling=st.sampled_from(["off", "aggressive", "conservative"]), nodes=st.integers(2, 4))
@@ -70,4 +52,4 @@ def test_the_quiet_pass_decides_as_the_logged_pass_and_as_trying_every_lease(req
                                                                              nodes):
     quiet = run(reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
     assert quiet == run(reqs, prep, nodes, True, migration=migration, backfilling=backfilling)
-    assert quiet == every_lease_tried(reqs, prep, nodes, migration=migration, backfilling=backfilling)
+    assert quiet == every_lease_tried(run, reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
