@@ -19,18 +19,39 @@ MOSQUITTO = shutil.which("mosquitto") or next(
     (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if os.access(p, os.X_OK)), None)
 
 
+# each pytest-xdist worker (gw0, gw1, ...) draws from its own slice of 20000-31999, so two workers never hand out the
+# same port; a process never hands out one port twice, so a test that asks for two gets two
+_PORTS_LOW, _PORTS_HIGH = 20000, 32000
+_handed_out: set[int] = set()
+_rng = random.Random()
+
+
+def worker_ports() -> range:
+    """This test process's slice of the loopback ports the tests use (all of them without pytest-xdist)."""
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % count
+    size = (_PORTS_HIGH - _PORTS_LOW) // count
+    return range(_PORTS_LOW + index * size, _PORTS_LOW + (index + 1) * size)
+
+
 def free_port() -> int:
     """A loopback port free now, below the kernel's ephemeral range (32768 and up on Linux): a port the kernel hands
     out could be taken by any outgoing connection (a client of the broker, say) before the server binds it."""
+    ports = worker_ports()
+    if len(_handed_out) > len(ports) // 2:
+        _handed_out.clear()
     for _ in range(200):
-        port = random.randrange(20000, 32000)
+        port = _rng.choice(ports)
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
-    raise RuntimeError("no free loopback port between 20000 and 32000")
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {ports.start}..{ports.stop - 1}")
 
 
 class Mosquitto:
