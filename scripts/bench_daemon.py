@@ -107,7 +107,7 @@ def bench_fast(args) -> dict:
 
     mosquitto = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
     with tempfile.TemporaryDirectory() as tmp:
-        broker_port, port = free_port(), free_port()
+        broker_port, port = free_port(), 0   # (the API server's port: the one it gets, read back)
         (Path(tmp) / "m.conf").write_text(f"listener {broker_port} 127.0.0.1\nallow_anonymous true\n")
         procs = [subprocess.Popen([mosquitto, "-c", str(Path(tmp) / "m.conf")], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)]
@@ -157,6 +157,7 @@ def bench_fast(args) -> dict:
             cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
             manager = Manager(cfg)
             server = serve(manager, cfg)
+            port = server.server_address[1]
             before = sum(messages.values())
             startup = before - at_start      # `list vms` to every host and its answers
             start_counts = dict(messages)
@@ -312,7 +313,7 @@ def bench_scale(args) -> dict:
     from `--clients` clients (the client's create_lease call, p50/p95/max), and the leases listed: the `get_leases`
     call (the server writes every lease, the client reads them) and `optlease list-leases` as a user runs it."""
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
+        port = 0    # the API server takes a port of its own, read back once it listens (none taken meanwhile)
         text = daemon_config(port=port, persistence_file=str(Path(tmp) / "bench.db"),
                              resources=f"{args.hosts} CPU:100 Memory:1024", scheduling=SCHEDULING)
         cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
@@ -328,6 +329,7 @@ def bench_scale(args) -> dict:
                 costs.append(step_costs(manager, args.step_repeats))
         in_system = len(manager.sched.leases)
         server = serve(manager, cfg)
+        port = server.server_address[1]
         # this process's CPU while the clients (a process of their own) call: the daemon's work for the requests
         c0 = time.process_time()
         _, calls, failures, accepted_s = clients_process(port, args.requests, args.clients, SCALE_LEASE)
@@ -430,13 +432,14 @@ def main() -> None:
         return
     args.requests = args.requests or 1000
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
+        port = 0    # the API server takes a port of its own, read back once it listens (none taken meanwhile)
         db = str(Path(tmp) / "bench.db") if args.persistence == "file" else "none"
         text = daemon_config(port=port, persistence_file=db, resources=SIMULATED_SITE, scheduling=SCHEDULING)
         cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
         manager = Manager(cfg)
         preload_s = preload(manager, args.preload)
         server = serve(manager, cfg)
+        port = server.server_address[1]
         t0 = time.perf_counter()
         ids, _, failures, accepted_s = clients_process(port, args.requests, args.clients, LEASE)
         enactor = manager.enactor
