@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from optlease.engine.simulator import Simulator
 from optlease.eventlog import EventLog
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
+from optlease.scheduling.preparation import PreparationOptions
 from tests.test_image_transfers import IMAGES, ORIGIN, document, every_lease_tried, preparations
 
 QUARTER, HALF, WHOLE = {"CPU": 25, "Memory": 256}, {"CPU": 50, "Memory": 512}, {"CPU": 100, "Memory": 1024}
@@ -53,3 +55,21 @@ def test_the_quiet_pass_decides_as_the_logged_pass_and_as_trying_every_lease(req
     quiet = run(reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
     assert quiet == run(reqs, prep, nodes, True, migration=migration, backfilling=backfilling)
     assert quiet == every_lease_tried(run, reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
+
+
+@pytest.mark.parametrize("preparation", ["unmanaged", "imagetransfer"])
+def test_under_fcfs_the_head_is_tried_again_when_an_ar_begins(preparation):
+    """Found by the property above once it sampled FCFS. Lease 9 (a whole node and two quarters, 240 s) is requeued at
+    180 s for AR 1 (a quarter and a whole node from 240 s). Tried again at 180 s, the mapper puts it where the AR will
+    be and its run would be cut below its threshold: no place. At 240 s the AR has begun on its nodes, the mapper
+    places lease 9 beside it, and it runs; nothing ended in between (no room given back), so the queue must try its
+    head again at each instant under FCFS, as Haizea does."""
+    reqs = [LeaseRequest(1, LeaseKind.AR, 180, 60, (QUARTER, WHOLE), start=240),
+            *(LeaseRequest(i, LeaseKind.BEST_EFFORT, 0, 60, (QUARTER,)) for i in (2, 3, 4, 5, 6, 7, 8)),
+            LeaseRequest(9, LeaseKind.BEST_EFFORT, 0, 240, (QUARTER, WHOLE, QUARTER), preemptible=True),
+            LeaseRequest(10, LeaseKind.BEST_EFFORT, 0, 60, (QUARTER,))]
+    prep = PreparationOptions(preparation, bandwidth=10, mechanism="unicast", avoid_redundant=False)
+    quiet = run(reqs, prep, 4, False, migration="no", backfilling="off")
+    assert quiet == every_lease_tried(run, reqs, prep, 4, False, migration="no", backfilling="off")
+    runs = [r for r in next(lease for lease in quiet["leases"] if lease["id"] == 9)["reservations"] if r["kind"] == "vm"]
+    assert [(r["start"], r["end"]) for r in runs][-1] == ("2006-11-25T13:04:00", "2006-11-25T13:08:00")

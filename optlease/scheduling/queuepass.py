@@ -154,7 +154,7 @@ class QueuePass:
         up to that lease, in a plain loop with the site's free room read once. `whole`: the queue is whole (no
         lease was passed over or placed in this pass yet)."""
         table = self.table
-        key = (table.released, False)
+        key = (table.released, False, self._fcfs_instant(now))
         if whole and self._swept == (key, self._enqueued):
             return None     # no lease was queued and no room given back since no lease could start
         if table.is_full(now):
@@ -228,8 +228,15 @@ class QueuePass:
             return cls, found[0], (found[1], self._image_ways(lease) if found[2] else None)
         found = ready.get(PLAIN)
         if found is None:
-            found = ready[PLAIN] = (self._kept_key(PLAIN, (self.table.released, future)), None)
+            found = ready[PLAIN] = (self._kept_key(PLAIN, (self.table.released, future, self._fcfs_instant(now))),
+                                    None)
         return PLAIN, found[0], None
+
+    def _fcfs_instant(self, now: int) -> int | None:
+        """Under FCFS, the instant: the queue's head is tried again at every instant, since a reservation that
+        began since its last try (an AR that started) changes where the mapper places it, with no room given back
+        (once a lease per instant: the head alone is tried). None otherwise."""
+        return now if self.opts.backfilling == "off" else None
 
     def _image_attempt(self, cls, lease: Lease, now: int, future: bool) -> tuple[tuple, tuple | None]:
         """`_attempt`'s key and start for the leases of one image (and, unicast, one width) waiting in the queue."""
