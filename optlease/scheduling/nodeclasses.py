@@ -42,7 +42,7 @@ def fill(values: list, nodes, value) -> None:
 
 class NodeClasses:
     """The slot table's nodes by profile and by idleness (SlotTable sets the state: `profiles`, `empty`, `holders`,
-    `idle`, `busy`, `down`, `caps`, `rank`, `by_rank`, `site`)."""
+    `idle`, `busy`, `down`, `caps`, `rank`, `site`)."""
 
 
     def _groups(self, keys: dict) -> Iterable[list]:

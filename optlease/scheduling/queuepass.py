@@ -322,17 +322,9 @@ class QueuePass:
         return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
 
     def _window(self, lease: Lease) -> int:
-        """The window the site as a whole must have room over from a waiting lease's start (`VMScheduler.shape`),
-        kept with the run it was worked out for while no estimate learns from others' runs."""
-        suspended = lease.state in SUSPENDED
-        if self.vm.estimates.enabled:
-            return self.vm.shape(lease, suspended)[-1]
-        kept = lease.cache.get("window")
-        if kept is not None and kept[0] == lease.accumulated and kept[1] is suspended:
-            return kept[2]
-        window = self.vm.shape(lease, suspended)[-1]
-        lease.cache["window"] = (lease.accumulated, suspended, window)
-        return window
+        """The window the site as a whole must have room over from a waiting lease's start (`VMScheduler.shape`,
+        which keeps it while no estimate learns from others' runs)."""
+        return self.vm.shape(lease, lease.state in SUSPENDED)[-1]
 
     def _short_of_room(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether what this pass already found free on the site over the lease's window from `t`, or on the nodes

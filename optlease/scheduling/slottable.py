@@ -81,10 +81,8 @@ class SlotTable(NodeClasses, SlotQueries):
         self.types = site.resource_types
         self.zero: Vec = tuple(0 for _ in self.types)
         self.caps: dict[int, Vec] = {n: self.vector(site.capacity(n)) for n in site.node_ids}
+        # (one int object per node: the idle lists, and so a wide lease's mappings, point to these)
         self.nodes: list[int] = list(site.node_ids)
-        # the node of each rank, as one object each: the mappings of a wide lease's reservations point to these
-        # rather than each hold a copy of its nodes' ids
-        self.by_rank: list[int] = list(self.nodes)
         # Nodes with the same usage over time share one Profile (copy on write, SlotTable._change): a lease's VMs
         # booked on nodes alike change one profile, not one per node, and questions about them are answered once.
         # Every node with nothing booked has `empty`.
@@ -157,12 +155,11 @@ class SlotTable(NodeClasses, SlotQueries):
         # the reservation `cut` has just cut short and pruned at its new end (its `forget` then prunes nothing)
         self._pruned = None
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
-        # The nodes in planning whose profile is empty, by capacity (the `by_rank` objects in a sorted list: node
-        # ids grow with node order, and a wide lease takes and gives back runs of them at once), and the others
-        # (`busy`).
+        # The nodes in planning whose profile is empty, by capacity (sorted lists: node ids grow with node order,
+        # and a wide lease takes and gives back runs of them at once), and the others (`busy`).
         self.idle: dict[Vec, list[int]] = {}
         self.busy: set[int] = set()
-        for n in self.by_rank:
+        for n in self.nodes:
             self.idle.setdefault(self.caps[n], []).append(n)
 
     def nodes_in_order(self, nodes: Iterable[int]) -> list[int]:
