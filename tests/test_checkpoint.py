@@ -71,7 +71,7 @@ def test_a_checkpoint_drops_the_entries_it_covers_and_cpsat_replays_after_it(tmp
     for n, mins in [(4, 30), (3, 50), (1, 5), (2, 10)]:
         submit(m, BE.format(n=n, m=mins))
     run_until(m, 600)
-    m.write_checkpoint()
+    m.write_checkpoint(wait=True)
     db = sqlite3.connect(tmp_path / "state.db")
     assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 0
     assert db.execute("SELECT COUNT(*) FROM decisions").fetchone()[0] == 0
@@ -92,7 +92,7 @@ def forge(tmp_path, build=None, body=None):
     m = manager(tmp_path)
     submit(m, BE.format(n=1, m=5))
     m.step(0)
-    m.write_checkpoint()
+    m.write_checkpoint(wait=True)
     m.stop()
     db = sqlite3.connect(tmp_path / "state.db")
     if build is not None:

@@ -18,6 +18,7 @@ from optlease.enact.base import TaskOutcome
 from optlease.engine.daemon import Manager
 from optlease.engine.daemon_site import SimulatedEnactor
 from optlease.engine.lease_index import LeaseIndex
+from optlease.engine.loop import leases_on
 from optlease.engine.persist import Store
 from optlease.formats.config import parse_config
 
@@ -122,9 +123,17 @@ class NeverTellsOfHosts(Hosts):
         return super().hosts()
 
 
+class FilesOnlyTheFirstNode(LeaseIndex):
+    """An index that files each lease under the first node it names only: a host going silent misses leases."""
+
+    def _file(self, lease_id, nodes) -> None:
+        super()._file(lease_id, frozenset(sorted(nodes)[:1]))
+
+
 BROKEN = {"stale reports": {"enactor_class": LosesADelta}, "hosts never said to change": {"enactor_class":
           NeverTellsOfHosts}, "states after the change": {"index_class": RecordsTheNewState},
-          "cancellations not noted": {"index_class": ForgetsCancellations}}
+          "cancellations not noted": {"index_class": ForgetsCancellations},
+          "leases filed under one node": {"index_class": FilesOnlyTheFirstNode}}
 
 
 def make(tmp_path, name: str, indexed: bool, enactor_class=Hosts, index_class=LeaseIndex):
@@ -225,6 +234,9 @@ def stale(m: Manager) -> list[str]:
         out.append("the lease index is not the leases' states")
     if any(m.index.state_of.get(i) is not state for state, ids in m.index.with_state.items() for i in ids):
         out.append("the leases by state are not the leases' states")
+    for node in m.site.node_ids:
+        if {lease.id for lease in leases_on(m.sched, node)} - m.index.on_node.get(node, set()):
+            out.append(f"the leases on node {node} are not all filed under it")
     if m._mirror is not None:
         # the copy lags by the changes the next pass takes (the tasks the last pass sent)
         taken = lambda reports: {vm: w for vm, w in reports.items() if vm not in m.enactor._running.changed}  # noqa

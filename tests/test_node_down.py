@@ -296,7 +296,7 @@ def test_a_schema_5_journal_is_upgraded_and_takes_defer_events(tmp_path):
                                                     vms=({"CPU": 100},)), {}))
     assert store.load().events == [(0, "step", None), (5, "down", 3), (9, "defer", 4)]
     store.close()
-    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("6",)
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("7",)
 
 
 def test_a_host_never_heard_is_not_taken_down(tmp_path):

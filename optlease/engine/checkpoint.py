@@ -60,6 +60,14 @@ def fingerprint() -> str:
 
 def dump(manager) -> bytes:
     """The manager's live half (lock held)."""
+    buf = io.BytesIO()
+    dump_to(manager, buf)
+    return buf.getvalue()
+
+
+def dump_to(manager, out) -> None:
+    """The manager's live half, pickled into `out` (a file: a forked child writes it there, engine.checkpoint_fork;
+    else the lock is held)."""
     sched, stepper = manager.sched, manager.stepper
     given = _given(manager)
     finished = {lease.id for lease in manager.all.values() if lease.state in FINISHED}
@@ -71,9 +79,7 @@ def dump(manager) -> bytes:
         "live": [lease for lease in manager.all.values() if lease.id not in finished],
         "last_t": manager.last_t,
     }
-    buf = io.BytesIO()
-    _Dumper(buf, given, finished).dump(state)
-    return buf.getvalue()
+    _Dumper(out, given, finished).dump(state)
 
 
 def load(manager, body: bytes, ids: list[int], finished_lease) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.enact.base import TaskOutcome, parse_vm_name
 from optlease.engine.atomic import Stopped
-from optlease.engine.loop import leases_on, node_down, node_up
+from optlease.engine.loop import leases_on, node_down, node_up, on_node
 from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, reconcile
 from optlease.scheduling.records import Lease
 
@@ -55,12 +55,16 @@ class Enactment:
         if only_on_news and not self._dirty and not outcomes and not moved and not self._unsettled \
                 and (alive, down) == self._last_hosts and not reported:
             return
-        # Only VMs whose plan or report changed, or that differed last time, can differ now, unless hosts came
-        # or went (then every VM is looked at).
-        if (alive, down) != self._last_hosts:
+        # Only VMs whose plan or report changed, or that differed last time, can differ now, and when hosts came
+        # or went, those reported or planned on them (walking: every VM).
+        if (alive, down) != self._last_hosts and (not self.indexed or not self._last_hosts):
             candidates = set(running) | set(self.view.desired)
         else:
             candidates = moved | self._unsettled | reported
+            if (alive, down) != self._last_hosts:
+                came_or_went = (alive ^ self._last_hosts[0]) | (down ^ self._last_hosts[1])
+                candidates.update(vm for vm, _ in self._reports.on(came_or_went, running))
+                candidates.update(vm for host in came_or_went for vm in self.view.on_host.get(host, ()))
         self._dirty, self._last_hosts = False, (alive, down)
         differ = self._differing(candidates, running, alive, down)
         self._unsettled = differ
@@ -174,10 +178,20 @@ class Enactment:
             if self.stopping.is_set():
                 break
             try:
+                if self._child is not None:
+                    self._collect()
                 with self.lock, self._atomic("enactment"):
                     self._enact(only_on_news=True)
             except Stopped:
                 break
+
+    def _collect(self) -> None:
+        """Commit a checkpoint whose child is done (outside the manager's lock: requests go on meanwhile). What
+        it raises beyond a failed checkpoint (a bug) stops the daemon."""
+        try:
+            self.collect_checkpoint()
+        except Exception as exc:  # noqa: BLE001
+            self._die(f"the checkpoint failed: {type(exc).__name__}: {exc}")
 
     def _say(self, line: str) -> None:
         """A log line said once (a pass repeats itself until things change)."""
@@ -235,7 +249,7 @@ class Enactment:
     def _node_down(self, node: int, name: str, why: str) -> None:
         t = self.last_t
         self.log.now = t
-        victims = leases_on(self.sched, node)
+        victims = self._leases_on(node)
         self.log.status("ENACT", f"host {name} is down ({why}): node {node} leaves planning; "
                                  f"{len(victims)} leases to replan")
         for lease in victims:
@@ -245,6 +259,16 @@ class Enactment:
         node_down(self.sched, node, t)
         self.store.add_node_event(t, "down", node)
         self.wake.set()
+
+    def _leases_on(self, node: int) -> list[Lease]:
+        """The leases in the system that a node going down takes with it, in id order. Indexed, those the lease
+        index files under the node (after the changes since the last pass), filtered; else a walk over all."""
+        if not self.indexed:
+            return leases_on(self.sched, node)
+        leases = self.sched.leases
+        self.index.note(self.sched.table.changed, leases)
+        found = (leases.get(i) for i in sorted(self.index.on_node.get(node, ())))
+        return [lease for lease in found if lease is not None and on_node(lease, node)]
 
     def _node_up(self, node: int, name: str) -> None:
         t = self.last_t

@@ -1,13 +1,14 @@
 """The daemon's durable state: SQLite in WAL mode at `[general] persistence-file` (`none`: in memory).
 
-Six tables. `requests` holds every accepted request (its JSON, and the XML it came as); `events` is the ordered
+Seven tables. `requests` holds every accepted request (its JSON, and the XML it came as); `events` is the ordered
 journal of what changed the scheduler (a request arriving, a cancellation, a scheduling step at an instant,
 enactment failing or requeueing a lease, and a node going `down` when its host went silent or coming back `up`;
 the leases a node took down with it are journaled first, as their own `fail` and `requeue` events);
 `decisions` holds what a step's round model decided (`mapper: cpsat`), in the order the step asked, so that a
 replay takes the same decisions instead of solving again; `leases` and `reservations` hold every lease's state,
 progress and planned reservations as of the last step; `checkpoints` holds at most one checkpoint of the live
-state (engine.checkpoint), written in the transaction that drops the journal entries it covers.
+state (engine.checkpoint), written in the transaction that drops the journal entries it covers, and
+`checkpoint_parts` its bytes, written ahead of it in parts when a forked child wrote it (engine.checkpoint_fork).
 Each write is one transaction, committed before the daemon acknowledges anything that depends on it.
 
 On restart the daemon replays the journal into a fresh LeaseScheduler (the scheduler is deterministic given the
@@ -28,9 +29,10 @@ from optlease.errors import InputError
 from optlease.scheduling.records import Lease
 
 # 2: enactment's `fail` and `requeue` events; 3: a node going `down` and coming `up`; 4: the rounds' decisions;
-# 5: checkpoints; 6: catch-up's `defer` events
-SCHEMA_VERSION = "6"
-TABLES = {"meta", "requests", "events", "leases", "reservations", "decisions", "checkpoints"}
+# 5: checkpoints; 6: catch-up's `defer` events; 7: checkpoints written in parts
+SCHEMA_VERSION = "7"
+TABLES = {"meta", "requests", "events", "leases", "reservations", "decisions", "checkpoints", "checkpoint_parts"}
+PART = 1 << 20      # bytes of a checkpoint written in one transaction (other writers go between two)
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, arrival INTEGER NOT NULL, body TEXT NOT NULL,
@@ -49,6 +51,8 @@ CREATE TABLE IF NOT EXISTS decisions (seq INTEGER NOT NULL, n INTEGER NOT NULL, 
                                       PRIMARY KEY (seq, n));
 CREATE TABLE IF NOT EXISTS checkpoints (seq INTEGER PRIMARY KEY, last_id INTEGER NOT NULL, build TEXT NOT NULL,
                                         body BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoint_parts (seq INTEGER NOT NULL, n INTEGER NOT NULL, body BLOB NOT NULL,
+                                             PRIMARY KEY (seq, n));
 """
 
 
@@ -110,6 +114,7 @@ class Checkpoint:
     last_id: int      # the last request it covers
     build: str        # the build that wrote it (engine.checkpoint.fingerprint)
     body: bytes
+    sealed: bool = False      # the pickle is followed by its size and digest (engine.checkpoint_fork.unseal)
 
 
 class Store:
@@ -150,7 +155,7 @@ class Store:
         row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() if tables else None
         if tables and row is None:
             raise StoreError("not an optlease persistence file (no schema version)", self.path)
-        if row is not None and row[0] not in ("2", "3", "4", "5", SCHEMA_VERSION):
+        if row is not None and row[0] not in ("2", "3", "4", "5", "6", SCHEMA_VERSION):
             raise StoreError(f"persistence file has schema {row[0]}, this optlease writes {SCHEMA_VERSION}",
                              self.path)
         if self.path:
@@ -160,8 +165,8 @@ class Store:
         if row is None:
             db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
         elif row[0] != SCHEMA_VERSION:
-            # 4 -> 5 -> 6: the decisions and checkpoints tables (created above) and the `defer` kind; 2 -> 3: the
-            # `down` and `up` kinds and the node column
+            # 4 -> 5 -> 6 -> 7: the decisions, checkpoints and checkpoint_parts tables (created above) and the
+            # `defer` kind; 2 -> 3: the `down` and `up` kinds and the node column
             self._upgrade_events("seq, t, kind, lease_id" + (", node" if row[0] != "2" else ""))
 
     def _upgrade_events(self, columns: str) -> None:
@@ -192,6 +197,11 @@ class Store:
             events = [(t, kind, lid if node is None else node) for _, t, kind, lid, node in rows]
             cp = db.execute("SELECT seq, last_id, build, body FROM checkpoints ORDER BY seq DESC LIMIT 1").fetchone()
             checkpoint = None if cp is None else Checkpoint(cp[0], cp[1], cp[2], bytes(cp[3]))
+            if checkpoint is not None and not checkpoint.body:
+                # written in parts (sealed: its size and digest follow the pickle)
+                checkpoint.body = b"".join(bytes(part) for (part,) in db.execute(
+                    "SELECT body FROM checkpoint_parts WHERE seq=? ORDER BY n", (checkpoint.seq,)))
+                checkpoint.sealed = True
             states = dict(db.execute("SELECT id, state FROM leases"))
             reasons = dict(db.execute("SELECT id, reason FROM leases"))
             decisions: dict[int, list] = {}
@@ -271,19 +281,34 @@ class Store:
                                 [(seq, n, body) for n, body in enumerate(decisions)])
             self._write_leases(leases)
 
-    def add_checkpoint(self, last_id: int, build: str, body: bytes) -> int:
-        """A checkpoint of the state after every journal entry so far, and those entries dropped, in one
-        transaction: a restart finds the old entries or the checkpoint that replaces them, never neither. How many
-        entries it dropped."""
+    def last_seq(self) -> int | None:
+        """The last journal entry (None: the journal is empty)."""
+        with self.lock:
+            return self.db.execute("SELECT MAX(seq) FROM events").fetchone()[0]
+
+    def stage_checkpoint(self, seq: int, sealed: bytes) -> None:
+        """A checkpoint's bytes (sealed), written ahead of `add_checkpoint` in parts of PART bytes, each part its
+        own transaction, so that no request waits for all of them. Parts that no checkpoint row names are
+        ignored by a restart and dropped by the next checkpoint."""
+        view = memoryview(sealed)
         with self._tx():
-            seq = self.db.execute("SELECT MAX(seq) FROM events").fetchone()[0]
-            if seq is None:
-                return 0
+            self.db.execute("DELETE FROM checkpoint_parts WHERE seq = ?", (seq,))
+        for n, at in enumerate(range(0, len(view), PART)):
+            with self._tx():
+                self.db.execute("INSERT INTO checkpoint_parts VALUES (?, ?, ?)", (seq, n, view[at:at + PART]))
+
+    def add_checkpoint(self, seq: int, last_id: int, build: str, body: bytes = b"") -> int:
+        """A checkpoint of the state after journal entry `seq` (and request `last_id`), and the entries up to it
+        dropped, in one transaction: a restart finds the old entries or the checkpoint that replaces them, never
+        neither. `body`: the pickle, or empty when it was staged in parts (`stage_checkpoint`). How many entries
+        it dropped."""
+        with self._tx():
             self.db.execute("DELETE FROM checkpoints")
+            self.db.execute("DELETE FROM checkpoint_parts WHERE seq != ?", (-1 if body else seq,))
             self.db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?)", (seq, last_id, build, body))
             dropped = self.db.execute("DELETE FROM events WHERE seq <= ?", (seq,)).rowcount
             self.db.execute("DELETE FROM decisions WHERE seq <= ?", (seq,))
-        self.entries = 0
+            self.entries -= dropped
         return dropped
 
     def remember(self, leases: list[Lease]) -> None:

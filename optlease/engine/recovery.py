@@ -17,7 +17,7 @@ import gc
 import time
 
 from optlease.domain.lease import LeaseKind, LeaseState
-from optlease.engine import checkpoint
+from optlease.engine import checkpoint, checkpoint_fork
 from optlease.engine.loop import node_down, node_up
 from optlease.engine.persist import Journal, StoreError
 from optlease.formats.timefmt import format_duration
@@ -88,7 +88,8 @@ class Recovery:
 
         done: dict = {}
         try:
-            checkpoint.load(self, cp.body, sorted(i for i in journal.requests if i <= cp.last_id), finished)
+            body = checkpoint_fork.unseal(cp.body) if cp.sealed else cp.body
+            checkpoint.load(self, body, sorted(i for i in journal.requests if i <= cp.last_id), finished)
         except checkpoint.CheckpointError as exc:
             raise StoreError(f"its checkpoint (journal entry {cp.seq}) is not one optlease wrote: {exc}",
                              self.store.path) from None
