@@ -35,7 +35,9 @@ from pathlib import Path
 
 from optlease.enact import fast
 from optlease.engine.api import make_server, parse_lease_xml
+from optlease.engine import checkpoint
 from optlease.engine.daemon import Manager
+from optlease.engine.daemon_site import SimulatedEnactor, site_from_config
 from optlease.formats.config import parse_config
 from optlease.formats.daemon_config import daemon_config, fast_daemon_config
 
@@ -69,28 +71,30 @@ def _call_from(port: int, requests: int, clients: int, lease: str, out) -> None:
     local = threading.local()
     failures: list[str] = []
 
-    def submit(_: int) -> tuple[int, float] | None:
+    def submit(_: int) -> tuple[int, float, float] | None:
         local.proxy = getattr(local, "proxy", None) or xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}")
-        began = time.perf_counter()
+        began, at = time.perf_counter(), time.time()
         try:
             lease_id = local.proxy.create_lease(lease)
         except (OSError, xmlrpc.client.Error) as exc:
             failures.append(type(exc).__name__)
             local.__dict__.pop("proxy", None)
             return None
-        return lease_id, time.perf_counter() - began
+        return lease_id, time.perf_counter() - began, at
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         done = [r for r in pool.map(submit, range(requests)) if r is not None]
-    out.send(([i for i, _ in done], [c for _, c in done], failures, time.perf_counter() - t0))
+    out.send(([i for i, _, _ in done], [c for _, c, _ in done], failures, time.perf_counter() - t0,
+              [a for _, _, a in done]))
     out.close()
 
 
 def clients_process(port: int, requests: int, clients: int, lease: str) -> tuple:
     """The clients in a process of their own, as users' are: their XML-RPC work does not compete with the daemon
     for its interpreter lock (threads in the daemon's process would, and would be measured as the daemon's).
-    (lease ids, seconds per call, failures, seconds all the calls took, from the clients' side)."""
+    (lease ids, seconds per call, failures, seconds all the calls took, from the clients' side, when each call
+    began: time.time())."""
     ctx = multiprocessing.get_context("spawn")      # not fork: this process runs threads
     mine, theirs = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_call_from, args=(port, requests, clients, lease, theirs))
@@ -286,10 +290,12 @@ def step_costs(manager: Manager, repeats: int) -> dict:
         with manager.lock:
             manager._enact(only_on_news=True)
 
-    # a checkpoint first (CPU reported): no step measured below writes one (every 10,000 journal entries)
+    # a checkpoint first (the daemon's own CPU reported: all of it inline; forked, the fork and the commit, the
+    # child's CPU apart): no step measured below writes one (every 10,000 journal entries)
     c0 = time.process_time()
-    manager.write_checkpoint()
-    out = {"leases_in_system": len(manager.sched.leases), "checkpoint_cpu_s": round(time.process_time() - c0, 2)}
+    manager.write_checkpoint(wait=True)
+    out = {"leases_in_system": len(manager.sched.leases), "checkpoint_cpu_s": round(time.process_time() - c0, 2),
+           "checkpoint": {k: v for k, v in manager.checkpoint_stats.items() if not k.endswith("_at")}}
     # first at new instants: the fill's last instant starts thousands of leases, which a step at that instant
     # filters again (the slot table's leases starting there); the steps below are at the last of these instants
     late_by(0)
@@ -301,9 +307,63 @@ def step_costs(manager: Manager, repeats: int) -> dict:
     late_by(10)
     out["late_step_nothing_new_ms"] = _cpu_ms(lambda: manager.step(manager.last_t), repeats)
     out["idle_enactment_pass_ms"] = _cpu_ms(idle_pass, repeats)
+    out.update(host_silent(manager))
     clock.epoch = epoch
     manager.store.db.execute("PRAGMA synchronous=FULL")
     return out
+
+
+class SilencingEnactor(SimulatedEnactor):
+    """Simulated hosts, one of which the benchmark can make go silent (as an agent that stops beating)."""
+
+    def __init__(self, site) -> None:
+        super().__init__(site)
+        self.silent: set[str] = set()
+        self.version = 0
+
+    def hosts(self):
+        return {name: replace(info, alive=name not in self.silent) for name, info in super().hosts().items()}
+
+    def hosts_version(self) -> int:
+        return self.version
+
+
+def host_silent(manager: Manager) -> dict:
+    """CPU of the enactment pass that finds a host gone silent (its node leaves planning, its leases are requeued
+    and journaled) and of the pass that finds it back; the host of node 1 (about in-system / hosts leases)."""
+    enactor, name = manager.enactor, manager.host_names[0]
+    enactor.simulated = False           # hosts can go silent: the daemon watches them
+    out = {}
+    for key, silent in (("host_down_pass_ms", True), ("host_back_pass_ms", False)):
+        (enactor.silent.add if silent else enactor.silent.discard)(name)
+        enactor.version += 1
+        with manager.lock:
+            c0 = time.process_time()
+            manager._enact()
+            out[key] = round(1000 * (time.process_time() - c0), 3)
+    enactor.simulated = True
+    return out
+
+
+def during_checkpoint(manager: Manager, port: int, args) -> dict:
+    """create_lease while the daemon writes a checkpoint: the checkpoint is due at the next step (as after
+    CHECKPOINT_EVERY journal entries), and bursts of `--requests` calls go on until it is committed; the calls
+    that overlapped it (from the clients' side), and what it cost the daemon."""
+    manager.store.entries = max(manager.store.entries, checkpoint.CHECKPOINT_EVERY)
+    calls, bursts = [], 0
+    while bursts < 50:
+        _, took, _, _, began = clients_process(port, args.requests, args.clients, SCALE_LEASE)
+        calls += zip(began, took)
+        bursts += 1
+        stats = manager.checkpoint_stats
+        if "ended_at" in stats and stats["began_at"] >= calls[0][0]:
+            break
+    stats = dict(manager.checkpoint_stats)
+    during = sorted(d for at, d in calls if at <= stats.get("ended_at", 0) and at + d >= stats.get("began_at", 0))
+    return {"bursts": bursts, "calls_during_checkpoint": len(during),
+            "create_lease_during_checkpoint_ms": _percentiles(during),
+            "checkpoint_s": round(stats.get("ended_at", 0) - stats.get("began_at", 0), 2),
+            "checkpoint": {k: v for k, v in stats.items() if not k.endswith("_at")}}
 
 
 def bench_scale(args) -> dict:
@@ -317,7 +377,8 @@ def bench_scale(args) -> dict:
         text = daemon_config(port=port, persistence_file=str(Path(tmp) / "bench.db"),
                              resources=f"{args.hosts} CPU:100 Memory:1024", scheduling=SCHEDULING)
         cfg = parse_config(text, str(Path(tmp) / "bench.conf"), Path(tmp))
-        manager = Manager(cfg, indexed=not args.unindexed)
+        manager = Manager(cfg, enactor=SilencingEnactor(site_from_config(cfg)), indexed=not args.unindexed,
+                          forked_checkpoints=not args.inline_checkpoint)
         preload_s = preload_cpu_s = 0.0
         costs = []
         stages = sorted({n for n in args.step_at if n < args.in_system} | {args.in_system}) \
@@ -332,8 +393,9 @@ def bench_scale(args) -> dict:
         port = server.server_address[1]
         # this process's CPU while the clients (a process of their own) call: the daemon's work for the requests
         c0 = time.process_time()
-        _, calls, failures, accepted_s = clients_process(port, args.requests, args.clients, SCALE_LEASE)
+        _, calls, failures, accepted_s, _ = clients_process(port, args.requests, args.clients, SCALE_LEASE)
         requests_cpu_s = time.process_time() - c0
+        checkpointing = during_checkpoint(manager, port, args) if args.checkpoint_during else None
         calls.sort()
         t0 = time.perf_counter()
         listed = len(xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}").get_leases())
@@ -352,8 +414,10 @@ def bench_scale(args) -> dict:
         manager.stop()
     # how each median grew from the fewest leases measured to the most (flat: about 1; at most 2 to pass)
     growth = {key: round(costs[-1][key]["median"] / max(costs[0][key]["median"], 1e-6), 2)
-              for key in costs[0] if key.endswith("_ms")} if len(costs) > 1 else {}
+              for key in costs[0] if isinstance(costs[0][key], dict) and "median" in costs[0][key]} \
+        if len(costs) > 1 else {}
     return {"mode": "scale", "hosts": args.hosts, "indexed": not args.unindexed, "leases_in_system": in_system,
+            "checkpoints": "inline" if args.inline_checkpoint else "forked", "while_checkpointing": checkpointing,
             "step_costs": costs, "step_cost_growth_most_over_fewest_leases": growth,
             "preload_s": round(preload_s, 1),
             "preload_cpu_s": round(preload_cpu_s, 1), "fill_batch": args.fill_batch,
@@ -419,6 +483,10 @@ def main() -> None:
     parser.add_argument("--unindexed", action="store_true",
                         help="mode scale: the daemon walking every lease and host at each step and pass (the "
                              "reference the indexes are compared with)")
+    parser.add_argument("--inline-checkpoint", action="store_true",
+                        help="mode scale: checkpoints pickled in the daemon's turn (as before), not by a forked child")
+    parser.add_argument("--checkpoint-during", type=int, choices=(0, 1), default=1,
+                        help="mode scale: 1 (default) measures create_lease while a checkpoint is written")
     args = parser.parse_args()
     if args.mode == "scale":
         if args.step_at is None:
@@ -441,7 +509,7 @@ def main() -> None:
         server = serve(manager, cfg)
         port = server.server_address[1]
         t0 = time.perf_counter()
-        ids, _, failures, accepted_s = clients_process(port, args.requests, args.clients, LEASE)
+        ids, _, failures, accepted_s, _ = clients_process(port, args.requests, args.clients, LEASE)
         enactor = manager.enactor
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not all(f"lease-{i}-vm-1" in enactor.started_at for i in ids):

@@ -300,7 +300,7 @@ class Manager(Atomic, Intake, Recovery, Enactment):
         done (`wait`: at once). One at a time: while a child writes, this does nothing."""
         if self._child is not None:
             return
-        began, cpu = time.perf_counter(), time.process_time()
+        began, cpu, at = time.perf_counter(), time.process_time(), time.time()
         with nullcontext() if holding_turn else self._no_batch(), self._intake:   # it holds every committed request
             seq = self.store.last_seq()
             if seq is None:
@@ -312,12 +312,13 @@ class Manager(Atomic, Intake, Recovery, Enactment):
                 body = checkpoint.dump(self)
                 dropped = self.store.add_checkpoint(seq, self._last_id, checkpoint.fingerprint(), body)
         if self._child is not None:
-            self.checkpoint_stats = {"fork_ms": round(1000 * self._child.fork_s, 2),
+            self.checkpoint_stats = {"began_at": at, "fork_ms": round(1000 * self._child.fork_s, 2),
                                      "fork_cpu_ms": round(1000 * (time.process_time() - cpu), 2)}
             if wait:
                 self.collect_checkpoint(wait=True)
             return
-        self.checkpoint_stats = {"inline_s": round(time.perf_counter() - began, 3),
+        self.checkpoint_stats = {"began_at": at, "ended_at": time.time(),
+                                 "inline_s": round(time.perf_counter() - began, 3),
                                  "inline_cpu_s": round(time.process_time() - cpu, 3), "bytes": len(body)}
         self.log.status("RM", f"checkpoint of {len(self.sched.leases) + len(self.inbox)} leases in the system "
                               f"({len(body) // 1024} KiB) replaces {dropped} journal entries, in "
@@ -360,7 +361,7 @@ class Manager(Atomic, Intake, Recovery, Enactment):
                 commit = time.perf_counter() - began
                 self.checkpoint_stats.update(child_cpu_s=round(child_cpu, 3), commit_ms=round(1000 * commit, 2),
                                              commit_cpu_ms=round(1000 * (time.process_time() - cpu), 2),
-                                             bytes=len(data))
+                                             bytes=len(data), ended_at=time.time())
                 line = (f"checkpoint of {child.leases} leases in the system ({len(data) // 1024} KiB) replaces "
                         f"{dropped} journal entries: written by a child in {child_cpu:.2f} s of its CPU, the "
                         f"daemon paused {1000 * child.fork_s:.0f} ms to fork it and took {commit:.2f} s to commit it")
