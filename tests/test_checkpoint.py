@@ -1,23 +1,30 @@
 """Checkpoints: a restart from a checkpoint and the journal after it is the restart from the whole journal, and the
 runs that follow decide the same; the entries a checkpoint covers are gone; a checkpoint this build did not write,
-or one holding anything but scheduler records, is refused in one line."""
+or one holding anything but scheduler records, is refused in one line. Checkpoints are written by a forked child
+(engine.checkpoint_fork), real processes and SQLite files: one committed after the journal went on covers what its
+image holds and no more; a child that dies, or a file cut short or corrupt, leaves the journal as it was."""
 from __future__ import annotations
 
+import io
+import os
 import pickle
+import random
+import signal
 import sqlite3
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from optlease.engine import checkpoint, checkpoint_fork
 from optlease.engine.daemon import Manager
-from optlease.engine.persist import StoreError
+from optlease.engine.persist import Store, StoreError
 from optlease.formats.config import parse_config
 from test_persist import BE, CONF, CPSAT, apply_ops, plan_of, run_until, states, submit
 
 
 def manager(folder, conf=CONF):
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     m = Manager(parse_config(conf.format(db="state.db"), str(folder / "d.conf"), folder))
     m.clock.now = lambda: 0     # arrivals at the last step: both runs see the same instants
     return m
@@ -50,13 +57,18 @@ def test_a_restart_after_checkpoints_is_the_restart_without_them(tmp_path_factor
     a, b = manager(tmp / "a"), manager(tmp / "b")
     apply_ops(a, ops, checkpoints=True)
     apply_ops(b, ops, checkpoints=False)
+    assert a.collect_checkpoint(wait=True)      # the last child forked, committed (the others at later steps)
     assert picture(a) == picture(b)
     a.stop(), b.stop()
     a, b = manager(tmp / "a"), manager(tmp / "b")
+    asked = [i for i, op in enumerate(ops) if op[0] in ("be", "ar", "now")]
+    if asked and ("checkpoint",) in ops[asked[0] + 1:]:     # one after a journal entry: a child wrote it
+        assert any(n.startswith("checkpoint at journal entry") for n in a.notes), a.notes
     assert picture(a) == picture(b)
     assert not [n for n in a.notes if "recorded as" in n], a.notes
     apply_ops(a, more + [("checkpoint",), ("step", 600)], checkpoints=True)
     apply_ops(b, more + [("checkpoint",), ("step", 600)], checkpoints=False)
+    assert a.collect_checkpoint(wait=True)
     assert picture(a) == picture(b)
     a.stop(), b.stop()
     a, b = manager(tmp / "a"), manager(tmp / "b")
@@ -106,6 +118,176 @@ class Evil:
     def __reduce__(self):
         import os
         return (os.system, ("true",))
+
+
+def random_ops(rng: random.Random, n: int) -> list[tuple]:
+    """Requests of every kind, cancellations and steps (OPS's alphabet), ending with a request and a step."""
+    ops = []
+    for _ in range(n):
+        what = rng.choice(("be", "be", "ar", "now", "cancel", "step", "step"))
+        if what == "cancel":
+            ops.append(("cancel", rng.randint(1, 30)))
+        elif what == "step":
+            ops.append(("step", rng.randint(0, 1800)))
+        else:
+            ops.append((what, rng.randint(1, 4), rng.randint(1, 40)) + ((rng.randint(1, 59),) if what == "ar" else ()))
+    return ops + [("be", 2, 20), ("step", 60)]
+
+
+def later_commit(tmp, seed: int, broken: bool = False, monkeypatch=None):
+    """A checkpoint forked after `first` ops and committed only after `then` ops more, against a daemon without
+    checkpoints: (the pictures after a restart of each, or None when the one with the checkpoint refuses to start,
+    the checkpoint's journal position and the last entry). `broken`: the commit claims the whole journal so far
+    instead of what the child's image holds."""
+    rng = random.Random(seed)
+    first, then = random_ops(rng, 12), random_ops(rng, 8)
+    a, b = manager(tmp / "a"), manager(tmp / "b")
+    if broken:
+        monkeypatch.setattr(a.store, "add_checkpoint",
+                            lambda seq, *rest, **kw: Store.add_checkpoint(a.store, a.store.last_seq(), *rest, **kw))
+    apply_ops(a, first)
+    apply_ops(b, first)
+    with a._collecting:         # the daemon commits the child's file only after the journal went on
+        a.write_checkpoint()
+        apply_ops(a, then)
+    apply_ops(b, then)
+    assert a.collect_checkpoint(wait=True)
+    assert picture(a) == picture(b)
+    db = sqlite3.connect(tmp / "a" / "state.db")
+    covered, last = db.execute("SELECT seq FROM checkpoints").fetchone()[0], db.execute(
+        "SELECT MAX(seq) FROM events").fetchone()[0]
+    a.stop(), b.stop()
+    try:
+        again = restarted(tmp / "a")
+    except StoreError:
+        again = None
+    return again, restarted(tmp / "b"), covered, last
+
+
+def restarted(folder):
+    """What a restart of the daemon in `folder` pictures."""
+    m = manager(folder)
+    try:
+        return picture(m)
+    finally:
+        m.stop()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_checkpoint_committed_after_the_journal_went_on_covers_what_its_image_holds(tmp_path, seed):
+    """The child's image is the state after the journal entry at which it was forked; the entries journaled while
+    it wrote stay, and a restart replays them after it: the state of the daemon that never checkpointed."""
+    again, reference, covered, last = later_commit(tmp_path, seed)
+    assert covered < last
+    assert again == reference
+
+
+def test_a_commit_that_claims_the_entries_journaled_after_the_fork_is_caught(tmp_path, monkeypatch):
+    """The comparison can fail: a checkpoint committed as covering the whole journal at its commit (entries its
+    image does not hold dropped) restarts to another state, or not at all."""
+    outcomes = [later_commit(tmp_path / str(seed), seed, broken=True, monkeypatch=monkeypatch)
+                for seed in range(4)]
+    assert all(again != reference for again, reference, _, _ in outcomes)
+
+
+def dies(real):
+    def dump_to(manager, out):
+        out.write(b"half a checkpoint")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return dump_to
+
+
+def cut_short(real):
+    def dump_to(manager, out):
+        real(manager, out)
+        out.out.flush()
+        out.out.seek(out.size // 2)
+        out.out.truncate()
+    return dump_to
+
+
+def corrupt(real):
+    def dump_to(manager, out):
+        real(manager, out)
+        out.out.flush()
+        fd, at = out.out.fileno(), out.size // 2
+        os.pwrite(fd, bytes([os.pread(fd, 1, at)[0] ^ 0xFF]), at)
+    return dump_to
+
+
+@pytest.mark.parametrize("breaks, said", [(dies, "killed by signal 9"), (cut_short, "truncated"),
+                                          (corrupt, "corrupt")], ids=["child dies", "cut short", "corrupt"])
+def test_a_checkpoint_that_fails_leaves_the_journal_and_the_daemon_restarts_from_it(tmp_path, monkeypatch, breaks,
+                                                                                     said):
+    """A child killed while it writes, or a file that is not what it wrote (cut short, a byte flipped): one line
+    in the log, no checkpoint, every journal entry kept; the daemon goes on, writes the next checkpoint, and
+    restarts to the state of a daemon that never checkpointed."""
+    rng = random.Random(7)
+    first, then = random_ops(rng, 15), random_ops(rng, 6)
+    a, b = manager(tmp_path / "a"), manager(tmp_path / "b")
+    log = io.StringIO()
+    a._set_log(log)
+    apply_ops(a, first)
+    apply_ops(b, first)
+    entries = a.store.entries
+    monkeypatch.setattr(checkpoint, "dump_to", breaks(checkpoint.dump_to))
+    a.write_checkpoint(wait=True)
+    monkeypatch.undo()
+    line = [line for line in log.getvalue().splitlines() if "abandoned" in line]
+    assert len(line) == 1 and said in line[0] and "the journal stays as it was" in line[0], log.getvalue()[-500:]
+    db = sqlite3.connect(tmp_path / "a" / "state.db")
+    assert db.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] == 0
+    assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == entries == a.store.entries
+    a.stop(), b.stop()
+    a, b = manager(tmp_path / "a"), manager(tmp_path / "b")
+    assert picture(a) == picture(b)
+    apply_ops(a, then + [("checkpoint",), ("step", 60)], checkpoints=True)
+    apply_ops(b, then + [("checkpoint",), ("step", 60)])
+    assert a.collect_checkpoint(wait=True)
+    assert db.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] == 1
+    a.stop(), b.stop()
+    assert restarted(tmp_path / "a") == restarted(tmp_path / "b")
+
+
+def sealed(body: bytes) -> bytes:
+    return body + checkpoint_fork.TRAILER.pack(len(body), checkpoint_fork.hashlib.blake2b(body, digest_size=32).digest())
+
+
+def forge_parts(tmp_path, change):
+    """A checkpoint written by a child, then its parts changed on disk by `change(parts) -> parts`."""
+    m = manager(tmp_path)
+    submit(m, BE.format(n=1, m=5))
+    m.step(0)
+    m.write_checkpoint(wait=True)
+    m.stop()
+    db = sqlite3.connect(tmp_path / "state.db")
+    seq = db.execute("SELECT seq FROM checkpoints").fetchone()[0]
+    assert db.execute("SELECT body FROM checkpoints").fetchone()[0] == b""
+    data = b"".join(p for (p,) in db.execute("SELECT body FROM checkpoint_parts ORDER BY n"))
+    db.execute("DELETE FROM checkpoint_parts")
+    for n, part in enumerate(change(data)):
+        db.execute("INSERT INTO checkpoint_parts VALUES (?, ?, ?)", (seq, n, part))
+    db.commit()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda data: [data], None),
+    (lambda data: [data[:len(data) // 2]], "is truncated"),
+    (lambda data: [data[:100] + bytes([data[100] ^ 1]) + data[101:]], "is corrupt"),
+    (lambda data: [], "is truncated"),
+    (lambda data: [sealed(pickle.dumps(Evil()))], "holds posix.system, which no checkpoint holds"),
+    (lambda data: [sealed(b"not a pickle")], "does not load"),
+], ids=["as written", "cut short", "a byte flipped", "no parts", "a sealed forgery", "not a pickle"])
+def test_a_checkpoint_in_parts_that_is_not_what_the_child_wrote_is_one_line(tmp_path, change, message):
+    """A checkpoint is untrusted data: its seal (size and digest) is checked before it is unpickled, and a forgery
+    sealed right is still only unpickled into scheduler records (`_Loader.find_class`)."""
+    forge_parts(tmp_path, change)
+    if message is None:
+        manager(tmp_path).stop()
+        return
+    with pytest.raises(StoreError, match=message) as exc:
+        manager(tmp_path)
+    assert "\n" not in str(exc.value)
 
 
 @pytest.mark.parametrize("build, body, message", [

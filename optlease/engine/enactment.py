@@ -55,16 +55,7 @@ class Enactment:
         if only_on_news and not self._dirty and not outcomes and not moved and not self._unsettled \
                 and (alive, down) == self._last_hosts and not reported:
             return
-        # Only VMs whose plan or report changed, or that differed last time, can differ now, and when hosts came
-        # or went, those reported or planned on them (walking: every VM).
-        if (alive, down) != self._last_hosts and (not self.indexed or not self._last_hosts):
-            candidates = set(running) | set(self.view.desired)
-        else:
-            candidates = moved | self._unsettled | reported
-            if (alive, down) != self._last_hosts:
-                came_or_went = (alive ^ self._last_hosts[0]) | (down ^ self._last_hosts[1])
-                candidates.update(vm for vm, _ in self._reports.on(came_or_went, running))
-                candidates.update(vm for host in came_or_went for vm in self.view.on_host.get(host, ()))
+        candidates = self._candidates(moved | self._unsettled | reported, running, alive, down)
         self._dirty, self._last_hosts = False, (alive, down)
         differ = self._differing(candidates, running, alive, down)
         self._unsettled = differ
@@ -89,6 +80,18 @@ class Enactment:
             self._dirty = True  # the plan changed under this pass
         if buckets.tasks:
             self.enactor.submit(buckets.tasks)
+
+    def _candidates(self, changed: set[str], running: dict, alive: frozenset, down: frozenset) -> set[str]:
+        """The VMs that may differ from the plan: those whose plan or report changed, or that differed last time
+        (`changed`), and when hosts came or went, those reported or planned on them (walking: every VM)."""
+        if (alive, down) == self._last_hosts:
+            return changed
+        if not self.indexed or not self._last_hosts:
+            return set(running) | set(self.view.desired)
+        came_or_went = (alive ^ self._last_hosts[0]) | (down ^ self._last_hosts[1])
+        changed.update(vm for vm, _ in self._reports.on(came_or_went, running))
+        changed.update(vm for host in came_or_went for vm in self.view.on_host.get(host, ()))
+        return changed
 
     def _reported_now(self) -> tuple[dict, set[str]]:
         """What the hosts report (vm -> (host, state)) and the VMs whose report changed since the last pass. Indexed,
