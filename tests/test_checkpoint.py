@@ -156,6 +156,8 @@ def later_commit(tmp, seed: int, broken: bool = False, monkeypatch=None):
     db = sqlite3.connect(tmp / "a" / "state.db")
     covered, last = db.execute("SELECT seq FROM checkpoints").fetchone()[0], db.execute(
         "SELECT MAX(seq) FROM events").fetchone()[0]
+    # the parts of the checkpoints before it are gone
+    assert broken or db.execute("SELECT DISTINCT seq FROM checkpoint_parts").fetchall() == [(covered,)]
     a.stop(), b.stop()
     try:
         again = restarted(tmp / "a")

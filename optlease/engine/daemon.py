@@ -299,7 +299,9 @@ class Manager(Atomic, Intake, Recovery, Enactment):
         of the state as it is now while the daemon goes on, and `collect_checkpoint` commits it once the child is
         done (`wait`: at once). One at a time: while a child writes, this does nothing."""
         if self._child is not None:
-            return
+            if not wait:
+                return
+            self.collect_checkpoint(wait=True)
         began, cpu, at = time.perf_counter(), time.process_time(), time.time()
         with nullcontext() if holding_turn else self._no_batch(), self._intake:   # it holds every committed request
             seq = self.store.last_seq()
@@ -350,8 +352,12 @@ class Manager(Atomic, Intake, Recovery, Enactment):
             began, cpu = time.perf_counter(), time.process_time()
             try:
                 data = checkpoint_fork.sealed_body(child, status)
-                self.store.stage_checkpoint(child.seq, data)
+                longest = self.store.stage_checkpoint(child.seq, data)
+                swap = time.perf_counter()
                 dropped = self.store.add_checkpoint(child.seq, child.last_id, checkpoint.fingerprint())
+                swap = time.perf_counter() - swap
+                # the previous checkpoint's parts, now that no row names them
+                longest = max(longest, swap, self.store.drop_stale_parts())
             except (checkpoint.CheckpointError, StoreError) as exc:
                 self._checkpoint_retry = self.store.entries + checkpoint.CHECKPOINT_EVERY // 10
                 line = (f"checkpoint at journal entry {child.seq} abandoned: {exc}; the journal stays as it was, "
@@ -361,7 +367,9 @@ class Manager(Atomic, Intake, Recovery, Enactment):
                 commit = time.perf_counter() - began
                 self.checkpoint_stats.update(child_cpu_s=round(child_cpu, 3), commit_ms=round(1000 * commit, 2),
                                              commit_cpu_ms=round(1000 * (time.process_time() - cpu), 2),
-                                             bytes=len(data), ended_at=time.time())
+                                             bytes=len(data), ended_at=time.time(),
+                                             longest_transaction_ms=round(1000 * longest, 2),
+                                             swap_ms=round(1000 * swap, 2))
                 line = (f"checkpoint of {child.leases} leases in the system ({len(data) // 1024} KiB) replaces "
                         f"{dropped} journal entries: written by a child in {child_cpu:.2f} s of its CPU, the "
                         f"daemon paused {1000 * child.fork_s:.0f} ms to fork it and took {commit:.2f} s to commit it")

@@ -22,6 +22,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass, field
 
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest
@@ -286,16 +287,33 @@ class Store:
         with self.lock:
             return self.db.execute("SELECT MAX(seq) FROM events").fetchone()[0]
 
-    def stage_checkpoint(self, seq: int, sealed: bytes) -> None:
+    def stage_checkpoint(self, seq: int, sealed: bytes) -> float:
         """A checkpoint's bytes (sealed), written ahead of `add_checkpoint` in parts of PART bytes, each part its
         own transaction, so that no request waits for all of them. Parts that no checkpoint row names are
-        ignored by a restart and dropped by the next checkpoint."""
+        ignored by a restart (`drop_stale_parts` removes them). The longest transaction, in seconds."""
         view = memoryview(sealed)
-        with self._tx():
-            self.db.execute("DELETE FROM checkpoint_parts WHERE seq = ?", (seq,))
+        longest = self.drop_stale_parts()     # (an earlier try's parts too)
         for n, at in enumerate(range(0, len(view), PART)):
+            began = time.perf_counter()
             with self._tx():
                 self.db.execute("INSERT INTO checkpoint_parts VALUES (?, ?, ?)", (seq, n, view[at:at + PART]))
+            longest = max(longest, time.perf_counter() - began)
+        return longest
+
+    def drop_stale_parts(self) -> float:
+        """Remove the parts of checkpoints other than the one in `checkpoints`, one part a transaction (freeing a part's pages reads them: all at once, a request would wait for all). The longest
+        transaction, in seconds."""
+        with self.lock:
+            current = self.db.execute("SELECT seq FROM checkpoints").fetchone()
+            stale = self.db.execute("SELECT seq, n FROM checkpoint_parts WHERE seq != ?",
+                                    (-1 if current is None else current[0],)).fetchall()
+        longest = 0.0
+        for seq, n in stale:
+            began = time.perf_counter()
+            with self._tx():
+                self.db.execute("DELETE FROM checkpoint_parts WHERE seq = ? AND n = ?", (seq, n))
+            longest = max(longest, time.perf_counter() - began)
+        return longest
 
     def add_checkpoint(self, seq: int, last_id: int, build: str, body: bytes = b"") -> int:
         """A checkpoint of the state after journal entry `seq` (and request `last_id`), and the entries up to it
@@ -304,7 +322,6 @@ class Store:
         it dropped."""
         with self._tx():
             self.db.execute("DELETE FROM checkpoints")
-            self.db.execute("DELETE FROM checkpoint_parts WHERE seq != ?", (-1 if body else seq,))
             self.db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?)", (seq, last_id, build, body))
             dropped = self.db.execute("DELETE FROM events WHERE seq <= ?", (seq,)).rowcount
             self.db.execute("DELETE FROM decisions WHERE seq <= ?", (seq,))
