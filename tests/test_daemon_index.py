@@ -294,9 +294,10 @@ def test_a_daemon_whose_index_misses_a_change_is_caught(tmp_path, broken):
     assert all(caught), caught
 
 
-@pytest.mark.parametrize("unindexed", [False, True], ids=["indexed", "walking"])
+@pytest.mark.parametrize("unindexed", [False, True], ids=["indexed, forked checkpoints", "walking, inline ones"])
 def test_the_scale_bench_prints_a_step_cost_per_count_of_leases(unindexed):
-    """bench_daemon's scale mode measures a step and an enactment pass at each count of `--step-at` (JSON)."""
+    """bench_daemon's scale mode measures a step, an enactment pass, a host going silent and a checkpoint at each
+    count of `--step-at`, and create_lease while a checkpoint is written (JSON)."""
     import json
     import subprocess
     import sys
@@ -305,7 +306,7 @@ def test_the_scale_bench_prints_a_step_cost_per_count_of_leases(unindexed):
 
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_daemon.py"), "--mode", "scale", "--hosts",
                           "20", "--in-system", "120", "--requests", "8", "--fill-batch", "50", "--step-at", "30,60",
-                          "--step-repeats", "4"] + (["--unindexed"] if unindexed else []),
+                          "--step-repeats", "4"] + (["--unindexed", "--inline-checkpoint"] if unindexed else []),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     figures = json.loads(out.stdout)
@@ -316,6 +317,11 @@ def test_the_scale_bench_prints_a_step_cost_per_count_of_leases(unindexed):
         assert set(cost) >= {"step_one_request_ms", "step_nothing_new_ms", "late_step_nothing_new_ms",
                              "idle_enactment_pass_ms", "step_one_request_new_instant_ms", "checkpoint_cpu_s"}
         assert 0 < cost["step_nothing_new_ms"]["median"] <= cost["step_nothing_new_ms"]["max"]
+        assert cost["host_down_pass_ms"] > 0 and cost["host_back_pass_ms"] > 0
+        assert set(cost["checkpoint"]) >= ({"inline_cpu_s"} if unindexed else {"fork_ms", "child_cpu_s", "commit_ms"})
+    during = figures["while_checkpointing"]
+    assert during["committed"] and during["calls_during_checkpoint"] > 0
+    assert figures["checkpoints"] == ("inline" if unindexed else "forked")
 
 
 def test_the_scale_bench_refuses_a_count_that_is_not_a_whole_number():
