@@ -302,3 +302,41 @@ def test_a_checkpoint_this_build_did_not_write_is_one_line(tmp_path, build, body
     with pytest.raises(StoreError, match=message) as exc:
         manager(tmp_path)
     assert "\n" not in str(exc.value)
+
+
+def test_the_live_daemon_writes_checkpoints_while_it_serves_and_restarts_from_them(tmp_path, monkeypatch):
+    """The loop and enactment threads running, requests from client threads: checkpoints are due every 15 journal
+    entries, written by children and committed by the enactment thread while requests go on; a restart after them
+    holds every lease as it was, and replays only the entries after the last one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_EVERY", 15)
+    folder = tmp_path / "live"
+    folder.mkdir()
+    m = Manager(parse_config(CONF.format(db="state.db"), str(folder / "d.conf"), folder))
+    log = io.StringIO()
+    m._set_log(log)
+    m.start()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            ids = list(pool.map(lambda k: submit(m, BE.format(n=1 + k % 4, m=30 + k % 20)), range(60)))
+        db = sqlite3.connect(folder / "state.db")
+        for _ in range(600):        # until the last child's checkpoint is committed (polled, not timed)
+            with m.lock:
+                settled = m._child is None
+            if settled and db.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]:
+                break
+            m.enact_wake.wait(0.05)
+    finally:
+        m.stop()
+    before = picture(m)         # as the threads left it (each of their changes committed)
+    committed = [line for line in log.getvalue().splitlines() if "written by a child" in line]
+    assert committed and "abandoned" not in log.getvalue(), log.getvalue()[-800:]
+    assert sorted(ids) == list(range(1, 61))
+    again = manager(folder)
+    try:
+        assert picture(again) == before
+        assert not [n for n in again.notes if "recorded as" in n], again.notes
+        assert any(n.startswith("checkpoint at journal entry") for n in again.notes)
+    finally:
+        again.stop()
