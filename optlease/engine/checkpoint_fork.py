@@ -25,6 +25,7 @@ from optlease.engine import checkpoint
 from optlease.engine.checkpoint import CheckpointError
 
 TRAILER = struct.Struct(">Q32s")      # after the pickle: its size and its blake2b digest
+GONE = -1                             # the wait status of a child that someone else reaped
 
 
 @dataclass
@@ -87,7 +88,10 @@ class _Sealing:
 
 def exited(child: Child, wait: bool = False) -> tuple[int, float] | None:
     """The child's wait status and CPU seconds once it has exited (None: still writing)."""
-    pid, status, usage = os.wait4(child.pid, 0 if wait else os.WNOHANG)
+    try:
+        pid, status, usage = os.wait4(child.pid, 0 if wait else os.WNOHANG)
+    except ChildProcessError:       # reaped by someone else (SIGCHLD ignored): its outcome is unknown
+        return GONE, 0.0
     if pid == 0:
         return None
     return status, usage.ru_utime + usage.ru_stime
@@ -96,6 +100,8 @@ def exited(child: Child, wait: bool = False) -> tuple[int, float] | None:
 def sealed_body(child: Child, status: int) -> bytes:
     """What the child wrote (the pickle and its seal), checked; CheckpointError (one line) if it did not finish or
     the file is not what it wrote."""
+    if status == GONE:
+        raise CheckpointError("the child writing it was reaped by another part of the process")
     if os.WIFSIGNALED(status):
         raise CheckpointError(f"the child writing it was killed by signal {os.WTERMSIG(status)}")
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
