@@ -28,7 +28,8 @@ class Checkpointing:
         """Write a checkpoint of the live state and drop the journal entries it covers (lock held; `holding_turn`:
         the caller is the batch writer, so no other batch is on its way). Forked, a child writes it from an image
         of the state as it is now while the daemon goes on, and `collect_checkpoint` commits it once the child is
-        done (`wait`: at once). One at a time: while a child writes, this does nothing."""
+        done (`wait`: at once, after the child already writing, if any). One at a time: without `wait`, while a
+        child writes, this does nothing."""
         if self._child is not None:
             if not wait:
                 return
