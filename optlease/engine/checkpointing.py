@@ -39,7 +39,7 @@ class Checkpointing:
             seq = self.store.last_seq()
             if seq is None:
                 return
-            if self.forked_checkpoints:
+            if self.forked_checkpoints and self.store.path:      # (in memory: nothing to fork for)
                 folder = os.path.dirname(os.path.abspath(self.store.path))
                 self._child = checkpoint_fork.fork(self, folder, seq, self._last_id)
             else:
