@@ -11,6 +11,7 @@ import pickle
 import random
 import signal
 import sqlite3
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -217,13 +218,21 @@ def corrupt(real):
     return dump_to
 
 
+def hangs(real):
+    def dump_to(manager, out):
+        out.write(b"a third of a checkpoint")
+        time.sleep(3600)        # as a child stuck on a lock another thread held at the fork would
+    return dump_to
+
+
 @pytest.mark.parametrize("breaks, said", [(dies, "killed by signal 9"), (cut_short, "truncated"),
-                                          (corrupt, "corrupt")], ids=["child dies", "cut short", "corrupt"])
+                                          (corrupt, "corrupt"), (hangs, "was still at it after 1 s and was killed")],
+                         ids=["child dies", "cut short", "corrupt", "child hangs"])
 def test_a_checkpoint_that_fails_leaves_the_journal_and_the_daemon_restarts_from_it(tmp_path, monkeypatch, breaks,
                                                                                      said):
-    """A child killed while it writes, or a file that is not what it wrote (cut short, a byte flipped): one line
-    in the log, no checkpoint, every journal entry kept; the daemon goes on, writes the next checkpoint, and
-    restarts to the state of a daemon that never checkpointed."""
+    """A child killed while it writes, one that hangs past its deadline, or a file that is not what it wrote (cut
+    short, a byte flipped): one line in the log, no checkpoint, every journal entry kept; the daemon goes on,
+    writes the next checkpoint, and restarts to the state of a daemon that never checkpointed."""
     rng = random.Random(7)
     first, then = random_ops(rng, 15), random_ops(rng, 6)
     a, b = manager(tmp_path / "a"), manager(tmp_path / "b")
@@ -233,6 +242,7 @@ def test_a_checkpoint_that_fails_leaves_the_journal_and_the_daemon_restarts_from
     apply_ops(b, first)
     entries = a.store.entries
     monkeypatch.setattr(checkpoint, "dump_to", breaks(checkpoint.dump_to))
+    monkeypatch.setattr(checkpoint_fork, "CHILD_DEADLINE_S", 1.0)
     a.write_checkpoint(wait=True)
     monkeypatch.undo()
     line = [line for line in log.getvalue().splitlines() if "abandoned" in line]

@@ -26,6 +26,10 @@ from optlease.engine.checkpoint import CheckpointError
 
 TRAILER = struct.Struct(">Q32s")      # after the pickle: its size and its blake2b digest
 GONE = -1                             # the wait status of a child that someone else reaped
+# a child still writing after this many seconds is taken to hang (a lock another thread held at the fork) and
+# killed: the journal stays as it was. About a hundred times the CPU the largest measured checkpoint takes.
+CHILD_DEADLINE_S = 900.0
+POLL_S = 0.05                         # how often a caller that waits for the child looks again
 
 
 @dataclass
@@ -38,6 +42,8 @@ class Child:
     last_id: int          # the last request it covers
     leases: int           # leases in the system (and requests not yet stepped) it holds
     fork_s: float         # seconds the fork held the daemon
+    deadline: float       # time.monotonic() past which the child is taken to hang
+    killed: bool = False  # killed for passing its deadline
 
 
 def fork(manager, folder: str, seq: int, last_id: int) -> Child:
@@ -48,7 +54,7 @@ def fork(manager, folder: str, seq: int, last_id: int) -> Child:
     pid = os.fork()
     if pid == 0:
         _write(manager, file.fileno())        # never returns
-    return Child(pid, file, seq, last_id, leases, time.perf_counter() - began)
+    return Child(pid, file, seq, last_id, leases, time.perf_counter() - began, time.monotonic() + CHILD_DEADLINE_S)
 
 
 def _write(manager, fd: int) -> None:
@@ -87,14 +93,24 @@ class _Sealing:
 
 
 def exited(child: Child, wait: bool = False) -> tuple[int, float] | None:
-    """The child's wait status and CPU seconds once it has exited (None: still writing)."""
-    try:
-        pid, status, usage = os.wait4(child.pid, 0 if wait else os.WNOHANG)
-    except ChildProcessError:       # reaped by someone else (SIGCHLD ignored): its outcome is unknown
-        return GONE, 0.0
-    if pid == 0:
-        return None
-    return status, usage.ru_utime + usage.ru_stime
+    """The child's wait status and CPU seconds once it has exited (None: still writing). A child past its
+    deadline is killed, so that its status says so; `wait` waits no longer than the deadline."""
+    while True:
+        if not child.killed and time.monotonic() > child.deadline:
+            child.killed = True
+            try:
+                os.kill(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            pid, status, usage = os.wait4(child.pid, 0 if child.killed else os.WNOHANG)
+        except ChildProcessError:       # reaped by someone else (SIGCHLD ignored): its outcome is unknown
+            return GONE, 0.0
+        if pid:
+            return status, usage.ru_utime + usage.ru_stime
+        if not wait:
+            return None
+        time.sleep(POLL_S)
 
 
 def sealed_body(child: Child, status: int) -> bytes:
@@ -103,6 +119,9 @@ def sealed_body(child: Child, status: int) -> bytes:
     if status == GONE:
         raise CheckpointError("the child writing it was reaped by another part of the process")
     if os.WIFSIGNALED(status):
+        if child.killed:
+            raise CheckpointError(f"the child writing it was still at it after {CHILD_DEADLINE_S:.0f} s and was "
+                                  f"killed")
         raise CheckpointError(f"the child writing it was killed by signal {os.WTERMSIG(status)}")
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         raise CheckpointError(f"the child writing it failed (exit status {os.waitstatus_to_exitcode(status)})")
