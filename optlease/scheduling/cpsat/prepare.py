@@ -273,6 +273,15 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
     allowed = job.allowed or None
     per_vm = []
     for vm, demand in enumerate(job.demand):
+        if job.origin and _for_waiting_only(job) and migration is not Migration.NO and not job.stays:
+            # a lease the round may suspend only for waiting ones is planned to resume on the nodes that hold its
+            # images: that resume is a forecast, never committed by the round that suspends it (the suspension
+            # takes time, and a round commits what starts now); where it resumes is decided by the rounds after,
+            # when it waits in the queue with every node offered (models/cpsat-round.md, *Suspending for waiting
+            # leases*)
+            own = tuple(sorted(set(job.origin)))
+            per_vm.append(tuple(n for n in own if _fits(demand, capacity[n])))
+            continue
         if job.origin and (migration is Migration.NO or job.stays):
             nodes = (job.origin[vm],)
             per_vm.append(nodes if _fits(demand, capacity[nodes[0]]) else ())
@@ -294,6 +303,11 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
             cache[key, allowed] = inside
             per_vm.append(inside)
     return replace(job, candidates=tuple(per_vm))
+
+
+def _for_waiting_only(job: Job) -> bool:
+    """Whether a running lease may be suspended only at its free end (for waiting leases, not for an AR)."""
+    return job.role is Role.SUSPENDABLE and job.free_end is not None and job.suspend_ends == (job.free_end,)
 
 
 def _ascending(nodes: tuple[int, ...]) -> bool:
