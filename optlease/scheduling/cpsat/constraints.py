@@ -48,7 +48,7 @@ def _kept(rm: RoundModel, job: Job, node: int) -> cp_model.LinearExprT:
     """A counted resume's VMs that resume on `node` where their images are: the least of its count there and its
     images there (any more are moved in). Stated exactly, not only bounded (the objective would raise it), so that
     any solution's objective is the cost of the plan read from it, also where the search stops early."""
-    images = job.origin.count(node)
+    images = job.images_on[node]
     if not images:
         return 0
     count, used = rm.vms_on_node[job.id, node]
@@ -69,7 +69,7 @@ def _moves(rm: RoundModel, job: Job) -> cp_model.IntVar:
     more = []
     for n in alone:
         count, used = rm.vms_on_node[job.id, n]
-        images, most = job.origin.count(n), job.per_node(rm.data.capacity[n])
+        images, most = job.images_on[n], job.per_node(rm.data.capacity[n])
         if not images:
             m.add_implication(used, moved)
             more.append(used)

@@ -1,6 +1,7 @@
 """Turn a round snapshot into the jobs both round models share: roles, windows, candidate nodes, node classes."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import cached_property
@@ -74,6 +75,11 @@ class Job:
                 and all(c == self.candidates[0] for c in self.candidates)
                 and (not self.origin or not self.planned_nodes
                      or tuple(self.planned_nodes[:self.numvms]) == tuple(self.origin)))
+
+    @cached_property
+    def images_on(self) -> Counter:
+        """Per node, how many of its VMs' images are there (asked per candidate node of a counted resume)."""
+        return Counter(self.origin)
 
     def per_node(self, capacity: dict[str, int]) -> int:
         """How many of this lease's VMs (the first one's demand) a node of this capacity holds at once."""
