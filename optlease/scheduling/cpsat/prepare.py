@@ -81,10 +81,20 @@ class Job:
         """Per node, how many of its VMs' images are there (asked per candidate node of a counted resume)."""
         return Counter(self.origin)
 
+    @cached_property
+    def _per_node(self) -> dict[int, tuple[dict[str, int], int]]:
+        return {}
+
     def per_node(self, capacity: dict[str, int]) -> int:
-        """How many of this lease's VMs (the first one's demand) a node of this capacity holds at once."""
+        """How many of this lease's VMs (the first one's demand) a node of this capacity holds at once (kept per
+        capacity object: a round asks it for each candidate node, and its nodes share a few capacities)."""
+        known = self._per_node.get(id(capacity))
+        if known is not None and known[0] is capacity:
+            return known[1]
         fit = min((capacity.get(r, 0) // d for r, d in self.demand[0].items() if d > 0), default=self.numvms)
-        return max(0, min(self.numvms, fit))
+        fit = max(0, min(self.numvms, fit))
+        self._per_node[id(capacity)] = (capacity, fit)
+        return fit
 
     def rem_after(self, suspend_end: int, now: int) -> int:
         """Run left after a suspension that ends at `suspend_end`."""
@@ -278,15 +288,19 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
         return job
     allowed = job.allowed or None
     per_vm = []
+    # a lease the round may suspend only for waiting ones is planned to resume on the nodes that hold its images:
+    # that resume is a forecast, never committed by the round that suspends it (the suspension takes time, and a
+    # round commits what starts now); where it resumes is decided by the rounds after, when it waits in the queue
+    # with every node offered (models/cpsat-round.md, *Suspending for waiting leases*)
+    own = tuple(sorted(set(job.origin))) \
+        if job.origin and _for_waiting_only(job) and migration is not Migration.NO and not job.stays else None
+    on_own: dict[tuple, tuple[int, ...]] = {}   # per VM demand, its own nodes that hold it
     for vm, demand in enumerate(job.demand):
-        if job.origin and _for_waiting_only(job) and migration is not Migration.NO and not job.stays:
-            # a lease the round may suspend only for waiting ones is planned to resume on the nodes that hold its
-            # images: that resume is a forecast, never committed by the round that suspends it (the suspension
-            # takes time, and a round commits what starts now); where it resumes is decided by the rounds after,
-            # when it waits in the queue with every node offered (models/cpsat-round.md, *Suspending for waiting
-            # leases*)
-            own = tuple(sorted(set(job.origin)))
-            per_vm.append(tuple(n for n in own if _fits(demand, capacity[n])))
+        if own is not None:
+            key = tuple(sorted(demand.items()))
+            if key not in on_own:
+                on_own[key] = tuple(n for n in own if _fits(demand, capacity[n]))
+            per_vm.append(on_own[key])
             continue
         if job.origin and (migration is Migration.NO or job.stays):
             nodes = (job.origin[vm],)
