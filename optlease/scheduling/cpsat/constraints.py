@@ -207,8 +207,13 @@ def add_exclusion(rm: RoundModel) -> Terms:
                                                               rm.vms_on_node[job.id, node][1],
                                                               f"resume[lease={job.id},node={node}]")))
             continue
-        for node in sorted({n for nodes in job.candidates for n in nodes if n not in rm.pool_of}):
-            vms = [vm for vm in range(job.numvms) if (job.id, vm, node) in rm.vm_to_node]
+        on_node: dict[int, list[int]] = defaultdict(list)   # node -> the VMs that may resume there, in order
+        for vm, nodes in enumerate(job.candidates):
+            for n in nodes:
+                if (job.id, vm, n) in rm.vm_to_node:
+                    on_node[n].append(vm)
+        for node in sorted(on_node):
+            vms = on_node[node]
             ops[node].append((job.id, _least(job.demand[vm] for vm in vms),
                               lambda job=job, begin=begin, node=node, vms=vms: _resume_on(rm, job, begin, node, vms)))
     for node, listed in ops.items():

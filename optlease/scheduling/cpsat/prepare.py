@@ -81,20 +81,10 @@ class Job:
         """Per node, how many of its VMs' images are there (asked per candidate node of a counted resume)."""
         return Counter(self.origin)
 
-    @cached_property
-    def _per_node(self) -> dict[int, tuple[dict[str, int], int]]:
-        return {}
-
     def per_node(self, capacity: dict[str, int]) -> int:
-        """How many of this lease's VMs (the first one's demand) a node of this capacity holds at once (kept per
-        capacity object: a round asks it for each candidate node, and its nodes share a few capacities)."""
-        known = self._per_node.get(id(capacity))
-        if known is not None and known[0] is capacity:
-            return known[1]
+        """How many of this lease's VMs (the first one's demand) a node of this capacity holds at once."""
         fit = min((capacity.get(r, 0) // d for r, d in self.demand[0].items() if d > 0), default=self.numvms)
-        fit = max(0, min(self.numvms, fit))
-        self._per_node[id(capacity)] = (capacity, fit)
-        return fit
+        return max(0, min(self.numvms, fit))
 
     def rem_after(self, suspend_end: int, now: int) -> int:
         """Run left after a suspension that ends at `suspend_end`."""
