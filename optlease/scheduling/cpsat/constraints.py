@@ -48,7 +48,7 @@ def _kept(rm: RoundModel, job: Job, node: int) -> cp_model.LinearExprT:
     """A counted resume's VMs that resume on `node` where their images are: the least of its count there and its
     images there (any more are moved in). Stated exactly, not only bounded (the objective would raise it), so that
     any solution's objective is the cost of the plan read from it, also where the search stops early."""
-    images = job.origin.count(node)
+    images = job.images_on[node]
     if not images:
         return 0
     count, used = rm.vms_on_node[job.id, node]
@@ -69,7 +69,7 @@ def _moves(rm: RoundModel, job: Job) -> cp_model.IntVar:
     more = []
     for n in alone:
         count, used = rm.vms_on_node[job.id, n]
-        images, most = job.origin.count(n), job.per_node(rm.data.capacity[n])
+        images, most = job.images_on[n], job.per_node(rm.data.capacity[n])
         if not images:
             m.add_implication(used, moved)
             more.append(used)
@@ -178,43 +178,59 @@ def _dominated(holds: list, rtype: str, cap: int, other: str, other_cap: int) ->
 def add_exclusion(rm: RoundModel) -> Terms:
     """No two suspensions or resumptions overlap on a node (local exclusion) or anywhere (global exclusion)."""
     m, data = rm.model, rm.data
-    # node (None = the whole site) -> (lease, the least demand one of its VMs holds there, operation interval)
+    # node (None = the whole site) -> (lease, the least demand one of its VMs holds there, how to make its operation
+    # interval): a resume's intervals are made only on the nodes whose capacity does not keep operations apart
+    # already (`_held_apart`: on Blue none), as unused optional intervals still cost the search
     ops: dict[int | None, list] = defaultdict(list)
     for lease, iv in rm.suspend_ops.items():
         job = data.job(lease)
         for node in ([None] if data.exclusion_global else sorted(set(job.origin))):
-            ops[node].append((lease, _least(vm for vm, n in zip(job.demand, job.origin) if n == node), iv))
+            ops[node].append((lease, _least(vm for vm, n in zip(job.demand, job.origin) if n == node),
+                              lambda iv=iv: iv))
     for job in data.tails:
         if job.resume <= 0:
             continue
         begin = rm.start[job.id]
         if data.exclusion_global:
             present = rm.present[job.id]
-            ops[None].append((job.id, {}, m.new_optional_interval_var(begin, job.resume, begin + job.resume, present,
-                                                                      f"resume[lease={job.id}]")
+            ops[None].append((job.id, {}, lambda job=job, begin=begin, present=present:
+                              m.new_optional_interval_var(begin, job.resume, begin + job.resume, present,
+                                                          f"resume[lease={job.id}]")
                               if not always(present) else
                               m.new_interval_var(begin, job.resume, begin + job.resume, f"resume[lease={job.id}]")))
             continue
         if job.pooled:   # counted VMs: the node's own literal says whether any resumes there
             for node in rm.split(job.candidates[0])[0]:
                 ops[node].append((job.id, job.demand[0],
+                                  lambda job=job, begin=begin, node=node:
                                   m.new_optional_interval_var(begin, job.resume, begin + job.resume,
                                                               rm.vms_on_node[job.id, node][1],
                                                               f"resume[lease={job.id},node={node}]")))
             continue
-        for node in sorted({n for nodes in job.candidates for n in nodes if n not in rm.pool_of}):
-            vms = [vm for vm in range(job.numvms) if (job.id, vm, node) in rm.vm_to_node]
-            xs = [rm.vm_to_node[job.id, vm, node] for vm in vms]
-            used = m.new_bool_var(f"resumes_on[lease={job.id},node={node}]")
-            m.add_max_equality(used, xs)
-            rm.derive(used, lambda v, xs=xs: max(v(x) for x in xs))
+        on_node: dict[int, list[int]] = defaultdict(list)   # node -> the VMs that may resume there, in order
+        for vm, nodes in enumerate(job.candidates):
+            for n in nodes:
+                if (job.id, vm, n) in rm.vm_to_node:
+                    on_node[n].append(vm)
+        for node in sorted(on_node):
+            vms = on_node[node]
             ops[node].append((job.id, _least(job.demand[vm] for vm in vms),
-                              m.new_optional_interval_var(begin, job.resume, begin + job.resume, used,
-                                                          f"resume[lease={job.id},node={node}]")))
+                              lambda job=job, begin=begin, node=node, vms=vms: _resume_on(rm, job, begin, node, vms)))
     for node, listed in ops.items():
         if len(listed) > 1 and (node is None or not _held_apart(listed, data.capacity[node])):
-            m.add_no_overlap([iv for _, _, iv in listed])
+            m.add_no_overlap([make() for _, _, make in listed])
     return {}
+
+
+def _resume_on(rm: RoundModel, job: Job, begin, node: int, vms: list[int]) -> cp_model.IntervalVar:
+    """The resume of a lease placed VM by VM on one node: present when any of its VMs resumes there."""
+    m = rm.model
+    xs = [rm.vm_to_node[job.id, vm, node] for vm in vms]
+    used = m.new_bool_var(f"resumes_on[lease={job.id},node={node}]")
+    m.add_max_equality(used, xs)
+    rm.derive(used, lambda v, xs=xs: max(v(x) for x in xs))
+    return m.new_optional_interval_var(begin, job.resume, begin + job.resume, used,
+                                       f"resume[lease={job.id},node={node}]")
 
 
 def _least(demands) -> dict[str, int]:

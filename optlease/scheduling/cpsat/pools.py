@@ -69,14 +69,19 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
     if data.link is not None:   # where an image is cached or a booked transfer goes (cpsat.transfers)
         named.update(data.link.nodes())
     # who may go where, by candidate set (the leases of a round share a few): a resume with its own per-node
-    # exclusion cannot share a pooled node's name-free slots
+    # exclusion cannot share a pooled node's name-free slots, unless the node holds one VM at a time (its
+    # capacity then keeps resumes apart, each within its VM's run: on Blue a VM fills a node)
     by_set: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-    blocked: set[int] = set()
+    resumed: set[tuple[int, ...]] = set()
     for j in tails:
         for vm, nodes in enumerate(j.candidates):
             by_set.setdefault(nodes, []).append((j.id, vm))
             if local_exclusion and j.resume > 0:
-                blocked.update(nodes)
+                resumed.add(nodes)
+    blocked: set[int] = set()
+    if resumed:
+        shared = set().union(*resumed)
+        blocked = {n for n in shared if _slots(data.capacity[n], demand, {}) > 1}
     sets = [(frozenset(nodes), pairs) for nodes, pairs in by_set.items()]
     offered_anywhere = frozenset().union(*(nodes for nodes, _ in sets)) if sets else frozenset()
     holds: dict[int, list[tuple[int, dict[str, int]]]] = {}

@@ -1,6 +1,7 @@
 """Turn a round snapshot into the jobs both round models share: roles, windows, candidate nodes, node classes."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import cached_property
@@ -74,6 +75,11 @@ class Job:
                 and all(c == self.candidates[0] for c in self.candidates)
                 and (not self.origin or not self.planned_nodes
                      or tuple(self.planned_nodes[:self.numvms]) == tuple(self.origin)))
+
+    @cached_property
+    def images_on(self) -> Counter:
+        """Per node, how many of its VMs' images are there (asked per candidate node of a counted resume)."""
+        return Counter(self.origin)
 
     def per_node(self, capacity: dict[str, int]) -> int:
         """How many of this lease's VMs (the first one's demand) a node of this capacity holds at once."""
@@ -272,7 +278,20 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
         return job
     allowed = job.allowed or None
     per_vm = []
+    # a lease the round may suspend only for waiting ones is planned to resume on the nodes that hold its images:
+    # that resume is a forecast, never committed by the round that suspends it (the suspension takes time, and a
+    # round commits what starts now); where it resumes is decided by the rounds after, when it waits in the queue
+    # with every node offered (models/cpsat-round.md, *Suspending for waiting leases*)
+    own = tuple(sorted(set(job.origin))) \
+        if job.origin and _for_waiting_only(job) and migration is not Migration.NO and not job.stays else None
+    on_own: dict[tuple, tuple[int, ...]] = {}   # per VM demand, its own nodes that hold it
     for vm, demand in enumerate(job.demand):
+        if own is not None:
+            key = tuple(sorted(demand.items()))
+            if key not in on_own:
+                on_own[key] = tuple(n for n in own if _fits(demand, capacity[n]))
+            per_vm.append(on_own[key])
+            continue
         if job.origin and (migration is Migration.NO or job.stays):
             nodes = (job.origin[vm],)
             per_vm.append(nodes if _fits(demand, capacity[nodes[0]]) else ())
@@ -294,6 +313,11 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
             cache[key, allowed] = inside
             per_vm.append(inside)
     return replace(job, candidates=tuple(per_vm))
+
+
+def _for_waiting_only(job: Job) -> bool:
+    """Whether a running lease may be suspended only at its free end (for waiting leases, not for an AR)."""
+    return job.role is Role.SUSPENDABLE and job.free_end is not None and job.suspend_ends == (job.free_end,)
 
 
 def _ascending(nodes: tuple[int, ...]) -> bool:
