@@ -12,18 +12,48 @@ from typing import Collection, Iterable
 from optlease.scheduling.profile import Profile, Vec, fits
 
 
-SPAN_LEAST = 16     # nodes from which a change looks whether they are a stretch of consecutive ids
+SPAN_LEAST = 16     # nodes from which a change looks for stretches of consecutive ids among them
+STRETCH_NODES = 16  # nodes per stretch, on average, below which a change goes node by node (in C) instead
 
 
-def span(nodes) -> tuple[int, int] | None:
-    """(first, last + 1) where the given distinct nodes (in any order) are exactly the ids first..last, from
-    SPAN_LEAST of them; else None."""
+def stretches(nodes) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """The given distinct nodes in order, and the stretches of consecutive ids they make, as (first, last + 1) in
+    order: from SPAN_LEAST nodes, where the stretches hold STRETCH_NODES nodes on average or more (busy nodes left
+    between idle ones split a wide lease's nodes into a few long stretches); else None. Each stretch's end is found
+    by halving (ordered[k] - k never decreases, and stays put exactly along a stretch), not by a look at each node."""
     n = len(nodes)
     if n < SPAN_LEAST:
         return None
     ordered = sorted(nodes)     # (a pass of comparisons of ints where they come in order, as most do)
-    lo, hi = ordered[0], ordered[-1]
-    return (lo, hi + 1) if hi - lo == n - 1 else None
+    first = ordered[0]
+    if ordered[-1] - first == n - 1:
+        return ordered, [(first, first + n)]
+    most = n // STRETCH_NODES
+    out = []
+    i = 0
+    while i < n:
+        if len(out) >= most:
+            return None
+        first = ordered[i]
+        base = first - i
+        lo, hi = i + 1, n       # the stretch ends at the first k > i where ordered[k] - k != base (or at n)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ordered[mid] - mid == base:
+                lo = mid + 1
+            else:
+                hi = mid
+        out.append((first, first + lo - i))
+        i = lo
+    return ordered, out
+
+
+def read(values: list, ends: list[tuple[int, int]]) -> list:
+    """The values at the nodes of the given stretches, in order: one slice each."""
+    if len(ends) == 1:
+        ((lo, hi),) = ends
+        return values[lo:hi]
+    return list(chain.from_iterable(values[lo:hi] for lo, hi in ends))
 
 
 def fill(values: list, nodes, value) -> None:
@@ -32,10 +62,10 @@ def fill(values: list, nodes, value) -> None:
         for node in nodes:
             values[node] = value
         return
-    ends = span(nodes)
-    if ends is not None:
-        lo, hi = ends
-        values[lo:hi] = [value] * (hi - lo)
+    found = stretches(nodes)
+    if found is not None:
+        for lo, hi in found[1]:
+            values[lo:hi] = [value] * (hi - lo)
     else:
         any(map(values.__setitem__, nodes, repeat(value)))
 
@@ -73,8 +103,8 @@ class NodeClasses:
     def by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
         """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone."""
         profiles = self.profiles
-        ends = span(nodes)
-        profs = list(map(profiles.__getitem__, nodes)) if ends is None else profiles[ends[0]:ends[1]]
+        found = stretches(nodes)
+        profs = list(map(profiles.__getitem__, nodes)) if found is None else read(profiles, found[1])
         if profs and profs.count(profs[0]) == len(profs):    # (profiles compare by identity)
             return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
@@ -96,21 +126,25 @@ class NodeClasses:
         nodes = nodes if type(nodes) is list else list(nodes)
         if not nodes:
             return
-        ends = span(nodes)
-        if ends is not None:    # consecutive nodes: their sets read as one slice and, shared by all, set as one
-            held = by_node[ends[0]:ends[1]]
+        found = stretches(nodes)
+        if found is not None:   # stretches of consecutive nodes: their sets read as slices
+            nodes, ends = found
+            held = read(by_node, ends)
             first = held[0]
-            if held.count(first) == len(held):
-                fill(by_node, nodes, first.union((rr,)) if joins else first.difference((rr,)))
+            if held.count(first) == len(held):      # shared by all: one new set, set as slices
+                new = first.union((rr,)) if joins else first.difference((rr,))
+                for lo, hi in ends:
+                    by_node[lo:hi] = [new] * (hi - lo)
                 return
-        held = list(map(by_node.__getitem__, nodes))
+        else:
+            held = list(map(by_node.__getitem__, nodes))
         first = held[0]
         # (`count` compares by identity first: one shared set, most often)
-        stretches = ((first, len(held)),) if held.count(first) == len(held) else \
+        shared = ((first, len(held)),) if held.count(first) == len(held) else \
             ((old, len(list(group))) for old, group in groupby(held))
         made: dict[int, frozenset] = {}
         i = 0
-        for old, k in stretches:
+        for old, k in shared:
             new = made.get(id(old))
             if new is None:
                 new = made[id(old)] = old.union((rr,)) if joins else old.difference((rr,))

@@ -12,7 +12,7 @@ from itertools import count
 from typing import Iterable
 
 from optlease.domain.site import Site
-from optlease.scheduling.nodeclasses import NodeClasses, span
+from optlease.scheduling.nodeclasses import NodeClasses, read, stretches
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 from optlease.scheduling.records import SHUTDOWN
@@ -347,8 +347,8 @@ class SlotTable(NodeClasses, SlotQueries):
     def _unalike(self, nodes) -> None:
         """Forget whether the holders of the given nodes' profiles hold the same reservations (their reservations
         are about to change); every other profile's holders keep theirs, so its answer stands."""
-        alike, profiles, ends = self.alike, self.profiles, span(nodes)
-        for prof in set(map(profiles.__getitem__, nodes) if ends is None else profiles[ends[0]:ends[1]]):
+        alike, profiles, found = self.alike, self.profiles, stretches(nodes)
+        for prof in set(map(profiles.__getitem__, nodes) if found is None else read(profiles, found[1])):
             alike.pop(prof, None)
 
     def _touch(self, nodes) -> None:
