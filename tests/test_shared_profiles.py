@@ -242,3 +242,19 @@ def test_stretches_are_the_runs_of_consecutive_nodes(nodes, thresholds, rnd):
             values = [None] * 302
             nodeclasses.fill(values, given_order, "x")
             assert [i for i, v in enumerate(values) if v == "x"] == ordered
+
+
+@settings(max_examples=200, deadline=None)
+@given(bookings, st.sets(st.integers(0, 11)), st.integers(0, 60))
+def test_usage_without_some_leases_is_each_nodes_own(booked, gone, a):
+    """A node's usage from an instant on as if some leases were gone (what an AR that preempts is placed against),
+    built once for the nodes whose other reservations hold the same, is the sum of those reservations on it."""
+    table = booked_table(SlotTable, booked, True, None)
+    leases = [SimpleNamespace(id=i) for i in gone]
+    usage = table.usage_without(leases, a)
+    for n in table.site.node_ids:
+        own = Profile(table.zero)
+        for rr in sorted(table.by_node[n], key=lambda rr: rr.seq):
+            if rr.lease.id not in gone and rr.end > a:
+                own.add(rr.start, rr.end, rr.demand[n])
+        assert (usage(n).t, usage(n).u) == (own.t, own.u), n

@@ -191,6 +191,7 @@ class GreedyMapper:
         # the nodes where the leases assumed gone hold anything: elsewhere a node's usage from `start` on is its
         # profile's
         gone = table.nodes_of(preempting) if preempting else ()
+        usage_without = table.usage_without(preempting, start) if preempting else None
         profiles = table.profiles
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
         shape = None if preempting else vms_of(lease, demands)[1]
@@ -259,7 +260,7 @@ class GreedyMapper:
                         i += alike
                 continue
             for pnode in run:
-                prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
+                prof = usage_without(pnode) if pnode in gone else profiles[pnode]
                 cap = table.caps[pnode]
                 need = one if one is not None else demands[cur]
                 while True:
