@@ -10,6 +10,7 @@ from itertools import chain, groupby, repeat
 from typing import Collection, Iterable
 
 from optlease.scheduling.profile import Profile, Vec, fits
+from optlease.scheduling.records import OneVMEach
 
 
 SPAN_LEAST = 16     # nodes from which a change looks for stretches of consecutive ids among them
@@ -79,6 +80,8 @@ class NodeClasses:
         """[profile, key, nodes] for the given nodes (node -> key), grouped by their profile and key: nodes in one
         group undergo the same change (`key` names it), so it is made once for all of them."""
         profiles = self.profiles
+        if type(keys) is OneVMEach and len(keys) > 1:     # (one key for all: no list of keys built)
+            return self.by_profile(list(keys.nodes), keys.shape)
         if len(keys) == 1:
             ((node, key),) = keys.items()
             return ([profiles[node], key, [node]],)
