@@ -103,22 +103,30 @@ class NodeClasses:
                 group[2].append(node)
         return groups.values()
 
-    def by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
-        """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone."""
+    def by_profile(self, nodes: list[int], key=None, runs: bool = True) -> Iterable[list]:
+        """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone (the
+        nodes of a group in no particular order). `runs`: look for stretches of consecutive nodes among them (a
+        lease's nodes), rather than read each node's profile (nodes scattered over the site: every busy node)."""
         profiles = self.profiles
-        found = stretches(nodes)
-        profs = list(map(profiles.__getitem__, nodes)) if found is None else read(profiles, found[1])
+        found = stretches(nodes) if runs else None
+        if found is None:
+            profs = list(map(profiles.__getitem__, nodes))
+        else:
+            nodes, profs = found[0], read(profiles, found[1])
         if profs and profs.count(profs[0]) == len(profs):    # (profiles compare by identity)
             return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
-        # together lie together)
+        # together lie together), each cut from the nodes as one slice
         by_prof: dict[Profile, list] = {}
-        for prof, stretch in groupby(nodes, profiles.__getitem__):
+        i = 0
+        for prof, same in groupby(profs):
+            k = len(list(same))
             group = by_prof.get(prof)
             if group is None:
-                by_prof[prof] = [prof, key, list(stretch)]
+                by_prof[prof] = [prof, key, nodes[i:i + k]]
             else:
-                group[2].extend(stretch)
+                group[2].extend(nodes[i:i + k])
+            i += k
         return by_prof.values()
 
     def _hold(self, nodes, rr, joins: bool) -> None:

@@ -390,5 +390,5 @@ class SlotTable(NodeClasses, SlotQueries):
     def prune(self, before: int) -> None:
         busy = list(self.busy)
         self._refile([(prof, self._change(prof, nodes, Profile.prune, before), nodes)
-                      for prof, _, nodes in self.by_profile(busy)])
+                      for prof, _, nodes in self.by_profile(busy, runs=False)])
         self.total.prune(before)
