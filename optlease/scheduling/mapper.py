@@ -227,10 +227,9 @@ class GreedyMapper:
                 # so nodes alike are walked once (`_on_node`), and a stretch of nodes that share a profile (and a
                 # capacity) where the end stays put takes its VMs in one step
                 one_cap = table.one_cap if not table.down else None
-                stretches = itertools.groupby(run, profiles.__getitem__) if one_cap is not None else \
+                stretches = _by_profile(run, profiles) if one_cap is not None else \
                     ((profiles[pnode], (pnode,)) for pnode in run)
-                for prof, stretch in stretches:
-                    nodes = stretch if type(stretch) is tuple else list(stretch)
+                for prof, nodes in stretches:
                     cap = one_cap if one_cap is not None else caps[nodes[0]]
                     i = 0
                     while i < len(nodes):
@@ -331,6 +330,17 @@ def _mapping(vnodes, placed: list[int]):
     if vnodes[0] == 1 and vnodes[-1] == len(vnodes):    # (distinct and sorted: exactly 1..n)
         return Placement(tuple(placed))
     return dict(zip(vnodes, placed))
+
+
+def _by_profile(run, profiles: list):
+    """(profile, nodes) for each stretch of the run's nodes (a list or a tuple) that share one profile, in order:
+    the profiles read in one pass in C, each stretch cut from the run as one slice."""
+    profs = list(map(profiles.__getitem__, run))
+    i = 0
+    for prof, same in itertools.groupby(profs):    # (profiles compare by identity)
+        k = len(list(same))
+        yield prof, run[i:i + k]
+        i += k
 
 
 def _each_takes(placed: list[int], nodes, k: int) -> None:
