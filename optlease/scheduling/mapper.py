@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from bisect import bisect_right
 
-from optlease.scheduling.hostscores import BusyScores, InOrder
+from optlease.scheduling.hostruns import Nodes, keyed_runs
+from optlease.scheduling.hostscores import BusyScores
 from optlease.scheduling.policies import GreedyHosts, Policies
 from optlease.scheduling.records import AlikeVMs, Lease, Placement
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
@@ -90,7 +90,7 @@ class GreedyMapper:
             groups = table.busy_groups(smallest, start)
             keyed = None if groups is None else policies.keyed_groups(groups, start, lease, table)
         if keyed is not None:
-            yield from self._runs(keyed, lease, start, smallest)
+            yield from keyed_runs(table, policies, keyed, lease, start, smallest)
             return
         # the busy nodes in any order: sorting by (score, node order) fixes theirs
         busy = table.busy if smallest is None else table.nodes_with_room(smallest, start, table.busy)
@@ -110,71 +110,6 @@ class GreedyMapper:
         idle_ranked = ((key, rank[n], n) for n in itertools.chain((first,), idle))
         for *_, n in heapq.merge(ranked, idle_ranked):
             yield n
-
-    def _runs(self, keyed: dict, lease: Lease, start: int, smallest):
-        """`_host_runs` on a site whose nodes are all alike and in planning: the busy nodes (`keyed`: -score ->
-        collections of nodes, Policies.keyed_groups) by score, in node order within a score, each score's nodes
-        put in order only when the walk comes to them, with the idle ones merged in as runs where their one score
-        falls."""
-        table = self.table
-        cap = table.one_cap
-        # the idle nodes, in node order (node ids grow with it)
-        idle = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
-        keys = sorted(keyed)
-
-        def in_order(key: float):
-            # one score's nodes in node order (node ids grow with it)
-            colls = keyed[key]
-            if len(colls) == 1 and type(colls[0]) is InOrder:    # kept in node order (hostscores)
-                return colls[0].nodes
-            return sorted(itertools.chain.from_iterable(colls))
-
-        def score_runs(ordered):
-            # one score's nodes in chunks that double: a lease most often takes the first
-            size, lo = 16, 0
-            while lo < len(ordered):
-                yield Nodes(ordered[lo:lo + size])
-                lo, size = lo + size, 2 * size
-
-        if not idle:
-            for key in keys:
-                yield from score_runs(in_order(key))
-            return
-
-        def runs(lo: int, hi: int):
-            # idle[lo:hi] as node lists, in chunks that double: a lease takes a few idle nodes or many
-            size = 16
-            while lo < hi:
-                top = min(hi, lo + size)
-                yield idle[lo:top]
-                lo, size = top, 2 * size
-
-        if not keys:
-            yield from runs(0, len(idle))
-            return
-        idle_key = -self.policies.score_hosts([idle[0]], start, lease, table)[0][0]
-        i, lo = 0, 0
-        while i < len(keys) and keys[i] < idle_key:     # busy nodes that score higher than idle ones
-            yield from score_runs(in_order(keys[i]))
-            i += 1
-        if i < len(keys) and keys[i] == idle_key:       # busy nodes that score as idle ones: by node order
-            # the idle nodes in chunks that double, each with the busy nodes that come before its last idle node
-            # merged in (a chunk with none is a run)
-            busy, j, size, n = in_order(keys[i]), 0, 16, len(idle)
-            while lo < n:
-                top = min(n, lo + size)
-                jj = len(busy) if top == n else bisect_right(busy, idle[top - 1], j)
-                if jj == j:
-                    yield idle[lo:top]
-                else:
-                    yield Nodes(sorted(idle[lo:top] + list(busy[j:jj])))
-                    j = jj
-                lo, size = top, 2 * size
-            i += 1
-        yield from runs(lo, len(idle))
-        while i < len(keys):                             # busy nodes that score lower
-            yield from score_runs(in_order(keys[i]))
-            i += 1
 
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):
         table = self.table
@@ -374,11 +309,6 @@ def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | No
     if cache is not None:
         cache["vms"] = found
     return found
-
-
-class Nodes(list):
-    """Nodes in the host policy's order, some of them busy, walked one by one (a plain list from `_host_runs` is a
-    run of idle nodes)."""
 
 
 class Cached:
