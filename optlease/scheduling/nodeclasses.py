@@ -73,7 +73,7 @@ def fill(values: list, nodes, value) -> None:
 
 class NodeClasses:
     """The slot table's nodes by profile and by idleness (SlotTable sets the state: `profiles`, `empty`, `holders`,
-    `idle`, `busy`, `down`, `caps`, `rank`, `site`)."""
+    `idle`, `down`, `caps`, `rank`, `site`)."""
 
 
     def _groups(self, keys: dict) -> Iterable[list]:
@@ -198,27 +198,14 @@ class NodeClasses:
         fill(self.profiles, nodes, new)
         return new
 
-    def _file(self, nodes: Collection[int]) -> None:
-        """File nodes whose profiles may have changed among the idle or the busy ones."""
-        busy, profiles = self.busy, self.profiles
-        if len(nodes) == 1:
-            (node,) = nodes
-            if node in self.down:
-                return
-            if profiles[node].t:
-                if node not in busy:
-                    busy.add(node)
-                    self._unidle(self.caps[node], (node,))
-            elif node in busy:
-                busy.discard(node)
-                self._reidle(self.caps[node], (node,))
-            return
-        fresh = set(nodes).difference(busy)      # (set operations: a wide lease's nodes at once)
-        taken = [n for n in fresh if profiles[n].t] if fresh else fresh
-        freed = busy.intersection(nodes)
-        if freed:
-            freed = [n for n in freed if not profiles[n].t]
-        self._move(taken, freed)
+    @property
+    def busy(self) -> set[int]:
+        """The nodes in planning whose profile is not empty: those that hold some profile other than `empty`, less
+        those out of planning. Worked out when asked (a heterogeneous site's placement, a prune), not kept up to
+        date at every change (a wide lease's nodes would each be added and taken out)."""
+        held = self.holders
+        busy = set().union(*held.values()) if held else set()
+        return busy.difference(self.down) if self.down else busy
 
     def _refile(self, changed: list[tuple[Profile, Profile, list[int]]]) -> None:
         """`_file` for nodes whose profiles `_change` has just changed, given as (the old profile, the new one,
@@ -232,18 +219,16 @@ class NodeClasses:
                        freed[0] if len(freed) == 1 else list(chain.from_iterable(freed)))
 
     def _move(self, taken: Collection[int], freed: Collection[int]) -> None:
-        """File nodes just taken (their profile no longer empty) as busy, and nodes just freed as idle."""
-        busy = self.busy
+        """File nodes just taken (their profile no longer empty) as busy (out of the idle lists), and nodes just freed
+        as idle."""
         if self.down:
             taken = [n for n in taken if n not in self.down]
         if taken:
-            busy.update(taken)
             for cap, nodes in self._by_cap(taken):
                 self._unidle(cap, nodes)
         if freed:
             if self.down:
                 freed = [n for n in freed if n not in self.down]
-            busy.difference_update(freed)
             for cap, nodes in self._by_cap(freed):
                 self._reidle(cap, nodes)
 
