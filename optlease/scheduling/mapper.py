@@ -10,7 +10,7 @@ import heapq
 import itertools
 
 from optlease.scheduling.hostruns import Nodes, keyed_runs
-from optlease.scheduling.hostscores import BusyScores
+from optlease.scheduling.hostscores import BusyScores, InOrder
 from optlease.scheduling.policies import GreedyHosts, Policies
 from optlease.scheduling.records import AlikeVMs, Lease, Placement
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
@@ -32,7 +32,10 @@ class GreedyMapper:
         vnodes = demands.keys() if type(demands) is AlikeVMs else sorted(demands)
         smallest = None if allow_preemption else vms_of(lease)[0]
         if onlynodes is None and self.policies.empty_nodes_alike:
-            pnodes = Cached(self._host_runs(lease, start, smallest))
+            keyed = self._keyed(lease, start, smallest)
+            if not allow_preemption and keyed is not None and self._cannot_hold(lease, keyed, smallest):
+                return None, None, None
+            pnodes = Cached(self._host_runs(lease, start, smallest, keyed))
         else:
             candidates = table.nodes if onlynodes is None else [n for n in table.nodes if n in onlynodes]
             if smallest is not None:
@@ -79,16 +82,37 @@ class GreedyMapper:
             else:
                 yield item
 
-    def _host_runs(self, lease: Lease, start: int, smallest):
+    def _keyed(self, lease: Lease, start: int, smallest) -> dict | None:
+        """The busy nodes where `smallest` fits at start, by -score (Policies.keyed_groups), on a site whose nodes
+        are all alike and in planning (None: it is not)."""
+        if self.scores is not None:
+            return self.scores.keyed(start, lease, smallest)
+        groups = self.table.busy_groups(smallest, start)
+        return None if groups is None else self.policies.keyed_groups(groups, start, lease, self.table)
+
+    def _cannot_hold(self, lease: Lease, keyed: dict, smallest) -> bool:
+        """Whether a walk over the nodes it would try (the idle ones, and the busy ones of `keyed`) must fail for a
+        lease whose VMs ask alike: no node holds more of them than an empty node does, and these nodes could not
+        hold them all even so (a lease waiting at the head of the queue, while the site's free room, spread over
+        busy nodes, adds up to its need, is so refused without a walk over every idle node)."""
+        shape = vms_of(lease)[1]
+        cap = self.table.one_cap
+        if shape is None:
+            return False
+        per = min((c // d for c, d in zip(cap, shape) if d > 0), default=None)
+        if per is None:
+            return False
+        idle = len(self.table.idle.get(cap, ())) if smallest is None or fits(smallest, cap) else 0
+        busy = sum(len(c.nodes) if type(c) is InOrder else len(c) for colls in keyed.values() for c in colls)
+        return (idle + busy) * per < len(lease.demands)
+
+    def _host_runs(self, lease: Lease, start: int, smallest, keyed=False):
         """`_hosts`, with idle nodes that come one after another given as lists (runs) where the site's nodes are
         all alike: every node of a run has the empty profile and the same capacity, so it takes as many VMs as
-        the first (GreedyMapper._try places them at once)."""
+        the first (GreedyMapper._try places them at once). `keyed`: `_keyed`'s answer, when already asked."""
         table, policies = self.table, self.policies
-        if self.scores is not None:
-            keyed = self.scores.keyed(start, lease, smallest)
-        else:
-            groups = table.busy_groups(smallest, start)
-            keyed = None if groups is None else policies.keyed_groups(groups, start, lease, table)
+        if keyed is False:
+            keyed = self._keyed(lease, start, smallest)
         if keyed is not None:
             yield from keyed_runs(table, policies, keyed, lease, start, smallest)
             return
