@@ -17,6 +17,13 @@ SPAN_LEAST = 16     # nodes from which a change looks for stretches of consecuti
 STRETCH_NODES = 16  # nodes per stretch, on average, below which a change goes node by node (in C) instead
 
 
+class Ordered(list):
+    """Distinct nodes in node order, as `stretches` gives them (nothing changes such a list in place; a slice of it
+    is a plain list)."""
+
+    __slots__ = ()
+
+
 def stretches(nodes) -> tuple[list[int], list[tuple[int, int]]] | None:
     """The given distinct nodes in order, and the stretches of consecutive ids they make, as (first, last + 1) in
     order: from SPAN_LEAST nodes, where the stretches hold STRETCH_NODES nodes on average or more (busy nodes left
@@ -25,7 +32,11 @@ def stretches(nodes) -> tuple[list[int], list[tuple[int, int]]] | None:
     n = len(nodes)
     if n < SPAN_LEAST:
         return None
-    ordered = sorted(nodes)     # (a pass of comparisons of ints where they come in order, as most do)
+    if type(nodes) is Ordered:  # (in order already: what an earlier call gave, handed on to the next change)
+        ordered = nodes
+    else:
+        ordered = Ordered(nodes)
+        ordered.sort()          # (a pass of comparisons of ints where they come in order, as most do)
     first = ordered[0]
     if ordered[-1] - first == n - 1:
         return ordered, [(first, first + n)]
@@ -250,7 +261,8 @@ class NodeClasses:
                 if i < len(idle) and idle[i] == n:
                     del idle[i]
             return
-        nodes = sorted(nodes)
+        if type(nodes) is not Ordered:
+            nodes = sorted(nodes)
         i = bisect_left(idle, nodes[0])
         if idle[i:i + len(nodes)] == nodes:
             del idle[i:i + len(nodes)]
