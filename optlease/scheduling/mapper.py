@@ -102,9 +102,12 @@ class GreedyMapper:
         per = min((c // d for c, d in zip(cap, shape) if d > 0), default=None)
         if per is None:
             return False
+        need = len(lease.demands)
         idle = len(self.table.idle.get(cap, ())) if smallest is None or fits(smallest, cap) else 0
+        if idle * per >= need:      # (the idle nodes alone may hold them: most often)
+            return False
         busy = sum(len(c.nodes) if type(c) is InOrder else len(c) for colls in keyed.values() for c in colls)
-        return (idle + busy) * per < len(lease.demands)
+        return (idle + busy) * per < need
 
     def _host_runs(self, lease: Lease, start: int, smallest, keyed=False):
         """`_hosts`, with idle nodes that come one after another given as lists (runs) where the site's nodes are
