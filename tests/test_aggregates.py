@@ -13,7 +13,7 @@ import pytest
 
 from optlease.engine.run import simulate
 from optlease.formats.config import load_config
-from optlease.scheduling.records import AlikeVMs, Placement, placement
+from optlease.scheduling.records import AlikeVMs, OneVMEach, Placement, placement
 
 from conftest import REPO
 
@@ -25,6 +25,8 @@ SHAPE = (100, 1024)
     pytest.param(AlikeVMs(1, SHAPE), {1: SHAPE}, id="alike-one-vm"),
     pytest.param(Placement((7, 7, 2, 9)), {1: 7, 2: 7, 3: 2, 4: 9}, id="placement"),
     pytest.param(Placement((5,)), {1: 5}, id="placement-one-vm"),
+    pytest.param(OneVMEach((7, 2, 9, 4), SHAPE), {7: SHAPE, 2: SHAPE, 9: SHAPE, 4: SHAPE}, id="one-vm-each"),
+    pytest.param(OneVMEach((3,), SHAPE), {3: SHAPE}, id="one-vm-on-one-node"),
 ])
 def test_a_compact_mapping_reads_as_its_dict(compact, plain):
     assert len(compact) == len(plain)
@@ -38,7 +40,7 @@ def test_a_compact_mapping_reads_as_its_dict(compact, plain):
         assert compact.get(key, "none") == plain.get(key, "none"), key
     with pytest.raises(KeyError):
         compact[len(plain) + 1]
-    assert compact != {**plain, len(plain) + 1: plain[1]}
+    assert compact != {**plain, len(plain) + 1: next(iter(plain.values()))}
     assert json.dumps(dict(compact)) == json.dumps(plain)
     # (a daemon's checkpoint and an experiment's results are pickled)
     assert pickle.loads(pickle.dumps(compact, protocol=pickle.HIGHEST_PROTOCOL)) == plain
@@ -71,3 +73,8 @@ def test_a_generated_workload_runs_on_compact_demands_and_mappings(tmp_path):
         assert type(lease.demands) is AlikeVMs and lease.demands.n == lease.numnodes
     mappings = [rr.mapping for lease in wide for rr in lease.vmrrs]
     assert mappings and all(type(m) is Placement and len(m) > 1 for m in mappings)
+    # no node holds two of these VMs: each reservation's demand is its nodes and the one vector
+    demands = [rr.demand for lease in wide for rr in lease.vmrrs]
+    assert all(type(d) is OneVMEach and d.nodes == rr.mapping.pnodes for lease in wide for rr, d in
+               zip(lease.vmrrs, (rr.demand for rr in lease.vmrrs)))
+    assert demands

@@ -4,17 +4,22 @@ and nodes taken down and brought back."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from unittest.mock import patch
+
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optlease.domain.site import Site
+from optlease.scheduling import hostruns
 from optlease.scheduling.mapper import GreedyMapper
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import RR
 from optlease.scheduling.slottable import SlotTable
 
 SIZES = ({"CPU": 100, "Memory": 1024}, {"CPU": 200, "Memory": 512})
+WIDE = 150      # nodes of a site where many busy nodes share a score
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("book"), st.integers(1, 12), st.integers(0, 60), st.integers(0, 30), st.integers(1, 200)),
@@ -163,3 +168,55 @@ def node_by_node(table, vnodes, demands, pnodes, start, end, strictend):
                 break
             maxend = latest
     return None, None
+
+
+@pytest.mark.parametrize("least, most", [(64, 64), (0, 16), (0, 64)], ids=["as-run", "heap-16", "heap-64"])
+@settings(max_examples=100, deadline=None)
+@given(bookings=st.lists(st.tuples(st.sets(st.integers(1, WIDE), min_size=1), st.integers(0, 40), st.integers(1, 30),
+                                   st.sampled_from([30, 50, 100])), max_size=8),
+       start=st.integers(0, 50), duration=st.integers(1, 60), cpu=st.sampled_from([20, 50, 100]))
+def test_many_busy_nodes_of_one_score_come_in_node_order(least, most, bookings, start, duration, cpu):
+    """Busy nodes of one score not kept in order (the first placement asked at an instant) are handed to the mapper in
+    node order, their first chunks taken off a heap and the rest sorted (`heap-*`: from any number of nodes): the
+    walk is the policy's order."""
+    table = SlotTable(Site.homogeneous(WIDE, SIZES[0]))
+    policies = Policies(host_selection="greedy")
+    mapper = GreedyMapper(table, policies)
+    for i, (nodes, begin, length, amount) in enumerate(bookings):
+        mapping = {v: n for v, n in enumerate(sorted(nodes), 1)}
+        booker = SimpleNamespace(id=i, demands=dict.fromkeys(mapping, (amount, 64)),
+                                 total_demand=(len(nodes) * amount, len(nodes) * 64))
+        table.add(RR(booker, "vm", begin, begin + length, mapping, {n: (amount, 64) for n in sorted(nodes)},
+                     table.next_seq()))
+    lease = SimpleNamespace(req=SimpleNamespace(duration=duration))
+    with patch.object(hostruns, "HEAP_LEAST", least), patch.object(hostruns, "HEAP_MOST", most):
+        for smallest in ((cpu, 64), None):
+            room = table.nodes if smallest is None else table.nodes_with_room(smallest, start, table.nodes)
+            assert list(mapper._hosts(lease, start, smallest)) == policies.sort_hosts(room, start, lease, table)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 14), ops, st.integers(0, 80), st.integers(1, 60), st.integers(1, 40),
+       st.sampled_from([(25, 64), (50, 256), (100, 1024), (100, 0)]), st.booleans())
+def test_a_lease_refused_without_a_walk_is_one_the_walk_refuses(size, steps, start, duration, vms, shape, strictend):
+    """The mapper refuses a lease whose VMs ask alike without walking the nodes where the idle ones and the busy ones
+    with room could not hold them all, each taking as many as an empty node: exactly where the walk finds no
+    mapping (and otherwise it gives the walk's mapping)."""
+    table = SlotTable(Site.homogeneous(size, SIZES[0]))
+    mapper = GreedyMapper(table, Policies(host_selection="greedy"))
+    booked: list[RR] = []
+    pruned = 0
+    for step in steps:
+        pruned = apply(table, step, booked, pruned, most=100, skip=("down", "up"))
+    start = max(start, pruned)
+    demands = dict.fromkeys(range(1, vms + 1), shape)
+    lease = SimpleNamespace(demands=demands, total_demand=tuple(vms * x for x in shape),
+                            req=SimpleNamespace(duration=duration))
+    walked = mapper._try(lease, sorted(demands), demands, list(mapper._host_runs(lease, start, shape)), start,
+                         start + duration, strictend, [])
+    mapping, end, preempt = mapper.map(lease, start, start + duration, strictend)
+    assert (mapping, end) == walked and preempt in (None, [])
+    if strictend and walked == (None, None):    # (the site-wide test may refuse it before either)
+        return
+    keyed = mapper._keyed(lease, start, shape)
+    assert mapper._cannot_hold(lease, keyed, shape) is False or walked == (None, None)

@@ -6,12 +6,14 @@ whether room ahead came back or a reservation only reached its end."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from unittest.mock import patch
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from optlease.domain.site import Site
+from optlease.scheduling import nodeclasses
 from optlease.scheduling.policies import GreedyHosts
 from optlease.scheduling.preparation import PreparedTable
 from optlease.scheduling.records import RR
@@ -38,12 +40,23 @@ ops = st.lists(st.one_of(
 ), max_size=30)
 
 
+@pytest.mark.parametrize("least, per_stretch", [(16, 16), (2, 1)], ids=["as-run", "stretches-from-two-nodes"])
 @settings(max_examples=300, deadline=None)
-@given(ops)
+@given(steps=ops)
 # a run of consecutive nodes of which the last holds something more, booked over again and ended
-@example([("book", set(range(1, 21)), (50, 32), 0, 10), ("book", {20}, (50, 32), 0, 5),
-          ("book", set(range(1, 21)), (50, 32), 0, 10), ("end", 0), ("cancel", 1)])
-def test_shared_profiles_hold_what_a_profile_per_node_holds(steps):
+@example(steps=[("book", set(range(1, 21)), (50, 32), 0, 10), ("book", {20}, (50, 32), 0, 5),
+                ("book", set(range(1, 21)), (50, 32), 0, 10), ("end", 0), ("cancel", 1)])
+# two stretches of nodes, each holding something more at one end, booked over again and ended
+@example(steps=[("book", set(range(1, 9)) | set(range(12, 20)), (50, 32), 0, 10), ("book", {8, 12}, (50, 32), 0, 5),
+                ("book", set(range(1, 9)) | set(range(12, 20)), (50, 32), 0, 10), ("end", 0), ("cancel", 1)])
+def test_shared_profiles_hold_what_a_profile_per_node_holds(least, per_stretch, steps):
+    """(`stretches-from-two-nodes`: every change of two nodes or more goes by stretches of consecutive nodes, however
+    short, so that a stretch cut one node short or one too long fails.)"""
+    with patch.object(nodeclasses, "SPAN_LEAST", least), patch.object(nodeclasses, "STRETCH_NODES", per_stretch):
+        _check_shared_profiles(steps)
+
+
+def _check_shared_profiles(steps):
     table = SlotTable(Site.homogeneous(NODES, {"CPU": 100, "Memory": 64}))
     zero = table.zero
     own = {n: Profile(zero) for n in table.nodes}   # one profile per node, changed in place
@@ -203,3 +216,45 @@ def test_room_given_back_ahead_is_told_from_an_end(change, gives_back):
     assert (table.gave_back > gave_back) is gives_back
     if not gives_back:
         assert table.ends.bisect_right(50) + table.past_ends == ahead
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sets(st.integers(1, 300), min_size=1), st.sampled_from([(16, 16), (2, 1), (4, 3)]), st.randoms())
+def test_stretches_are_the_runs_of_consecutive_nodes(nodes, thresholds, rnd):
+    """`stretches`: the nodes in order and their maximal runs of consecutive ids, found by halving, are those a
+    walk over the ordered nodes gives; none below SPAN_LEAST nodes or with fewer than STRETCH_NODES nodes a run."""
+    least, per_stretch = thresholds
+    given_order = list(nodes)
+    rnd.shuffle(given_order)
+    ordered = sorted(nodes)
+    runs = []
+    for n in ordered:
+        if runs and runs[-1][1] == n:
+            runs[-1][1] = n + 1
+        else:
+            runs.append([n, n + 1])
+    with patch.object(nodeclasses, "SPAN_LEAST", least), patch.object(nodeclasses, "STRETCH_NODES", per_stretch):
+        found = nodeclasses.stretches(given_order)
+        if len(nodes) < least or len(runs) > len(nodes) // per_stretch:
+            assert found is None
+        else:
+            assert found == (ordered, [tuple(r) for r in runs])
+            values = [None] * 302
+            nodeclasses.fill(values, given_order, "x")
+            assert [i for i, v in enumerate(values) if v == "x"] == ordered
+
+
+@settings(max_examples=200, deadline=None)
+@given(bookings, st.sets(st.integers(0, 11)), st.integers(0, 60))
+def test_usage_without_some_leases_is_each_nodes_own(booked, gone, a):
+    """A node's usage from an instant on as if some leases were gone (what an AR that preempts is placed against),
+    built once for the nodes whose other reservations hold the same, is the sum of those reservations on it."""
+    table = booked_table(SlotTable, booked, True, None)
+    leases = [SimpleNamespace(id=i) for i in gone]
+    usage = table.usage_without(leases, a)
+    for n in table.site.node_ids:
+        own = Profile(table.zero)
+        for rr in sorted(table.by_node[n], key=lambda rr: rr.seq):
+            if rr.lease.id not in gone and rr.end > a:
+                own.add(rr.start, rr.end, rr.demand[n])
+        assert (usage(n).t, usage(n).u) == (own.t, own.u), n

@@ -119,7 +119,7 @@ class BusyScores:
         # A node's score depends on its profile and its reservations alone: nodes that share a profile (they come
         # in stretches: booked together) and hold the same reservations are scored once, for all of them.
         new: dict[float, list[int]] = {}
-        for _, _, group in table.by_profile(nodes):
+        for _, _, group in table.by_profile(nodes, runs=False):
             ref = by_node[group[0]]
             # (`count` compares by identity first: nodes booked together share one set)
             if len(group) > 1 and list(map(by_node.__getitem__, group)).count(ref) == len(group):

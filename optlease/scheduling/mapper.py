@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from bisect import bisect_right
 
+from optlease.scheduling.hostruns import Nodes, keyed_runs
 from optlease.scheduling.hostscores import BusyScores, InOrder
 from optlease.scheduling.policies import GreedyHosts, Policies
 from optlease.scheduling.records import AlikeVMs, Lease, Placement
@@ -32,7 +32,10 @@ class GreedyMapper:
         vnodes = demands.keys() if type(demands) is AlikeVMs else sorted(demands)
         smallest = None if allow_preemption else vms_of(lease)[0]
         if onlynodes is None and self.policies.empty_nodes_alike:
-            pnodes = Cached(self._host_runs(lease, start, smallest))
+            keyed = self._keyed(lease, start, smallest)
+            if not allow_preemption and keyed is not None and self._cannot_hold(lease, keyed, smallest):
+                return None, None, None
+            pnodes = Cached(self._host_runs(lease, start, smallest, keyed))
         else:
             candidates = table.nodes if onlynodes is None else [n for n in table.nodes if n in onlynodes]
             if smallest is not None:
@@ -79,18 +82,42 @@ class GreedyMapper:
             else:
                 yield item
 
-    def _host_runs(self, lease: Lease, start: int, smallest):
+    def _keyed(self, lease: Lease, start: int, smallest) -> dict | None:
+        """The busy nodes where `smallest` fits at start, by -score (Policies.keyed_groups), on a site whose nodes
+        are all alike and in planning (None: it is not)."""
+        if self.scores is not None:
+            return self.scores.keyed(start, lease, smallest)
+        groups = self.table.busy_groups(smallest, start)
+        return None if groups is None else self.policies.keyed_groups(groups, start, lease, self.table)
+
+    def _cannot_hold(self, lease: Lease, keyed: dict, smallest) -> bool:
+        """Whether a walk over the nodes it would try (the idle ones, and the busy ones of `keyed`) must fail for a
+        lease whose VMs ask alike: no node holds more of them than an empty node does, and these nodes could not
+        hold them all even so (a lease waiting at the head of the queue, while the site's free room, spread over
+        busy nodes, adds up to its need, is so refused without a walk over every idle node)."""
+        shape = vms_of(lease)[1]
+        cap = self.table.one_cap
+        if shape is None:
+            return False
+        per = min((c // d for c, d in zip(cap, shape) if d > 0), default=None)
+        if per is None:
+            return False
+        need = len(lease.demands)
+        idle = len(self.table.idle.get(cap, ())) if smallest is None or fits(smallest, cap) else 0
+        if idle * per >= need:      # (the idle nodes alone may hold them: most often)
+            return False
+        busy = sum(len(c.nodes) if type(c) is InOrder else len(c) for colls in keyed.values() for c in colls)
+        return (idle + busy) * per < need
+
+    def _host_runs(self, lease: Lease, start: int, smallest, keyed=False):
         """`_hosts`, with idle nodes that come one after another given as lists (runs) where the site's nodes are
         all alike: every node of a run has the empty profile and the same capacity, so it takes as many VMs as
-        the first (GreedyMapper._try places them at once)."""
+        the first (GreedyMapper._try places them at once). `keyed`: `_keyed`'s answer, when already asked."""
         table, policies = self.table, self.policies
-        if self.scores is not None:
-            keyed = self.scores.keyed(start, lease, smallest)
-        else:
-            groups = table.busy_groups(smallest, start)
-            keyed = None if groups is None else policies.keyed_groups(groups, start, lease, table)
+        if keyed is False:
+            keyed = self._keyed(lease, start, smallest)
         if keyed is not None:
-            yield from self._runs(keyed, lease, start, smallest)
+            yield from keyed_runs(table, policies, keyed, lease, start, smallest)
             return
         # the busy nodes in any order: sorting by (score, node order) fixes theirs
         busy = table.busy if smallest is None else table.nodes_with_room(smallest, start, table.busy)
@@ -111,71 +138,6 @@ class GreedyMapper:
         for *_, n in heapq.merge(ranked, idle_ranked):
             yield n
 
-    def _runs(self, keyed: dict, lease: Lease, start: int, smallest):
-        """`_host_runs` on a site whose nodes are all alike and in planning: the busy nodes (`keyed`: -score ->
-        collections of nodes, Policies.keyed_groups) by score, in node order within a score, each score's nodes
-        put in order only when the walk comes to them, with the idle ones merged in as runs where their one score
-        falls."""
-        table = self.table
-        cap = table.one_cap
-        # the idle nodes, in node order (node ids grow with it)
-        idle = table.idle.get(cap, ()) if smallest is None or fits(smallest, cap) else ()
-        keys = sorted(keyed)
-
-        def in_order(key: float):
-            # one score's nodes in node order (node ids grow with it)
-            colls = keyed[key]
-            if len(colls) == 1 and type(colls[0]) is InOrder:    # kept in node order (hostscores)
-                return colls[0].nodes
-            return sorted(itertools.chain.from_iterable(colls))
-
-        def score_runs(ordered):
-            # one score's nodes in chunks that double: a lease most often takes the first
-            size, lo = 16, 0
-            while lo < len(ordered):
-                yield Nodes(ordered[lo:lo + size])
-                lo, size = lo + size, 2 * size
-
-        if not idle:
-            for key in keys:
-                yield from score_runs(in_order(key))
-            return
-
-        def runs(lo: int, hi: int):
-            # idle[lo:hi] as node lists, in chunks that double: a lease takes a few idle nodes or many
-            size = 16
-            while lo < hi:
-                top = min(hi, lo + size)
-                yield idle[lo:top]
-                lo, size = top, 2 * size
-
-        if not keys:
-            yield from runs(0, len(idle))
-            return
-        idle_key = -self.policies.score_hosts([idle[0]], start, lease, table)[0][0]
-        i, lo = 0, 0
-        while i < len(keys) and keys[i] < idle_key:     # busy nodes that score higher than idle ones
-            yield from score_runs(in_order(keys[i]))
-            i += 1
-        if i < len(keys) and keys[i] == idle_key:       # busy nodes that score as idle ones: by node order
-            # the idle nodes in chunks that double, each with the busy nodes that come before its last idle node
-            # merged in (a chunk with none is a run)
-            busy, j, size, n = in_order(keys[i]), 0, 16, len(idle)
-            while lo < n:
-                top = min(n, lo + size)
-                jj = len(busy) if top == n else bisect_right(busy, idle[top - 1], j)
-                if jj == j:
-                    yield idle[lo:top]
-                else:
-                    yield Nodes(sorted(idle[lo:top] + list(busy[j:jj])))
-                    j = jj
-                lo, size = top, 2 * size
-            i += 1
-        yield from runs(lo, len(idle))
-        while i < len(keys):                             # busy nodes that score lower
-            yield from score_runs(in_order(keys[i]))
-            i += 1
-
     def _try(self, lease, vnodes, demands, pnodes, start, end, strictend, preempting):
         table = self.table
         # the pnode of each vnode placed so far, in vnode order (`placed[pos]` is vnodes[pos]'s): a list grows by
@@ -191,6 +153,7 @@ class GreedyMapper:
         # the nodes where the leases assumed gone hold anything: elsewhere a node's usage from `start` on is its
         # profile's
         gone = table.nodes_of(preempting) if preempting else ()
+        usage_without = table.usage_without(preempting, start) if preempting else None
         profiles = table.profiles
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
         shape = None if preempting else vms_of(lease, demands)[1]
@@ -226,10 +189,9 @@ class GreedyMapper:
                 # so nodes alike are walked once (`_on_node`), and a stretch of nodes that share a profile (and a
                 # capacity) where the end stays put takes its VMs in one step
                 one_cap = table.one_cap if not table.down else None
-                stretches = itertools.groupby(run, profiles.__getitem__) if one_cap is not None else \
+                stretches = _by_profile(run, profiles) if one_cap is not None else \
                     ((profiles[pnode], (pnode,)) for pnode in run)
-                for prof, stretch in stretches:
-                    nodes = stretch if type(stretch) is tuple else list(stretch)
+                for prof, nodes in stretches:
                     cap = one_cap if one_cap is not None else caps[nodes[0]]
                     i = 0
                     while i < len(nodes):
@@ -259,7 +221,7 @@ class GreedyMapper:
                         i += alike
                 continue
             for pnode in run:
-                prof = table.usage_of(preempting, pnode, start) if pnode in gone else profiles[pnode]
+                prof = usage_without(pnode) if pnode in gone else profiles[pnode]
                 cap = table.caps[pnode]
                 need = one if one is not None else demands[cur]
                 while True:
@@ -332,6 +294,17 @@ def _mapping(vnodes, placed: list[int]):
     return dict(zip(vnodes, placed))
 
 
+def _by_profile(run, profiles: list):
+    """(profile, nodes) for each stretch of the run's nodes (a list or a tuple) that share one profile, in order:
+    the profiles read in one pass in C, each stretch cut from the run as one slice."""
+    profs = list(map(profiles.__getitem__, run))
+    i = 0
+    for prof, same in itertools.groupby(profs):    # (profiles compare by identity)
+        k = len(list(same))
+        yield prof, run[i:i + k]
+        i += k
+
+
 def _each_takes(placed: list[int], nodes, k: int) -> None:
     """Place k VMs on each of `nodes` in turn (`placed`: each VM's node, in VM order)."""
     if k == 1:
@@ -363,11 +336,6 @@ def vms_of(lease: Lease, demands: dict | None = None) -> tuple[tuple, tuple | No
     if cache is not None:
         cache["vms"] = found
     return found
-
-
-class Nodes(list):
-    """Nodes in the host policy's order, some of them busy, walked one by one (a plain list from `_host_runs` is a
-    run of idle nodes)."""
 
 
 class Cached:

@@ -10,20 +10,62 @@ from itertools import chain, groupby, repeat
 from typing import Collection, Iterable
 
 from optlease.scheduling.profile import Profile, Vec, fits
+from optlease.scheduling.records import OneVMEach
 
 
-SPAN_LEAST = 16     # nodes from which a change looks whether they are a stretch of consecutive ids
+SPAN_LEAST = 16     # nodes from which a change looks for stretches of consecutive ids among them
+STRETCH_NODES = 16  # nodes per stretch, on average, below which a change goes node by node (in C) instead
 
 
-def span(nodes) -> tuple[int, int] | None:
-    """(first, last + 1) where the given distinct nodes (in any order) are exactly the ids first..last, from
-    SPAN_LEAST of them; else None."""
+class Ordered(list):
+    """Distinct nodes in node order, as `stretches` gives them (nothing changes such a list in place; a slice of it
+    is a plain list)."""
+
+    __slots__ = ()
+
+
+def stretches(nodes) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """The given distinct nodes in order, and the stretches of consecutive ids they make, as (first, last + 1) in
+    order: from SPAN_LEAST nodes, where the stretches hold STRETCH_NODES nodes on average or more (busy nodes left
+    between idle ones split a wide lease's nodes into a few long stretches); else None. Each stretch's end is found
+    by halving (ordered[k] - k never decreases, and stays put exactly along a stretch), not by a look at each node."""
     n = len(nodes)
     if n < SPAN_LEAST:
         return None
-    ordered = sorted(nodes)     # (a pass of comparisons of ints where they come in order, as most do)
-    lo, hi = ordered[0], ordered[-1]
-    return (lo, hi + 1) if hi - lo == n - 1 else None
+    if type(nodes) is Ordered:  # (in order already: what an earlier call gave, handed on to the next change)
+        ordered = nodes
+    else:
+        ordered = Ordered(nodes)
+        ordered.sort()          # (a pass of comparisons of ints where they come in order, as most do)
+    first = ordered[0]
+    if ordered[-1] - first == n - 1:
+        return ordered, [(first, first + n)]
+    most = n // STRETCH_NODES
+    out = []
+    i = 0
+    while i < n:
+        if len(out) >= most:
+            return None
+        first = ordered[i]
+        base = first - i
+        lo, hi = i + 1, n       # the stretch ends at the first k > i where ordered[k] - k != base (or at n)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ordered[mid] - mid == base:
+                lo = mid + 1
+            else:
+                hi = mid
+        out.append((first, first + lo - i))
+        i = lo
+    return ordered, out
+
+
+def read(values: list, ends: list[tuple[int, int]]) -> list:
+    """The values at the nodes of the given stretches, in order: one slice each."""
+    if len(ends) == 1:
+        ((lo, hi),) = ends
+        return values[lo:hi]
+    return list(chain.from_iterable(values[lo:hi] for lo, hi in ends))
 
 
 def fill(values: list, nodes, value) -> None:
@@ -32,23 +74,25 @@ def fill(values: list, nodes, value) -> None:
         for node in nodes:
             values[node] = value
         return
-    ends = span(nodes)
-    if ends is not None:
-        lo, hi = ends
-        values[lo:hi] = [value] * (hi - lo)
+    found = stretches(nodes)
+    if found is not None:
+        for lo, hi in found[1]:
+            values[lo:hi] = [value] * (hi - lo)
     else:
         any(map(values.__setitem__, nodes, repeat(value)))
 
 
 class NodeClasses:
     """The slot table's nodes by profile and by idleness (SlotTable sets the state: `profiles`, `empty`, `holders`,
-    `idle`, `busy`, `down`, `caps`, `rank`, `site`)."""
+    `idle`, `down`, `caps`, `rank`, `site`)."""
 
 
     def _groups(self, keys: dict) -> Iterable[list]:
         """[profile, key, nodes] for the given nodes (node -> key), grouped by their profile and key: nodes in one
         group undergo the same change (`key` names it), so it is made once for all of them."""
         profiles = self.profiles
+        if type(keys) is OneVMEach and len(keys) > 1:     # (one key for all: no list of keys built)
+            return self.by_profile(list(keys.nodes), keys.shape)
         if len(keys) == 1:
             ((node, key),) = keys.items()
             return ([profiles[node], key, [node]],)
@@ -70,22 +114,30 @@ class NodeClasses:
                 group[2].append(node)
         return groups.values()
 
-    def by_profile(self, nodes: list[int], key=None) -> Iterable[list]:
-        """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone."""
+    def by_profile(self, nodes: list[int], key=None, runs: bool = True) -> Iterable[list]:
+        """[profile, key, nodes] for nodes that undergo one change (`key`), grouped by their profile alone (the
+        nodes of a group in no particular order). `runs`: look for stretches of consecutive nodes among them (a
+        lease's nodes), rather than read each node's profile (nodes scattered over the site: every busy node)."""
         profiles = self.profiles
-        ends = span(nodes)
-        profs = list(map(profiles.__getitem__, nodes)) if ends is None else profiles[ends[0]:ends[1]]
+        found = stretches(nodes) if runs else None
+        if found is None:
+            profs = list(map(profiles.__getitem__, nodes))
+        else:
+            nodes, profs = found[0], read(profiles, found[1])
         if profs and profs.count(profs[0]) == len(profs):    # (profiles compare by identity)
             return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
-        # together lie together)
+        # together lie together), each cut from the nodes as one slice
         by_prof: dict[Profile, list] = {}
-        for prof, stretch in groupby(nodes, profiles.__getitem__):
+        i = 0
+        for prof, same in groupby(profs):
+            k = len(list(same))
             group = by_prof.get(prof)
             if group is None:
-                by_prof[prof] = [prof, key, list(stretch)]
+                by_prof[prof] = [prof, key, nodes[i:i + k]]
             else:
-                group[2].extend(stretch)
+                group[2].extend(nodes[i:i + k])
+            i += k
         return by_prof.values()
 
     def _hold(self, nodes, rr, joins: bool) -> None:
@@ -96,21 +148,25 @@ class NodeClasses:
         nodes = nodes if type(nodes) is list else list(nodes)
         if not nodes:
             return
-        ends = span(nodes)
-        if ends is not None:    # consecutive nodes: their sets read as one slice and, shared by all, set as one
-            held = by_node[ends[0]:ends[1]]
+        found = stretches(nodes)
+        if found is not None:   # stretches of consecutive nodes: their sets read as slices
+            nodes, ends = found
+            held = read(by_node, ends)
             first = held[0]
-            if held.count(first) == len(held):
-                fill(by_node, nodes, first.union((rr,)) if joins else first.difference((rr,)))
+            if held.count(first) == len(held):      # shared by all: one new set, set as slices
+                new = first.union((rr,)) if joins else first.difference((rr,))
+                for lo, hi in ends:
+                    by_node[lo:hi] = [new] * (hi - lo)
                 return
-        held = list(map(by_node.__getitem__, nodes))
+        else:
+            held = list(map(by_node.__getitem__, nodes))
         first = held[0]
         # (`count` compares by identity first: one shared set, most often)
-        stretches = ((first, len(held)),) if held.count(first) == len(held) else \
+        shared = ((first, len(held)),) if held.count(first) == len(held) else \
             ((old, len(list(group))) for old, group in groupby(held))
         made: dict[int, frozenset] = {}
         i = 0
-        for old, k in stretches:
+        for old, k in shared:
             new = made.get(id(old))
             if new is None:
                 new = made[id(old)] = old.union((rr,)) if joins else old.difference((rr,))
@@ -153,27 +209,14 @@ class NodeClasses:
         fill(self.profiles, nodes, new)
         return new
 
-    def _file(self, nodes: Collection[int]) -> None:
-        """File nodes whose profiles may have changed among the idle or the busy ones."""
-        busy, profiles = self.busy, self.profiles
-        if len(nodes) == 1:
-            (node,) = nodes
-            if node in self.down:
-                return
-            if profiles[node].t:
-                if node not in busy:
-                    busy.add(node)
-                    self._unidle(self.caps[node], (node,))
-            elif node in busy:
-                busy.discard(node)
-                self._reidle(self.caps[node], (node,))
-            return
-        fresh = set(nodes).difference(busy)      # (set operations: a wide lease's nodes at once)
-        taken = [n for n in fresh if profiles[n].t] if fresh else fresh
-        freed = busy.intersection(nodes)
-        if freed:
-            freed = [n for n in freed if not profiles[n].t]
-        self._move(taken, freed)
+    @property
+    def busy(self) -> set[int]:
+        """The nodes in planning whose profile is not empty: those that hold some profile other than `empty`, less
+        those out of planning. Worked out when asked (a heterogeneous site's placement, a prune), not kept up to
+        date at every change (a wide lease's nodes would each be added and taken out)."""
+        held = self.holders
+        busy = set().union(*held.values()) if held else set()
+        return busy.difference(self.down) if self.down else busy
 
     def _refile(self, changed: list[tuple[Profile, Profile, list[int]]]) -> None:
         """`_file` for nodes whose profiles `_change` has just changed, given as (the old profile, the new one,
@@ -187,18 +230,16 @@ class NodeClasses:
                        freed[0] if len(freed) == 1 else list(chain.from_iterable(freed)))
 
     def _move(self, taken: Collection[int], freed: Collection[int]) -> None:
-        """File nodes just taken (their profile no longer empty) as busy, and nodes just freed as idle."""
-        busy = self.busy
+        """File nodes just taken (their profile no longer empty) as busy (out of the idle lists), and nodes just freed
+        as idle."""
         if self.down:
             taken = [n for n in taken if n not in self.down]
         if taken:
-            busy.update(taken)
             for cap, nodes in self._by_cap(taken):
                 self._unidle(cap, nodes)
         if freed:
             if self.down:
                 freed = [n for n in freed if n not in self.down]
-            busy.difference_update(freed)
             for cap, nodes in self._by_cap(freed):
                 self._reidle(cap, nodes)
 
@@ -220,7 +261,8 @@ class NodeClasses:
                 if i < len(idle) and idle[i] == n:
                     del idle[i]
             return
-        nodes = sorted(nodes)
+        if type(nodes) is not Ordered:
+            nodes = sorted(nodes)
         i = bisect_left(idle, nodes[0])
         if idle[i:i + len(nodes)] == nodes:
             del idle[i:i + len(nodes)]

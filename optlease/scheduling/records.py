@@ -159,6 +159,53 @@ class Placement(_Vnodes):
         return repr(dict(self.items()))
 
 
+class OneVMEach(Mapping):
+    """pnode -> usage vector for distinct pnodes that each hold one VM of one demand: a reservation's demand, read
+    as the dict it stands for, with no entry per node (its nodes are the tuple of its placement's pnodes)."""
+
+    __slots__ = ("nodes", "shape", "_members")
+
+    def __init__(self, nodes: tuple, shape: tuple) -> None:
+        self.nodes = nodes
+        self.shape = shape
+        self._members: frozenset | None = None     # (built when first asked whether a node is one of them)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __iter__(self):
+        return iter(self.nodes)
+
+    def __contains__(self, pnode) -> bool:
+        members = self._members
+        if members is None:
+            members = self._members = frozenset(self.nodes)
+        return pnode in members
+
+    def __getitem__(self, pnode) -> tuple:
+        if pnode in self:
+            return self.shape
+        raise KeyError(pnode)
+
+    def values(self):
+        return repeat(self.shape, len(self.nodes))
+
+    def items(self):
+        return zip(self.nodes, repeat(self.shape))
+
+    __hash__ = None     # (a dict's: not hashable)
+
+    def __getstate__(self):
+        return self.nodes, self.shape
+
+    def __setstate__(self, state) -> None:
+        self.nodes, self.shape = state
+        self._members = None
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"OneVMEach({len(self.nodes)} nodes x {self.shape})"
+
+
 def placement(mapping, n: int) -> Mapping:
     """A reservation's own mapping from the mapping vnode -> pnode it is given: a Placement where it places vnodes
     1..n, else a copy (the caller's mapping may change afterwards; a Placement never does)."""

@@ -12,7 +12,7 @@ from itertools import count
 from typing import Iterable
 
 from optlease.domain.site import Site
-from optlease.scheduling.nodeclasses import NodeClasses, span
+from optlease.scheduling.nodeclasses import NodeClasses, read, stretches
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
 from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
 from optlease.scheduling.records import SHUTDOWN
@@ -156,9 +156,8 @@ class SlotTable(NodeClasses, SlotQueries):
         self._pruned = None
         self.rank: dict[int, int] = {n: i for i, n in enumerate(site.node_ids)}
         # The nodes in planning whose profile is empty, by capacity (sorted lists: node ids grow with node order,
-        # and a wide lease takes and gives back runs of them at once), and the others (`busy`).
+        # and a wide lease takes and gives back runs of them at once); the others are `busy` (NodeClasses).
         self.idle: dict[Vec, list[int]] = {}
-        self.busy: set[int] = set()
         for n in self.nodes:
             self.idle.setdefault(self.caps[n], []).append(n)
 
@@ -171,9 +170,7 @@ class SlotTable(NodeClasses, SlotQueries):
         the reservations of the leases that were on it."""
         if node in self.down or node not in self.caps:
             return
-        if node in self.busy:
-            self.busy.discard(node)
-        else:
+        if not self.profiles[node].t:     # (idle: in planning, a node is idle exactly where its profile is empty)
             self._unidle(self.caps[node], (node,))
         self.down.add(node)
         self.total_cap = vsub(self.total_cap, self.caps[node])
@@ -190,8 +187,8 @@ class SlotTable(NodeClasses, SlotQueries):
         self.caps[node] = self.vector(self.site.capacity(node))
         self.total_cap = vadd(self.total_cap, self.caps[node])
         self.nodes = [n for n in self.site.node_ids if n not in self.down]
-        self.busy.add(node)     # filed again (busy or idle) by its profile
-        self._file((node,))
+        if not self.profiles[node].t:     # filed again idle by its profile (busy otherwise)
+            self._reidle(self.caps[node], (node,))
         self.released += 1      # capacity came back: leases that did not fit may fit now
         self.gave_back += 1
         self.touch_epoch += 1
@@ -347,8 +344,8 @@ class SlotTable(NodeClasses, SlotQueries):
     def _unalike(self, nodes) -> None:
         """Forget whether the holders of the given nodes' profiles hold the same reservations (their reservations
         are about to change); every other profile's holders keep theirs, so its answer stands."""
-        alike, profiles, ends = self.alike, self.profiles, span(nodes)
-        for prof in set(map(profiles.__getitem__, nodes) if ends is None else profiles[ends[0]:ends[1]]):
+        alike, profiles, found = self.alike, self.profiles, stretches(nodes)
+        for prof in set(map(profiles.__getitem__, nodes) if found is None else read(profiles, found[1])):
             alike.pop(prof, None)
 
     def _touch(self, nodes) -> None:
@@ -390,5 +387,5 @@ class SlotTable(NodeClasses, SlotQueries):
     def prune(self, before: int) -> None:
         busy = list(self.busy)
         self._refile([(prof, self._change(prof, nodes, Profile.prune, before), nodes)
-                      for prof, _, nodes in self.by_profile(busy)])
+                      for prof, _, nodes in self.by_profile(busy, runs=False)])
         self.total.prune(before)

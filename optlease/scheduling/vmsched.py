@@ -15,8 +15,9 @@ from optlease.scheduling.estimate import RunEstimates
 from optlease.scheduling.mapper import GreedyMapper, vms_of
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
-from optlease.scheduling.records import RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable, placement
-from optlease.scheduling.slottable import INF, SlotTable, vadd
+from optlease.scheduling.records import (RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable, OneVMEach,
+                                        Placement, placement)
+from optlease.scheduling.slottable import INF, SlotTable, fits, vadd
 
 class VMScheduler:
     def __init__(self, table: SlotTable, opts: SchedulingOptions, policies: Policies, log: EventLog) -> None:
@@ -50,6 +51,9 @@ class VMScheduler:
         # (VMs 1..n: one pointer per VM, not a dict entry)
         placed = placement(mapping, len(lease.demands))
         if shape is not None and len(placed) == len(lease.demands):
+            if type(placed) is Placement and self._one_each(shape):
+                # no node can hold two of these VMs: each of its nodes holds one (no entry per node)
+                return RR(lease, kind, start, end, placed, OneVMEach(placed.pnodes, shape), self.table.next_seq())
             # VMs that all ask alike: a node's demand is the one VM's times the VMs it takes (the same sums)
             demand = dict.fromkeys(placed.values(), shape)
             if len(demand) < len(placed):
@@ -62,6 +66,12 @@ class VMScheduler:
             d = lease.demands[vnode]
             demand[pnode] = vadd(demand[pnode], d) if pnode in demand else d
         return RR(lease, kind, start, end, placed, demand, self.table.next_seq())
+
+    def _one_each(self, shape: tuple) -> bool:
+        """Whether no node of the site can hold two VMs that ask `shape` (the nodes all alike): a placement of such
+        VMs puts one on each of its nodes."""
+        cap = self.table.one_cap
+        return cap is not None and not fits(vadd(shape, shape), cap)
 
     def schedule(self, lease: Lease, now: int, earliest: dict[int, int] | None, resuming: bool,
                  fixed: dict[int, int] | None = None, preempting: bool = True) -> tuple[RR, list[Lease]]:
