@@ -308,3 +308,25 @@ def test_loaders_name_a_missing_file(tmp_path):
     for load in (load_swf, load_text_lwf, load_lwf, load_trace):
         with pytest.raises(InputError, match="No such file"):
             load(missing)
+
+
+def lwf_of(*node_sets: str) -> bytes:
+    leases = "".join(
+        f'<lease-request arrival="00:00:0{n}"><lease id="{n}"><nodes>{sets}</nodes><start/>'
+        f'<duration time="00:10:00"/></lease></lease-request>\n' for n, sets in enumerate(node_sets, start=1))
+    return f"<lease-workload name='w'>\n<lease-requests>\n{leases}</lease-requests></lease-workload>".encode()
+
+
+ONE = '<node-set numnodes="{n}"><res type="CPU" amount="{cpu}"/><res type="Memory" amount="1024"/></node-set>'
+
+
+def test_a_shape_of_nodes_read_once_is_the_same_for_every_lease_that_repeats_it_and_a_new_one_is_checked():
+    """The reader checks each <nodes> shape where it first appears and shares its VMs with the leases that repeat
+    it: a repeat reads the same demands; a shape that differs in any attribute is read and checked anew, its error
+    naming its own line."""
+    shapes = [ONE.format(n=3, cpu=100), ONE.format(n=3, cpu=100), ONE.format(n=3, cpu=50), ONE.format(n=2, cpu=100)]
+    requests = parse_lwf(lwf_of(*shapes), "w.lwf").requests
+    assert [[vm["CPU"] for vm in r.vms] for r in requests] == [[100] * 3, [100] * 3, [50] * 3, [100] * 2]
+    with pytest.raises(InputError) as bad:
+        parse_lwf(lwf_of(ONE.format(n=3, cpu=100), ONE.format(n=3, cpu=100), ONE.format(n=3, cpu="1_00")), "w.lwf")
+    assert bad.value.where == "w.lwf:5" and "amount=" in bad.value.message

@@ -75,6 +75,9 @@ class _Reader:
     def __init__(self, path: str, origin: datetime | None) -> None:
         self.path = path
         self.origin = origin
+        # a lease's VMs by the raw text of its <nodes> (a workload repeats a few shapes thousands of times): each
+        # shape is checked once, where it first appears, and its VMs shared, as VMs alike within a lease are
+        self._vms: dict[tuple, tuple[dict[str, int], ...]] = {}
 
     def error(self, elem: etree._Element | None, message: str) -> InputError:
         line = getattr(elem, "sourceline", None)
@@ -146,14 +149,7 @@ class _Reader:
         nodes_el = elem.find("nodes")
         if nodes_el is None:
             raise self.error(elem, "<lease> has no <nodes>")
-        # VMs alike share one demand (a wide lease holds thousands of VMs, each a dict otherwise; nothing changes
-        # a request's demands in place)
-        # (one per <node-set>, repeated: no work per VM)
-        alike: dict[tuple, dict[str, int]] = {}
-        vms: list[dict[str, int]] = []
-        for count, capacity in self.node_sets(nodes_el):
-            vms.extend([alike.setdefault(tuple(capacity.items()), capacity)] * count)
-        vms = tuple(vms)
+        vms = self.vms(nodes_el)
         dur_el = elem.find("duration")
         if dur_el is None:
             raise self.error(elem, "<lease> has no <duration>")
@@ -175,6 +171,21 @@ class _Reader:
         return LeaseRequest(id=lease_id, kind=kind, arrival=arrival, duration=duration, vms=vms,
                             preemptible=preemptible, start=start, real_duration=real,
                             software=self.software(elem.find("software")), deadline=deadline, extra=extra)
+
+    def vms(self, nodes_el: etree._Element) -> tuple[dict[str, int], ...]:
+        """A lease's <nodes> as one demand per VM. VMs alike share one demand (a wide lease holds thousands of VMs,
+        each a dict otherwise; nothing changes a request's demands in place), one per <node-set>, repeated: no
+        work per VM."""
+        shape = tuple((child.tag, child.get("numnodes"), tuple((res.tag, res.get("type"), res.get("amount"))
+                                                             for res in child)) for child in nodes_el)
+        known = self._vms.get(shape)
+        if known is None:
+            alike: dict[tuple, dict[str, int]] = {}
+            vms: list[dict[str, int]] = []
+            for count, capacity in self.node_sets(nodes_el):
+                vms.extend([alike.setdefault(tuple(capacity.items()), capacity)] * count)
+            known = self._vms[shape] = tuple(vms)
+        return known
 
     def start(self, start_el, lease_el, arrival: int) -> tuple[LeaseKind, int | None]:
         if start_el is None:
