@@ -165,20 +165,26 @@ class QueuePass:
         once = self.opts.backfilling == "off"
         pair = len(free) == 2       # (most sites: CPU and memory, compared inline)
         first, second = free[0], free[-1]
+        resumes = False     # a suspended lease of a class of its own was passed over (its key is not `key`)
         for i, lease in enumerate(self.queue):
             cache = lease.cache
             if cache.get("failed") != key:
                 if lease.state in SUSPENDED:
-                    if self.room_now(lease, now):
+                    # (one that must wait for copies of its memory images resumes later than now: its own class)
+                    cls, attempt, ready_at = self._attempt(lease, now, False)
+                    resumes = resumes or cls is not PLAIN
+                    if cache.get("failed") != attempt and (
+                            self.room_now(lease, now) if ready_at is None else self._room_when_ready(lease, *ready_at)):
                         return i
+                    cache["failed"], cache["wait"] = attempt, cls
                 else:
                     need = lease.total_demand
                     if (need[0] <= first and need[1] <= second) if pair else fits(need, free):
                         return i
-                cache["failed"], cache["wait"] = key, PLAIN
+                    cache["failed"], cache["wait"] = key, PLAIN
             if once:
                 return None     # (FCFS: the queue's first lease alone)
-        if whole:
+        if whole and not resumes:
             self._swept = (key, self._enqueued)
         return None
 
@@ -204,12 +210,13 @@ class QueuePass:
             if found is None:
                 found = ready[cls] = self._image_attempt(cls, lease, now, future)
             return cls, found[0], found[1]
-        if self.prep is not None and lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
+        if lease.state in SUSPENDED and self.opts.migration == "yes" and not future \
                 and not self.resumes_in_place(lease):
             # Suspended leases whose copies take as long, with images somewhere or not, may resume from the same
-            # instant and wait for the same ends; the nodes it may resume on then are its own while the link is busy
-            # for the copies elsewhere, and every node once it is free (a transfer that ends frees the link without
-            # giving back any room: the key says which).
+            # instant and wait for the same ends (the copies hold no node capacity: what is free now says nothing
+            # of their resume); with disk images managed, the nodes it may resume on then are its own while the
+            # link is busy for the copies elsewhere, and every node once it is free (a transfer that ends frees the
+            # link without giving back any room: the key says which).
             cls = ("resume", self._copies_wait(lease), not lease.image_nodes)
             found = ready.get(cls)
             if found is None:
@@ -233,10 +240,16 @@ class QueuePass:
         return PLAIN, found[0], None
 
     def _fcfs_instant(self, now: int) -> int | None:
-        """Under FCFS, the instant: the queue's head is tried again at every instant, since a reservation that
-        began since its last try (an AR that started) changes where the mapper places it, with no room given back
-        (once a lease per instant: the head alone is tried). None otherwise."""
-        return now if self.opts.backfilling == "off" else None
+        """What a try at `now` depends on besides the room given back: a reservation that began since the last try
+        (an AR that started, a lease whose image arrived) changes where the mapper places a lease that may be cut
+        short by what is booked later, with no room given back. Under FCFS, the instant (once a lease per instant:
+        the head alone is tried); with backfilling, the last instant at or before `now` at which a reservation in
+        the table began."""
+        if self.opts.backfilling == "off":
+            return now
+        starts = self.table.starts
+        i = starts.bisect_right(now)
+        return starts[i - 1] if i else None
 
     def _image_attempt(self, cls, lease: Lease, now: int, future: bool) -> tuple[tuple, tuple | None]:
         """`_attempt`'s key and start for the leases of one image (and, unicast, one width) waiting in the queue."""
