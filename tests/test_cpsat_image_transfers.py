@@ -17,12 +17,13 @@ from optlease.checker import check_schedule
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
 from optlease.scheduling.cpsat.solve import SolveOptions, solve_round
-from optlease.scheduling.cpsat.transfers import LeaseImage, Link
+from optlease.scheduling.cpsat.transfers import LeaseImage, Link, link_price
 from optlease.scheduling.preparation import PreparationOptions
 from optlease.scheduling.snapshot import LeaseSnapshot, Outcome, Phase, Policy, RoundSnapshot
 from test_image_transfers import VM, document, run, workloads
 
 BE = LeaseKind.BEST_EFFORT
+AR = LeaseKind.AR
 X = DiskImage("x.img", 1250)   # 100 s at 100 Mbit/s
 CACHES = PreparationOptions("imagetransfer", mechanism="multicast", reuse="image-caches")
 
@@ -98,6 +99,21 @@ def test_own_transfers_never_overlap_and_wait_for_the_fixed_ones():
     got = plan.by_id
     assert sorted((got[i].transfer_start, got[i].start) for i in imgs) == [(50, 150), (150, 350), (350, 650)]
     assert plan.stats.status == "OPTIMAL"
+
+
+def test_a_second_of_the_link_costs_the_weight_of_the_leases_that_need_it():
+    """Node 1 caches lease 2's image and is busy until 250; node 2 is free. Lease 2 (an hour: weight 1) may start
+    on node 2 at 100 after its own 100 s transfer, or on node 1 at 250 from the cache: 150 s more waiting, 1,500.
+    A link second weighed 1 (one second of a weight-1 lease: 1,000 for the transfer) sends the image; weighed as
+    the leases that need the link weigh on average (here 2: `link_price` of weights 1 and 3), 2,000 > 1,500: the
+    round waits for the cached node."""
+    busy = LeaseSnapshot(LeaseRequest(9, AR, 0, 250, (VM,), start=0), Phase.RUNNING, nodes=(1,), since=0)
+    queued = LeaseSnapshot(LeaseRequest(2, BE, 0, 3600, (VM,)), Phase.QUEUED)
+    imgs = {2: LeaseImage(100, "x", {1: 0})}
+    assert link_price([1, 3]) == 2 and link_price([]) == 1 and link_price([0]) == 1
+    for price, want in ((1, (100, (2,), 0)), (2, (250, (1,), None))):
+        got = one_round([busy, queued], Link(False, (), imgs, price=price)).by_id[2]
+        assert (got.start, got.nodes, got.transfer_start) == want, price
 
 
 def test_a_lease_on_a_cached_node_needs_no_transfer_and_a_multicast_feeds_two_leases():

@@ -119,8 +119,9 @@ class HintCompletion:
         booking holds no copy: `_build` adds it)."""
         vm = self.sched.vm
         if not lease.is_suspended():   # from now, or (disk images managed) when its image can be on each node
-            earliest = self.images.earliest(lease, now) if self.images is not None else None
-            return vm.asap(lease, now, earliest, True, False, None, strict=True)
+            if self.images is not None:
+                return self.images.asap(lease, now)
+            return vm.asap(lease, now, None, True, False, None, strict=True)
         tries = [(dict(lease.image_nodes), {n: now for n in set(lease.image_nodes.values())})]
         if self.policy.migration is not Migration.NO and not self.sched.resumes_in_place(lease):
             copy = oh.migration_time(lease, self.sched.opts)

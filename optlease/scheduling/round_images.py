@@ -18,8 +18,11 @@ its images through the greedy scheduler's own bookkeeping (scheduling.preparatio
 """
 from __future__ import annotations
 
+from math import inf as INF
+
 from optlease.domain.lease import LeaseKind
-from optlease.scheduling.cpsat.transfers import LeaseImage, Link, _first_gap, _free, _last_gap
+from optlease.scheduling.cpsat.prepare import wait_weight
+from optlease.scheduling.cpsat.transfers import LeaseImage, Link, _first_gap, _free, _last_gap, link_price
 from optlease.scheduling.preparation import Plan as ImagePlan
 from optlease.scheduling.records import BOOKED, RR, TRANSFER, Lease, NotSchedulable
 
@@ -38,6 +41,7 @@ class RoundImages:
         self.scratch: list[tuple[int, int]] = []   # transfers the hint's completion books (not on the link)
         self.hinted: dict[int, int] = {}   # lease id -> start of the transfer the completion booked for it
         self.sent: dict[str, int] = {}     # image -> the earliest end of a transfer of it the completion booked
+        self.price = 1                     # the weight of a second of the link this round (transfers.link_price)
         self._saved: dict[int, tuple] = {}     # lease id -> its image state before this commit took it out
         self._feeds: dict[int, tuple] = {}     # transfer id -> (transfer, feeds, state) before this commit
         self._reserved: dict[int, tuple] = {}  # lease id -> (image, start, end) of the own transfer the plan gives it
@@ -121,7 +125,8 @@ class RoundImages:
             leases[lease.id] = LeaseImage(prep.duration(lease, 1), lease.req.software.id, ready, everywhere, booked,
                                           lease.numnodes)
         multicast = prep.opts.mechanism == "multicast"
-        return Link(not multicast, tuple(self.busy(now)), leases, share=multicast and prep.opts.avoid_redundant)
+        return Link(not multicast, tuple(self.busy(now)), leases, share=multicast and prep.opts.avoid_redundant,
+                    price=self.price)
 
     def transfer_start(self, lease: Lease) -> int | None:
         """When a booked lease's own transfer begins (None: it has none)."""
@@ -134,6 +139,10 @@ class RoundImages:
         kept = [(max(now, t.start), t.end) for _, _, t in self.prep.link
                 if t.end > now and self._own(t, now) and t.feeds[0][0].id not in rebooked]
         self.scratch, self.hinted, self.sent = sorted(self.busy(now) + kept), {}, {}
+        weights, run = self.sched.opts.weights, self.sched.vm.estimates.booked_run
+        self.price = link_price([wait_weight(now, lease.req, weights, run(lease)) for lease in
+                                 (self.sched.leases.get(i) for i in sorted(self.exclude))
+                                 if lease is not None and self.prep.needs(lease) and not lease.is_suspended()])
 
     def earliest(self, lease: Lease, now: int) -> dict[int, int] | None:
         """Per node, the earliest a fresh lease's VM may start there: its image from a cache or a fixed transfer,
@@ -142,10 +151,7 @@ class RoundImages:
             return None
         length = self.prep.duration(lease, lease.numnodes)
         own = _first_gap(self.scratch or self.busy(now), now, length) + length
-        ready, everywhere = self.ready(lease, now)
-        shared = self.sent.get(lease.req.software.id)   # a transfer the completion booked for the same image
-        if shared is not None and self.prep.opts.mechanism == "multicast" and self.prep.opts.avoid_redundant:
-            everywhere = shared if everywhere is None else min(everywhere, shared)
+        ready, everywhere = self._arrivals(lease, now)
         if everywhere is not None:
             own = min(own, everywhere)
         times = dict.fromkeys(self.sched.table.nodes, own)
@@ -154,17 +160,63 @@ class RoundImages:
                 times[n] = min(own, at)
         return times
 
+    def _arrivals(self, lease: Lease, now: int) -> tuple[dict[int, int], int | None]:
+        """`ready`, with a transfer of the image the completion booked as one more multicast to ride on."""
+        ready, everywhere = self.ready(lease, now)
+        shared = self.sent.get(lease.req.software.id)   # a transfer the completion booked for the same image
+        if shared is not None and self.prep.opts.mechanism == "multicast" and self.prep.opts.avoid_redundant:
+            everywhere = shared if everywhere is None else min(everywhere, shared)
+        return ready, everywhere
+
+    def asap(self, lease: Lease, now: int) -> RR:
+        """The completion's booking of a fresh lease (not added to the slot table): its earliest whole fit, unless a
+        fit on the nodes its image reaches without a transfer of its own (a cache, a booked transfer) begins no
+        later than the transfer it spares is worth to it (`patience`). Of two fits that begin together, the one that
+        sends no image. A tail the search holds where the hint books it (cpsat.window) is booked so too."""
+        vm = self.sched.vm
+        times = self.earliest(lease, now)
+        found = vm.asap(lease, now, times, True, False, None, strict=True)
+        if times is None:
+            return found
+        ready, everywhere = self._arrivals(lease, now)
+        own = self._own_nodes(found, ready, everywhere)
+        free = {n: at for n in times if (at := min(ready.get(n, INF), INF if everywhere is None else everywhere))
+                < INF}
+        if not own or not self._room(lease, free):
+            return found
+        copies = len(own) if self.prep.opts.mechanism == "unicast" else 1
+        try:
+            spared = vm.asap(lease, now, free, True, False, None, strict=True)
+        except NotSchedulable:
+            return found
+        return spared if spared.begin() - found.begin() <= self.patience(lease, now, copies) else found
+
+    def patience(self, lease: Lease, now: int, copies: int) -> float:
+        """How much later a fresh lease may start to spare `copies` copies of its image: the seconds of its own
+        waiting that cost the round's objective what the copies' link seconds do (each at the round's `price`)."""
+        weights = self.sched.opts.weights
+        weight = wait_weight(now, lease.req, weights, self.sched.vm.estimates.booked_run(lease))
+        return self.price * weights.transfer * self.prep.duration(lease, copies) / (weights.wait * weight)
+
+    def _room(self, lease: Lease, nodes) -> bool:
+        """Whether `nodes`, empty, hold every VM of the lease (else no fit on them alone is worth looking for)."""
+        caps, need = self.sched.table.caps, set(lease.demands.values())
+        return sum(min(_count(caps[n], d) for d in need) for n in nodes if n in caps) >= lease.numnodes
+
+    @staticmethod
+    def _own_nodes(vmrr: RR, ready: dict[int, int], everywhere: int | None) -> list[int]:
+        """The nodes of a booking that its image reaches by its start only by a transfer of the lease's own."""
+        late = vmrr.start + 1
+        return [n for n in vmrr.mapping.values()
+                if min(ready.get(n, late), everywhere if everywhere is not None else late) > vmrr.start]
+
     def hint_booked(self, lease: Lease, vmrr: RR, now: int) -> None:
         """The completion booked `vmrr`: its own transfer, if it needs one, takes the link's first free stretch."""
         if not self.prep.needs(lease) or lease.is_suspended():
             return
-        ready, everywhere = self.ready(lease, now)
+        ready, everywhere = self._arrivals(lease, now)
         image = lease.req.software.id
-        if self.prep.opts.mechanism == "multicast" and self.prep.opts.avoid_redundant and image in self.sent:
-            everywhere = self.sent[image] if everywhere is None else min(everywhere, self.sent[image])
-        late = vmrr.start + 1
-        own = [n for n in vmrr.mapping.values()
-               if min(ready.get(n, late), everywhere if everywhere is not None else late) > vmrr.start]
+        own = self._own_nodes(vmrr, ready, everywhere)
         if not own:
             return
         length = self.prep.duration(lease, len(own) if self.prep.opts.mechanism == "unicast" else 1)
@@ -278,6 +330,11 @@ class RoundImages:
             prep.commit(plan, vmrr)
             return True
         return self.book(lease, vmrr, None, now)
+
+
+def _count(cap: tuple, need: tuple) -> int:
+    """How many VMs asking `need` an empty node of capacity `cap` holds."""
+    return min((c // d for c, d in zip(cap, need) if d > 0), default=1 << 30)
 
 
 def _unbegun(t, now: int) -> bool:

@@ -67,6 +67,7 @@ class Link:
     busy: tuple[tuple[int, int], ...] = ()
     leases: dict[int, LeaseImage] = field(default_factory=dict)
     share: bool = False
+    price: int = 1   # the weight of a second of the link: that of the leases that need it (`link_price`)
 
     def seconds(self, now: int) -> int:
         """What the automatic look-ahead adds for the link: every fixed transfer, then every lease's own transfer
@@ -77,6 +78,12 @@ class Link:
     def nodes(self) -> set[int]:
         """Nodes some lease's image reaches on its own without a transfer: no pool or symmetry class may hide them."""
         return {n for img in self.leases.values() for n in img.ready}
+
+
+def link_price(weights: list[int]) -> int:
+    """The weight of a second of the link: a transfer delays the leases that need the link after it, and the
+    round's leases that need it are what those are like, so a second costs their mean weight in the wait level."""
+    return max(1, sum(weights) // len(weights)) if weights else 1
 
 
 def fed(job: Job, data: RoundData) -> LeaseImage | None:
@@ -140,9 +147,9 @@ def add_transfers(rm: RoundModel) -> dict:
         rm.derive(need, lambda v, job=job: int(hints.copies(v, job) > 0))
         rm.derive(begin, lambda v, job=job: hints.start(v, job))
         rm.transfer_starts[job.id] = (begin, need)
-        seconds.append(img.copy * copies)
+        seconds.append(data.link.price * img.copy * copies)
         if not always(present):   # left queued, it still needs its transfer later
-            seconds.append(img.copy * img.deferred_copies(data.link.unicast) * (1 - present))
+            seconds.append(data.link.price * img.copy * img.deferred_copies(data.link.unicast) * (1 - present))
         jobs.append((job, img, need, end, copies))
     share = _add_sharing(rm, jobs, hints) if data.link.share else {}
     for job, img, need, _, copies in jobs:
@@ -219,7 +226,7 @@ def plan_seconds(data: RoundData, plan: Plan) -> int:
         if p is not None and p.outcome is Outcome.ACCEPTED and p.start is not None:
             placed.append((p.start, job.id, job, img, p))
         else:   # left queued: the transfer it still needs (as add_transfers counts it)
-            total += img.copy * img.deferred_copies(data.link.unicast)
+            total += data.link.price * img.copy * img.deferred_copies(data.link.unicast)
     sent: set[str] = set()
     for start, _, job, img, p in sorted(placed, key=lambda x: (x[0], x[1])):
         k = own_copies(job, img, start, p.nodes, data.link.unicast)
@@ -227,7 +234,7 @@ def plan_seconds(data: RoundData, plan: Plan) -> int:
             continue
         if k:
             sent.add(img.image)
-        total += img.copy * k
+        total += data.link.price * img.copy * k
     return total
 
 
