@@ -138,7 +138,11 @@ def _image_first(lease: dict, spans: list[tuple], seconds, when, flag) -> Iterat
                                      lambda v, n: any(e <= start and vn == v and p == n for e, vn, p in arrived))
                 if gap:
                     yield flag(lease.get("id"), "image-ready", _not_there(gap, "starts", when(start), image))
-            fresh = r.get("outcome") == "requeued"
+            # A run the lease went on from (suspended at its end) is not where a requeue began, even when a later
+            # requeue lost its work too (every run before it is then marked requeued).
+            end = seconds(r.get("end"))
+            fresh = r.get("outcome") == "requeued" and not any(
+                x.get("kind") == "suspend" and seconds(x.get("start")) == end for x in resvs)
             if fresh:
                 disk.clear()
             else:

@@ -94,3 +94,22 @@ def test_the_checker_counts_copies_on_the_link():
     assert [v for v in violations(bad) if "link-bandwidth" in v] == [
         "lease 1: link-bandwidth: transfers use 200 Mbit/s of the repository's link at 2006-11-25T13:38:00, more "
         "than its 100"]
+
+
+def test_a_run_suspended_at_its_end_is_not_where_a_later_requeue_began():
+    """A lease requeued after it was suspended and resumed loses every run's work, and each of its runs is marked
+    requeued; the one it was suspended at the end of is still not where it started afresh: its resume finds the
+    disk image copied for it, and the checker must not ask for a new transfer there (found on a Blue cut with
+    caches, where two leases were flagged)."""
+    leases, doc = run("migration-disk-images.lwf")
+    marked = copy.deepcopy(doc)
+    lease = next(lease for lease in marked["leases"] if lease["id"] == 1)
+    kinds = [r["kind"] for r in lease["reservations"]]
+    assert kinds.index("vm") < kinds.index("suspend") < kinds.index("resume") < len(kinds) - 1 - kinds[::-1].index("vm")
+    for r in lease["reservations"]:
+        if r["kind"] == "vm":
+            r["outcome"] = "requeued"
+    assert [v for v in violations(marked) if "image-ready" in v] == []
+    lease["reservations"] = [r for r in lease["reservations"] if r.get("what") != "disk-image"]
+    assert [v for v in violations(marked) if "image-ready" in v] == [
+        "lease 1: image-ready: vnode 1 resumes on node 3 at 2006-11-25T13:48:12 before image one.img is there"]
