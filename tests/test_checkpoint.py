@@ -101,13 +101,18 @@ def test_a_checkpoint_drops_the_entries_it_covers_and_cpsat_replays_after_it(tmp
     again.stop()
 
 
-def forge(tmp_path, build=None, body=None):
+def checkpointed(tmp_path) -> sqlite3.Connection:
+    """The persistence file of a daemon that took one lease, stepped, wrote a checkpoint and stopped."""
     m = manager(tmp_path)
     submit(m, BE.format(n=1, m=5))
     m.step(0)
     m.write_checkpoint(wait=True)
     m.stop()
-    db = sqlite3.connect(tmp_path / "state.db")
+    return sqlite3.connect(tmp_path / "state.db")
+
+
+def forge(tmp_path, build=None, body=None):
+    db = checkpointed(tmp_path)
     if build is not None:
         db.execute("UPDATE checkpoints SET build=?", (build,))
     if body is not None:
@@ -267,12 +272,7 @@ def sealed(body: bytes) -> bytes:
 
 def forge_parts(tmp_path, change):
     """A checkpoint written by a child, then its parts changed on disk by `change(parts) -> parts`."""
-    m = manager(tmp_path)
-    submit(m, BE.format(n=1, m=5))
-    m.step(0)
-    m.write_checkpoint(wait=True)
-    m.stop()
-    db = sqlite3.connect(tmp_path / "state.db")
+    db = checkpointed(tmp_path)
     seq = db.execute("SELECT seq FROM checkpoints").fetchone()[0]
     assert db.execute("SELECT body FROM checkpoints").fetchone()[0] == b""
     data = b"".join(p for (p,) in db.execute("SELECT body FROM checkpoint_parts ORDER BY n"))
