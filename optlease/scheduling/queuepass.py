@@ -154,7 +154,7 @@ class QueuePass:
         up to that lease, in a plain loop with the site's free room read once. `whole`: the queue is whole (no
         lease was passed over or placed in this pass yet)."""
         table = self.table
-        key = (table.released, False, self._fcfs_instant(now))
+        key = (table.released, False, self._began_key(now))
         if whole and self._swept == (key, self._enqueued):
             return None     # no lease was queued and no room given back since no lease could start
         if table.is_full(now):
@@ -235,11 +235,11 @@ class QueuePass:
             return cls, found[0], (found[1], self._image_ways(lease) if found[2] else None)
         found = ready.get(PLAIN)
         if found is None:
-            found = ready[PLAIN] = (self._kept_key(PLAIN, (self.table.released, future, self._fcfs_instant(now))),
+            found = ready[PLAIN] = (self._kept_key(PLAIN, (self.table.released, future, self._began_key(now))),
                                     None)
         return PLAIN, found[0], None
 
-    def _fcfs_instant(self, now: int) -> int | None:
+    def _began_key(self, now: int) -> int | None:
         """What a try at `now` depends on besides the room given back: a reservation that began since the last try
         (an AR that started, a lease whose image arrived) changes where the mapper places a lease that may be cut
         short by what is booked later, with no room given back. Under FCFS, the instant (once a lease per instant:
