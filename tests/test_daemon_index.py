@@ -22,24 +22,10 @@ from optlease.engine.loop import leases_on
 from optlease.engine.persist import Store
 from optlease.formats.config import parse_config
 
+from test_node_down import CONF     # the daemon of both: simulated hosts, real clock, SQLite state
+
 EPOCH = 1_600_000_000       # long past: every step after its instant is late on the real clock too
 NODES = 4
-CONF = """[general]
-mode: simulated
-persistence-file: {db}
-lease-failure-handling: cancel
-[scheduling]
-backfilling: aggressive
-suspension: all
-suspend-rate: 32
-resume-rate: 32
-wakeup-interval: 60
-[simulation]
-clock: real
-resources: {nodes} CPU:100 Memory:1024
-imagetransfer-bandwidth: 100
-[accounting]
-"""
 
 
 class Hosts(SimulatedEnactor):

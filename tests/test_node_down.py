@@ -177,7 +177,7 @@ resume-rate: 32
 wakeup-interval: 60
 [simulation]
 clock: real
-resources: 3 CPU:100 Memory:1024
+resources: {nodes} CPU:100 Memory:1024
 imagetransfer-bandwidth: 100
 [accounting]
 """
@@ -200,7 +200,7 @@ class Hosts(SimulatedEnactor):
 
 
 def make(tmp_path):
-    cfg = parse_config(CONF.format(db=tmp_path / "state.db"), str(tmp_path / "d.conf"), tmp_path)
+    cfg = parse_config(CONF.format(db=tmp_path / "state.db", nodes=3), str(tmp_path / "d.conf"), tmp_path)
     site = Site.homogeneous(3, {"CPU": 100, "Memory": 1024})
     enactor = Hosts(site)
     return Manager(cfg, None, enactor), enactor
