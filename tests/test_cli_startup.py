@@ -20,13 +20,19 @@ def loaded_after(code: str) -> set[str]:
 
 
 def test_cli_import_loads_no_heavy_package():
-    assert loaded_after("import optlease.cli.main") & set(HEAVY) == set()
+    assert loaded_after("import optlease.cli.main; optlease.cli.main.load_commands()") & set(HEAVY) == set()
+
+
+def test_list_leases_starts_without_typer():
+    """`optlease list-leases` in its common forms runs before the rest of the CLI is imported."""
+    loaded = loaded_after("import optlease.cli.main, optlease.cli.listing")
+    assert loaded & {"typer", "click", "rich", "lxml"} == set()
 
 
 def test_simulation_path_loads_no_heavy_package():
     """What `optlease simulate` needs to run a simulation: the engine, the formats it reads, the accounting."""
     loaded = loaded_after("import optlease.cli.main, optlease.engine.run, optlease.formats.config, "
-                          "optlease.accounting.metrics")
+                          "optlease.accounting.metrics; optlease.cli.main.load_commands()")
     assert loaded & (set(HEAVY) - {"lxml"}) == set()
 
 

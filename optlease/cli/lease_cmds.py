@@ -2,21 +2,18 @@
 `show-queue`, `list-hosts` (each with `-s SERVER`, Haizea's XML-RPC URL)."""
 from __future__ import annotations
 
-import http.client
-import socket
 import sys
 import time
-import xmlrpc.client
 from pathlib import Path
 from typing import Annotated, Optional
-from urllib.parse import urlsplit
 
 import typer
 
+from optlease.cli import listing
 from optlease.cli.app import app
+from optlease.cli.rpc import Refused, rpc as _rpc
 
-DEFAULT_SERVER = "http://localhost:42493"
-TIMEOUT = 30.0
+DEFAULT_SERVER = listing.DEFAULT_SERVER
 DECISION_WAIT = 5.0     # seconds request-lease waits for the first round to accept or reject the lease
 Server = Annotated[str, typer.Option("-s", "--server", help="URL of the optlease (or Haizea) XML-RPC server.",
                                      envvar="OPTLEASE_SERVER")]
@@ -37,61 +34,17 @@ def whole(low: int, high: int):
     return parse
 
 
-class _Transport(xmlrpc.client.Transport):
-    def make_connection(self, host):
-        conn = super().make_connection(host)
-        conn.timeout = TIMEOUT
-        return conn
-
-
 def _fail(message: str) -> typer.Exit:
     print(f"optlease: error: {message}", file=sys.stderr)
     return typer.Exit(1)
-
-
-def public_url(server: str) -> str:
-    """The server URL as messages show it: the path (where the daemon's token goes) and any user:password
-    replaced by `...`, so that an error message pasted into a ticket gives no secret away."""
-    parts = urlsplit(server)
-    host = parts.netloc.rpartition("@")[2]
-    secret = parts.path not in ("", "/", "/RPC2") or "@" in parts.netloc or parts.query
-    return f"{parts.scheme}://{host}/..." if secret else f"{parts.scheme}://{host}{parts.path}"
-
-
-class _Refused(Exception):
-    """A call that failed, with the one line that says why."""
 
 
 def call(server: str, method: str, *args):
     """One XML-RPC call; a daemon that is not there or a refusal becomes one line and exit 1."""
     try:
         return _rpc(server, method, *args)
-    except _Refused as exc:
+    except Refused as exc:
         raise _fail(str(exc)) from None
-
-
-def _rpc(server: str, method: str, *args):
-    if not server.startswith(("http://", "https://")):
-        raise _Refused(f"server {public_url(server) if '://' in server else 'URL'} is not an http:// URL")
-    shown = public_url(server)
-    transport = xmlrpc.client.SafeTransport() if server.startswith("https://") else _Transport()
-    try:
-        proxy = xmlrpc.client.ServerProxy(server, transport=transport, allow_none=True)
-        return getattr(proxy, method)(*args)
-    except xmlrpc.client.Fault as exc:
-        raise _Refused(_redact(str(exc.faultString).replace("\n", " "), server)) from None
-    except xmlrpc.client.ProtocolError as exc:
-        raise _Refused(f"{shown}: {exc.errcode} {_redact(exc.errmsg, server)}") from None
-    except (OSError, http.client.HTTPException, socket.timeout, ValueError) as exc:
-        why = _redact(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__, server)
-        raise _Refused(f"cannot reach the lease manager at {shown} ({why}); is `optlease serve` running?") \
-            from None
-
-
-def _redact(text: str, server: str) -> str:
-    path = urlsplit(server).path.strip("/")
-    text = text.replace(server, public_url(server))
-    return text.replace(path, "...") if path and path != "RPC2" else text
 
 
 def lease_xml(start: str, duration: str, numnodes: int, preemptible: Optional[bool], cpu: int, mem: int,
@@ -175,7 +128,7 @@ def _first_decision(server: str, lease_id) -> tuple[str | None, str | None]:
     while True:
         try:
             elem = etree.fromstring(_rpc(server, "get_lease", lease_id).encode(), safe_parser())
-        except (_Refused, etree.XMLSyntaxError, AttributeError, ValueError):
+        except (Refused, etree.XMLSyntaxError, AttributeError, ValueError):
             return None, None   # submitted all the same: only what the lease manager says next is unknown
         state = label_of_code(elem.get("state", "?"))
         if state not in ("New", "Pending") or time.monotonic() > deadline:
@@ -195,57 +148,21 @@ def cancel_lease(
     print(f"Lease {lease} cancelled.")
 
 
-HEADER = (("ID", 5), ("Type", 14), ("State", 11), ("Starting time", 24), ("Ending time", 24), ("Duration", 14),
-          ("Nodes", 7))
-PLANNED = ("Scheduled", "Active")   # states in which a best-effort lease has a planned start and end
+HEADER = listing.COLUMNS
 
 
 def lease_rows(xmls: list[str]) -> list[tuple[str, ...]]:
     """Table rows from the server's <lease> strings (Haizea's numeric states shown by name)."""
-    from lxml import etree
-
-    from optlease.formats.lease_states import label_of_code
-    from optlease.formats.lwf import safe_parser
-    from optlease.numbers import parse_whole
-
-    rows = []
-    # one parse for the whole listing (100,000 leases parse in one call, not in 100,000): each string must be one
-    # <lease> element, so the listing has exactly as many children as strings, all <lease>
     try:
-        listing = etree.fromstring(b"<leases>" + "".join(xmls).encode() + b"</leases>", safe_parser())
-        if len(listing) != len(xmls) or any(elem.tag != "lease" for elem in listing):
-            raise ValueError("not one <lease> per string")
-    except (etree.XMLSyntaxError, ValueError, TypeError):
-        raise _fail("the server sent a lease that is not Haizea's <lease> XML") from None
-    for elem in listing:
-        try:
-            numnodes = str(sum(parse_whole(ns.get("numnodes", "1")) for ns in elem.iter("node-set")))
-        except (ValueError, AttributeError):
-            raise _fail("the server sent a lease that is not Haizea's <lease> XML") from None
-        exact = elem.find("start/exact")
-        now = elem.find("start/now")
-        start = exact.get("time") if exact is not None else ("Now" if now is not None else "Unspecified")
-        state = label_of_code(elem.get("state", "?"))
-        planned = state in PLANNED
-        if exact is None and planned and elem.get("start-time"):
-            start = elem.get("start-time")
-        end = elem.get("end-time") or (elem.get("planned-end") if planned else None) or "Unspecified"
-        kind = elem.get("type") or ("AR" if exact is not None else "Immediate" if now is not None
-                                    else "Best-effort")
-        dur = elem.find("duration")
-        rows.append((elem.get("id", "?"), kind, state, start, end,
-                     dur.get("time", "?") if dur is not None else "?", numnodes))
-    return rows
+        return listing.lease_rows(xmls)
+    except Refused as exc:
+        raise _fail(str(exc)) from None
 
 
 def print_table(header, rows) -> None:
     """Haizea's layout: left-aligned columns, each widened to its longest value when needed (one write for the
-    whole table: a listing of 100,000 leases is one call, not 100,000)."""
-    header = tuple((name, max([width] + [len(row[i]) + 2 for row in rows])) for i, (name, width) in enumerate(header))
-    line = " " + "".join(f"{{:<{width}}}" for _, width in header)
-    out = [" " + "".join(f"{name:<{width}}" for name, width in header)]
-    out.extend(line.format(*row).rstrip() for row in rows)
-    sys.stdout.write("\n".join(out) + "\n")
+    whole table)."""
+    sys.stdout.write(listing.format_table(rows, header))
 
 
 @app.command("list-leases")
@@ -257,21 +174,10 @@ def list_leases(
 ) -> None:
     """List the leases in the system (not done or cancelled ones, unless --all)."""
     try:
-        # optlease's server sends the table itself (tab-separated rows): a fraction of get_leases' bytes and parsing
-        table = _rpc(server, "list_leases", all_leases)
-    except _Refused as exc:
-        if "unknown method" not in str(exc):
-            raise _fail(str(exc)) from None
-        # another Haizea server: its <lease> XML
-        xmls = call(server, "get_leases", True) if all_leases else call(server, "get_leases")
-        print_table(HEADER, lease_rows(xmls))
-        return
-    if not isinstance(table, str):
-        raise _fail("the server sent a lease table that is not text")
-    rows = [tuple(line.split("\t")) for line in table.split("\n")] if table else []
-    if any(len(row) != len(HEADER) for row in rows):
-        raise _fail("the server sent a lease table with rows of the wrong width")
-    print_table(HEADER, rows)
+        table = listing.list_leases(server, all_leases)
+    except Refused as exc:
+        raise _fail(str(exc)) from None
+    sys.stdout.write(table)
 
 
 @app.command("show-queue")

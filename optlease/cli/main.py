@@ -1,27 +1,10 @@
-"""Entry point: runs the typer app and turns every expected failure into one line on stderr and a non-zero exit."""
+"""Entry point: runs the typer app and turns every expected failure into one line on stderr and a non-zero exit.
+
+`list-leases` in its common forms runs without importing typer (`optlease.cli.listing.fast_main`): on a
+100,000-lease daemon the CLI's imports would otherwise cost as much as the listing."""
 from __future__ import annotations
 
 import sys
-
-import typer
-
-from optlease.cli.app import app
-from optlease.errors import InputError
-
-# Each command module registers its commands on `app` when imported.
-from optlease.cli import simulate_cmd  # noqa: E402,F401
-from optlease.cli import agent_cmd  # noqa: E402,F401
-from optlease.cli import check_cmd  # noqa: E402,F401
-from optlease.cli import convert_cmd  # noqa: E402,F401
-from optlease.cli import optimize_cmd  # noqa: E402,F401
-from optlease.cli import serve_cmd  # noqa: E402,F401
-from optlease.cli import lease_cmds  # noqa: E402,F401
-from optlease.cli import convert_data_cmd  # noqa: E402,F401
-from optlease.cli import generate_workload_cmd  # noqa: E402,F401
-from optlease.cli import experiments_cmd  # noqa: E402,F401
-from optlease.cli import report_cmd  # noqa: E402,F401
-from optlease.cli import compare_cmd  # noqa: E402,F401
-from optlease.cli import glue_cmd  # noqa: E402,F401
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -30,8 +13,33 @@ def fail(message: str, code: int = 2) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["list-leases"]:
+        from optlease.cli.listing import fast_main
+
+        code = fast_main(args[1:])
+        if code is not None:
+            return code
+    return _typer_main(args)
+
+
+def load_commands():
+    """The typer app with every command registered (each command module registers its commands when imported)."""
+    from optlease.cli.app import app
+    from optlease.cli import (simulate_cmd, agent_cmd, check_cmd, convert_cmd, optimize_cmd,  # noqa: F401
+                              serve_cmd, lease_cmds, convert_data_cmd, generate_workload_cmd, experiments_cmd,
+                              report_cmd, compare_cmd, glue_cmd)
+    return app
+
+
+def _typer_main(args: list[str]) -> int:
+    import typer
+
+    from optlease.errors import InputError
+
+    app = load_commands()
     try:
-        result = app(args=argv, prog_name="optlease", standalone_mode=False)
+        result = app(args=args, prog_name="optlease", standalone_mode=False)
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:

@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 import zlib
+from typing import NamedTuple
 from xmlrpc.client import Fault, dumps, loads
 from xmlrpc.server import SimpleXMLRPCRequestHandler, SimpleXMLRPCServer
 
@@ -30,6 +31,13 @@ BACKLOG = 128                # accepted by the kernel while every thread is busy
 _LENGTH = re.compile(r"[0-9]{1,12}", re.ASCII)
 
 log = logging.getLogger("optlease.api")
+
+
+class Encoded(NamedTuple):
+    """A method's whole XML-RPC answer, already encoded (what dumps would write; a large answer built from parts
+    cached as they were encoded)."""
+
+    body: bytes
 
 
 class ApiServer(socketserver.ThreadingMixIn, SimpleXMLRPCServer):
@@ -74,8 +82,10 @@ class ApiServer(socketserver.ThreadingMixIn, SimpleXMLRPCServer):
         except Exception:        # expat, a bad value, nesting past the recursion limit...
             return self._fault(Fault(1, "the request is not a well-formed XML-RPC call"))
         try:
-            response = dumps((self._dispatch(method, params),), methodresponse=True, allow_none=True,
-                             encoding=self.encoding)
+            result = self._dispatch(method, params)
+            if isinstance(result, Encoded):
+                return result.body
+            response = dumps((result,), methodresponse=True, allow_none=True, encoding=self.encoding)
         except Fault as fault:
             return self._fault(fault)
         except Exception:

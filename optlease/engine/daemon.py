@@ -31,6 +31,7 @@ from optlease.engine.enactment import Enactment
 from optlease.engine.intake import Intake
 from optlease.engine.recovery import Recovery
 from optlease.engine.lease_index import LeaseIndex
+from optlease.engine.lease_table import LeaseTable
 from optlease.engine.lease_views import LeaseViews
 from optlease.engine.plan_view import PlanView, ReportIndex
 from optlease.engine.persist import Store
@@ -84,6 +85,7 @@ class Manager(Atomic, Intake, Recovery, Enactment, Checkpointing):
         self.sched.table.changed = set()
         self.view = PlanView({})      # node -> host names once they are known (below)
         self.views = LeaseViews(self.origin)     # what the API shows, published after each commit
+        self.table = LeaseTable(self.views)      # the list-leases table, formatted by block as views change
         self.index = LeaseIndex()                # the leases in the system by state
         self.stepper = Stepper(self.sched)
         self.decisions = Decisions(None if self.stepper.planner.name == "greedy" else self.stepper.planner)

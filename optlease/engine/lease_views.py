@@ -11,6 +11,7 @@ Nothing is published before it is committed: a client never sees a state a resta
 """
 from __future__ import annotations
 
+import functools
 import threading
 from datetime import datetime
 from html import escape
@@ -23,6 +24,11 @@ from optlease.formats.timefmt import format_duration, format_time
 S = LeaseState
 FINISHED = (S.DONE, S.CANCELLED, S.REJECTED, S.FAILED)
 PLANNED = (S.SCHEDULED, S.ACTIVE)     # states in which a best-effort lease has a planned start and end
+# leases share their instants and durations (a batch starts together): each is formatted once, not per lease
+format_time = functools.lru_cache(maxsize=1 << 16)(format_time)
+format_duration = functools.lru_cache(maxsize=1 << 12)(format_duration)
+_LABEL = {state: state_label(state) for state in LeaseState}
+_KIND = {kind: kind.label for kind in LeaseKind}
 
 
 class View(NamedTuple):
@@ -52,7 +58,7 @@ def view_xml(view: View, origin: datetime) -> str:
     `start-time` (planned or actual start), `end-time`, else `planned-end` while a reservation is planned."""
     req = view.req
     out = [f'<lease id="{req.id}" state="{HAIZEA_CODE[view.state]}" '
-           f'preemptible="{"true" if req.preemptible else "false"}" type="{_attr(req.kind.label)}"']
+           f'preemptible="{"true" if req.preemptible else "false"}" type="{_attr(_KIND[req.kind])}"']
     start = view.first_start if view.first_start is not None else (view.planned[0] if view.planned else None)
     if start is not None:
         out.append(f' start-time="{format_time(origin, start)}"')
@@ -101,20 +107,25 @@ def view_row(view: View, origin: datetime) -> tuple[str, ...]:
         end = format_time(origin, view.planned[1])
     else:
         end = "Unspecified"
-    return (str(req.id), req.kind.label, state_label(view.state), start, end, format_duration(req.duration),
+    return (str(req.id), _KIND[req.kind], _LABEL[view.state], start, end, format_duration(req.duration),
             str(len(req.vms)))
 
 
+BLOCK_BITS = 10         # leases are kept in blocks of 1,024 consecutive ids: a change marks its block, nothing else
+
+
 class LeaseViews:
-    """The published views, id -> View, and the leases touched since the last publication."""
+    """The published views, by block of ids (id >> BLOCK_BITS -> id -> View), the blocks changed since a listing
+    last took them, and the leases touched since the last publication."""
 
     def __init__(self, origin: datetime) -> None:
         self.origin = origin
-        self._views: dict[int, View] = {}
-        self._lock = threading.Lock()             # guards `_views` only: held for a dictionary copy at most
+        self._blocks: dict[int, dict[int, View]] = {}
+        self._lock = threading.Lock()             # guards `_blocks` and `_dirty`: held for a few copies at most
+        self._dirty: set[int] = set()             # blocks published since `take_dirty` last took them
         self._touched: dict[int, object] = {}     # id -> Lease record (manager's lock)
-        self._rendered: dict[int, tuple[View, str, tuple]] = {}   # id -> (view, XML, row); readers' cache
-        self._render_lock = threading.Lock()
+        self._xml: dict[int, tuple[View, str]] = {}     # id -> (view, its XML): readers' caches, each rendered
+        self._row: dict[int, tuple[View, tuple]] = {}   # id -> (view, its row)    once per view
 
     def touch(self, leases: Iterable) -> None:
         """These Lease records changed (manager's lock held); they are published at the next `publish`."""
@@ -134,28 +145,56 @@ class LeaseViews:
     def _store(self, views: list[View]) -> None:
         if views:
             with self._lock:
+                blocks, dirty = self._blocks, self._dirty
                 for view in views:
-                    self._views[view.req.id] = view
+                    key = view.req.id >> BLOCK_BITS
+                    block = blocks.get(key)
+                    if block is None:
+                        block = blocks[key] = {}
+                    block[view.req.id] = view
+                    dirty.add(key)
 
     def get(self, lease_id: int) -> View | None:
         with self._lock:
-            return self._views.get(lease_id)
+            return self._blocks.get(lease_id >> BLOCK_BITS, {}).get(lease_id)
 
     def listing(self, include_finished: bool) -> list[View]:
         """Every published view in id order (leases in the system only, unless `include_finished`)."""
         with self._lock:
-            views = list(self._views.values())
+            blocks = [(key, dict(block)) for key, block in self._blocks.items()]
+        blocks.sort(key=lambda kv: kv[0])
+        views = [view for _, block in blocks for view in _in_order(block)]
         if not include_finished:
             views = [v for v in views if v.state not in FINISHED]
-        if any(a.req.id > b.req.id for a, b in zip(views, views[1:])):
-            views.sort(key=lambda v: v.req.id)
         return views
 
-    def rendered(self, view: View) -> tuple[str, tuple]:
-        """The view's XML and row, rendered once per view."""
-        cached = self._rendered.get(view.req.id)
+    def take_dirty(self) -> dict[int, list[View]]:
+        """The blocks published since the last call, each as its views in id order (a consistent cut: whatever is
+        published after it marks its block again)."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            taken = {key: dict(self._blocks[key]) for key in dirty}
+        return {key: _in_order(views) for key, views in taken.items()}
+
+    def xml(self, view: View) -> str:
+        """The view's <lease> XML, rendered once per view."""
+        cached = self._xml.get(view.req.id)
         if cached is None or cached[0] is not view:
-            cached = (view, view_xml(view, self.origin), view_row(view, self.origin))
-            with self._render_lock:
-                self._rendered[view.req.id] = cached
-        return cached[1], cached[2]
+            cached = self._xml[view.req.id] = (view, view_xml(view, self.origin))
+        return cached[1]
+
+    def row(self, view: View) -> tuple:
+        """The view's `list-leases` row, rendered once per view."""
+        cached = self._row.get(view.req.id)
+        if cached is None or cached[0] is not view:
+            cached = self._row[view.req.id] = (view, view_row(view, self.origin))
+        return cached[1]
+
+    def rendered(self, view: View) -> tuple[str, tuple]:
+        """The view's XML and row."""
+        return self.xml(view), self.row(view)
+
+
+def _in_order(block: dict[int, View]) -> list[View]:
+    """A block's views in id order."""
+    return [block[i] for i in sorted(block)]
