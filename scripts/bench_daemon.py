@@ -294,9 +294,12 @@ def step_costs(manager: Manager, repeats: int) -> dict:
     # child's CPU apart): no step measured below writes one (every 10,000 journal entries)
     manager.step(manager.last_t)        # a journal entry for it to cover (the fill's last step may have written one)
     c0 = time.process_time()
-    manager.write_checkpoint(wait=True)
+    with MemorySampler(manager) as memory:
+        manager.write_checkpoint()
+        manager.collect_checkpoint(wait=True)
     out = {"leases_in_system": len(manager.sched.leases), "checkpoint_cpu_s": round(time.process_time() - c0, 2),
-           "checkpoint": {k: v for k, v in manager.checkpoint_stats.items() if not k.endswith("_at")}}
+           "checkpoint": {k: v for k, v in manager.checkpoint_stats.items() if not k.endswith("_at")},
+           "checkpoint_memory_mb": memory.figures()}
     # first at new instants: the fill's last instant starts thousands of leases, which a step at that instant
     # filters again (the slot table's leases starting there); the steps below are at the last of these instants
     late_by(0)
@@ -309,9 +312,112 @@ def step_costs(manager: Manager, repeats: int) -> dict:
     out["late_step_nothing_new_ms"] = _cpu_ms(lambda: manager.step(manager.last_t), repeats)
     out["idle_enactment_pass_ms"] = _cpu_ms(idle_pass, repeats)
     out.update(host_silent(manager))
+    out.update(listing_costs(manager))
     clock.epoch = epoch
     manager.store.db.execute("PRAGMA synchronous=FULL")
     return out
+
+
+def run_list_leases(url: str) -> dict:
+    """`optlease list-leases` run as a command, as a user runs it: wall, its own CPU (user + system: on a loaded
+    machine its wall time is mostly waiting for a core), rows, exit status."""
+    import resource
+    t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cli = subprocess.run([sys.executable, "-m", "optlease.cli.main", "list-leases", "-s", url],
+                         capture_output=True, text=True)
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"wall_s": round(wall, 3), "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime
+                                                     - before.ru_stime, 3),
+            "rows": cli.stdout.count("\n") - 1, "status": cli.returncode}
+
+
+def listing_costs(manager: Manager) -> dict:
+    """The leases listed (the API server alone, no loop): the daemon's CPU for the first listing after the fill
+    (every block formatted) and for one with nothing changed, `optlease list-leases` as a command twice (the
+    first after a lease changed), and a get_leases call from this process (the daemon's encoding, then the
+    client's parsing)."""
+    server = make_server(manager, "127.0.0.1:0", None)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        c0 = time.process_time()
+        manager.table.open(False)
+        first = time.process_time() - c0
+        c0 = time.process_time()
+        manager.table.open(False)
+        again = time.process_time() - c0
+        manager.step(manager.last_t, requests=[(replace(parse_lease_xml(SCALE_LEASE, 0, manager.last_t,
+                                                                        manager.origin, manager.site), id=i),
+                                                SCALE_LEASE) for i in manager.reserve_ids(1)])
+        cli = [run_list_leases(url), run_list_leases(url)]
+        t0, c0 = time.perf_counter(), time.process_time()
+        listed = len(xmlrpc.client.ServerProxy(url).get_leases())
+        get_leases = (time.perf_counter() - t0, time.process_time() - c0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    return {"listing": {"table_first_cpu_s": round(first, 3), "table_unchanged_cpu_s": round(again, 3),
+                        "list_leases_cli": cli, "get_leases_s": round(get_leases[0], 2),
+                        "get_leases_cpu_s": round(get_leases[1], 2), "get_leases_rows": listed}}
+
+
+def smaps_rollup(pid) -> dict[str, int]:
+    """A process's memory (kB), from /proc/PID/smaps_rollup: Rss, Pss, Private_Dirty..."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if rest.strip().endswith("kB"):
+                    out[name] = int(rest.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+class MemorySampler:
+    """The daemon's and its checkpoint child's memory while the child writes (every 20 ms, in a thread): the
+    daemon before the fork (Rss, Pss), and at the peak the two together (Pss summed: each page counted once), the
+    child's own pages (Private: those it copied by writing to them, or allocated) and the daemon's own (after the
+    fork every page is shared: those it copied or allocated since); `added`: the peak less the daemon before."""
+
+    def __init__(self, manager) -> None:
+        self.manager, self.before = manager, smaps_rollup("self")
+        self.peak = {"both_pss": 0, "child_private": 0, "parent_private": 0, "child_rss": 0}
+        self.done = threading.Event()
+
+    def __enter__(self) -> "MemorySampler":
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.done.wait(0.02):
+            child = self.manager._child
+            if child is None:
+                continue
+            mine, its = smaps_rollup("self"), smaps_rollup(child.pid)
+            if not its:
+                continue
+            peak = self.peak
+            peak["both_pss"] = max(peak["both_pss"], mine.get("Pss", 0) + its.get("Pss", 0))
+            peak["child_private"] = max(peak["child_private"],
+                                        its.get("Private_Clean", 0) + its.get("Private_Dirty", 0))
+            peak["child_rss"] = max(peak["child_rss"], its.get("Rss", 0))
+            peak["parent_private"] = max(peak["parent_private"],
+                                         mine.get("Private_Clean", 0) + mine.get("Private_Dirty", 0))
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def figures(self) -> dict:
+        mb = lambda kb: round(kb / 1024, 1)  # noqa: E731
+        return {"daemon_rss_before": mb(self.before.get("Rss", 0)), "daemon_pss_before": mb(self.before.get("Pss", 0)),
+                "both_pss_peak": mb(self.peak["both_pss"]), "child_rss_peak": mb(self.peak["child_rss"]),
+                "child_private_peak": mb(self.peak["child_private"]),
+                "daemon_private_peak": mb(self.peak["parent_private"]),
+                "added": mb(max(0, self.peak["both_pss"] - self.before.get("Pss", 0)))}
 
 
 class SilencingEnactor(SimulatedEnactor):
@@ -355,6 +461,7 @@ def during_checkpoint(manager: Manager, port: int, args) -> dict:
     manager.store.entries = max(manager.store.entries, checkpoint.CHECKPOINT_EVERY)
     before = manager.checkpoint_stats
     calls, bursts, deadline = [], 0, time.monotonic() + 1200
+    sampler = MemorySampler(manager).__enter__()
     while time.monotonic() < deadline:      # (a loaded machine gives the child a fraction of a core)
         _, took, _, _, began = clients_process(port, args.requests, args.clients, SCALE_LEASE)
         calls += zip(began, took)
@@ -365,13 +472,15 @@ def during_checkpoint(manager: Manager, port: int, args) -> dict:
             stats = manager.checkpoint_stats if manager.checkpoint_stats is not before else {}
         if "ended_at" in stats or not stats:
             break
+    sampler.__exit__()
     stats = dict(stats)
     during = sorted(d for at, d in calls if at <= stats.get("ended_at", 0) and at + d >= stats.get("began_at", 0))
     return {"leases_in_system": len(manager.sched.leases), "bursts": bursts, "calls_during_checkpoint": len(during),
             "committed": "ended_at" in stats,
             "create_lease_during_checkpoint_ms": _percentiles(during),
             "checkpoint_s": round(stats.get("ended_at", 0) - stats.get("began_at", 0), 2),
-            "checkpoint": {k: v for k, v in stats.items() if not k.endswith("_at")}}
+            "checkpoint": {k: v for k, v in stats.items() if not k.endswith("_at")},
+            "checkpoint_memory_mb": sampler.figures()}
 
 
 def bench_scale(args) -> dict:
@@ -408,14 +517,7 @@ def bench_scale(args) -> dict:
         t0 = time.perf_counter()
         listed = len(xmlrpc.client.ServerProxy(f"http://127.0.0.1:{port}").get_leases())
         get_leases_s = time.perf_counter() - t0
-        import resource
-        t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        cli = subprocess.run([sys.executable, "-m", "optlease.cli.main", "list-leases", "-s",
-                              f"http://127.0.0.1:{port}"], capture_output=True, text=True)
-        cli_s = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        # the command's own CPU (user + system): on a loaded machine its wall time is mostly waiting for a core
-        cli_cpu_s = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        cli = run_list_leases(f"http://127.0.0.1:{port}")
         rss_mb = _peak_rss_mb()
         server.shutdown()
         server.server_close()
@@ -435,9 +537,8 @@ def bench_scale(args) -> dict:
             # on a loaded machine the calls' wall time is mostly waiting for a core: the daemon's CPU per request
             "daemon_cpu_ms_per_request": round(1000 * requests_cpu_s / args.requests, 2),
             "get_leases_s": round(get_leases_s, 2), "leases_listed": listed,
-            "list_leases_cli_s": round(cli_s, 2), "list_leases_cli_cpu_s": round(cli_cpu_s, 2),
-            "list_leases_cli_rows": cli.stdout.count("\n") - 1,
-            "list_leases_cli_status": cli.returncode, "peak_rss_mb": rss_mb}
+            "list_leases_cli_s": cli["wall_s"], "list_leases_cli_cpu_s": cli["cpu_s"],
+            "list_leases_cli_rows": cli["rows"], "list_leases_cli_status": cli["status"], "peak_rss_mb": rss_mb}
 
 
 def _peak_rss_mb() -> int:

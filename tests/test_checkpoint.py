@@ -350,3 +350,36 @@ def test_the_live_daemon_writes_checkpoints_while_it_serves_and_restarts_from_th
         assert any(n.startswith("checkpoint at journal entry") for n in again.notes)
     finally:
         again.stop()
+
+
+def test_a_child_writes_while_the_daemon_keeps_its_objects_frozen_and_its_file_is_committed_part_by_part(
+        tmp_path, monkeypatch):
+    """While a child writes, the daemon's objects are out of the collector's sight (a full collection would copy
+    every page the child shares); once the checkpoint is committed they are back. The commit reads the child's
+    file a part at a time (never the whole of it in the daemon's memory), and a restart from those parts is the
+    restart without a checkpoint."""
+    import gc
+
+    from optlease.engine import persist
+
+    monkeypatch.setattr(persist, "PART", 1024)
+    rng = random.Random(5)
+    ops = random_ops(rng, 20)
+    a, b = manager(tmp_path / "a"), manager(tmp_path / "b")
+    apply_ops(a, ops)
+    apply_ops(b, ops)
+    staged, real = [], a.store.stage_checkpoint
+
+    def stage(seq, parts):
+        assert not isinstance(parts, (bytes, bytearray, memoryview))
+        return real(seq, (staged.append(len(part)) or part for part in parts))
+    monkeypatch.setattr(a.store, "stage_checkpoint", stage)
+    frozen = gc.get_freeze_count()
+    with a._collecting:
+        a.write_checkpoint()
+        assert gc.get_freeze_count() > frozen
+    assert a.collect_checkpoint(wait=True)
+    assert gc.get_freeze_count() == 0
+    assert len(staged) > 2 and max(staged) <= 1024
+    a.stop(), b.stop()
+    assert restarted(tmp_path / "a") == restarted(tmp_path / "b")

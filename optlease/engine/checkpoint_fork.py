@@ -20,6 +20,7 @@ import struct
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 from optlease.engine import checkpoint
 from optlease.engine.checkpoint import CheckpointError
@@ -51,7 +52,14 @@ def fork(manager, folder: str, seq: int, last_id: int) -> Child:
     file = tempfile.TemporaryFile(dir=folder)
     leases = len(manager.sched.leases) + len(manager.inbox)
     began = time.perf_counter()
-    pid = os.fork()
+    # every object out of the collector's sight until the child is done: a full collection here would write to
+    # each object's header, and so copy every page the child still shares (`release` gives them back)
+    gc.freeze()
+    try:
+        pid = os.fork()
+    except BaseException:
+        gc.unfreeze()
+        raise
     if pid == 0:
         _write(manager, file.fileno())        # never returns
     return Child(pid, file, seq, last_id, leases, time.perf_counter() - began, time.monotonic() + CHILD_DEADLINE_S)
@@ -113,9 +121,10 @@ def exited(child: Child, wait: bool = False) -> tuple[int, float] | None:
         time.sleep(POLL_S)
 
 
-def sealed_body(child: Child, status: int) -> bytes:
-    """What the child wrote (the pickle and its seal), checked; CheckpointError (one line) if it did not finish or
-    the file is not what it wrote."""
+def sealed_parts(child: Child, status: int, part: int) -> tuple[int, Iterator[bytes]]:
+    """What the child wrote (the pickle and its seal), checked, as its size and its bytes in parts of `part` bytes
+    read from the file as they are stored (the daemon never holds the whole of it); CheckpointError (one line) if it
+    did not finish or the file is not what it wrote."""
     if status == GONE:
         raise CheckpointError("the child writing it was reaped by another part of the process")
     if os.WIFSIGNALED(status):
@@ -125,10 +134,33 @@ def sealed_body(child: Child, status: int) -> bytes:
         raise CheckpointError(f"the child writing it was killed by signal {os.WTERMSIG(status)}")
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         raise CheckpointError(f"the child writing it failed (exit status {os.waitstatus_to_exitcode(status)})")
-    child.file.seek(0)
-    data = child.file.read()
-    unseal(data)
-    return data
+    file = child.file
+    size = os.fstat(file.fileno()).st_size
+    if size < TRAILER.size:
+        raise CheckpointError(f"it is truncated ({size} bytes)")
+    file.seek(size - TRAILER.size)
+    written, digest = TRAILER.unpack(file.read(TRAILER.size))
+    if written != size - TRAILER.size:
+        raise CheckpointError(f"it is truncated or padded ({size - TRAILER.size} bytes where {written} were "
+                              f"written)")
+    check = hashlib.blake2b(digest_size=32)
+    for chunk in _read(file, written, part):
+        check.update(chunk)
+    if check.digest() != digest:
+        raise CheckpointError("it is corrupt (its digest is not that of its bytes)")
+    return size, _read(file, size, part)
+
+
+def _read(file, size: int, part: int) -> Iterator[bytes]:
+    """The file's first `size` bytes, in parts of `part` bytes."""
+    file.seek(0)
+    left = size
+    while left > 0:
+        chunk = file.read(min(part, left))
+        if not chunk:
+            raise CheckpointError("it was cut short while it was being committed")
+        left -= len(chunk)
+        yield chunk
 
 
 def unseal(data: bytes) -> memoryview:
@@ -144,6 +176,14 @@ def unseal(data: bytes) -> memoryview:
     return body
 
 
+def release(child: Child) -> None:
+    """The child is done (collected or killed): its file closed, and the objects frozen at the fork back in the
+    collector's sight (those frozen when the daemon started too: frozen for good, the cycles among them that
+    die would never be freed)."""
+    child.file.close()
+    gc.unfreeze()
+
+
 def kill(child: Child) -> None:
     """Stop a child that has not finished (the daemon stops): its file goes with it, the journal stays."""
     try:
@@ -151,4 +191,4 @@ def kill(child: Child) -> None:
         os.waitpid(child.pid, 0)
     except (ProcessLookupError, ChildProcessError):
         pass
-    child.file.close()
+    release(child)

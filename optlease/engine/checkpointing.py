@@ -12,6 +12,7 @@ import time
 from contextlib import nullcontext
 
 from optlease.engine import checkpoint, checkpoint_fork
+from optlease.engine import persist
 from optlease.engine.persist import StoreError
 
 
@@ -83,8 +84,8 @@ class Checkpointing:
             status, child_cpu = done
             began, cpu = time.perf_counter(), time.process_time()
             try:
-                data = checkpoint_fork.sealed_body(child, status)
-                longest = self.store.stage_checkpoint(child.seq, data)
+                size, parts = checkpoint_fork.sealed_parts(child, status, persist.PART)
+                longest = self.store.stage_checkpoint(child.seq, parts)
                 swap = time.perf_counter()
                 dropped = self.store.add_checkpoint(child.seq, child.last_id, checkpoint.fingerprint())
                 swap = time.perf_counter() - swap
@@ -99,14 +100,14 @@ class Checkpointing:
                 commit = time.perf_counter() - began
                 self.checkpoint_stats.update(child_cpu_s=round(child_cpu, 3), commit_ms=round(1000 * commit, 2),
                                              commit_cpu_ms=round(1000 * (time.process_time() - cpu), 2),
-                                             bytes=len(data), ended_at=time.time(),
+                                             bytes=size, ended_at=time.time(),
                                              longest_transaction_ms=round(1000 * longest, 2),
                                              swap_ms=round(1000 * swap, 2))
-                line = (f"checkpoint of {child.leases} leases in the system ({len(data) // 1024} KiB) replaces "
+                line = (f"checkpoint of {child.leases} leases in the system ({size // 1024} KiB) replaces "
                         f"{dropped} journal entries: written by a child in {child_cpu:.2f} s of its CPU, the "
                         f"daemon paused {1000 * child.fork_s:.0f} ms to fork it and took {commit:.2f} s to commit it")
             finally:
-                child.file.close()
+                checkpoint_fork.release(child)
                 self._child = None
             return True, line
         finally:

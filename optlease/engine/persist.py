@@ -287,16 +287,15 @@ class Store:
         with self.lock:
             return self.db.execute("SELECT MAX(seq) FROM events").fetchone()[0]
 
-    def stage_checkpoint(self, seq: int, sealed: bytes) -> float:
-        """A checkpoint's bytes (sealed), written ahead of `add_checkpoint` in parts of PART bytes, each part its
-        own transaction, so that no request waits for all of them. Parts that no checkpoint row names are
-        ignored by a restart (`drop_stale_parts` removes them). The longest transaction, in seconds."""
-        view = memoryview(sealed)
+    def stage_checkpoint(self, seq: int, parts) -> float:
+        """A checkpoint's bytes (sealed), given in parts of at most PART bytes, written ahead of `add_checkpoint`,
+        each part its own transaction, so that no request waits for all of them. Parts that no checkpoint row names
+        are ignored by a restart (`drop_stale_parts` removes them). The longest transaction, in seconds."""
         longest = self.drop_stale_parts()     # (an earlier try's parts too)
-        for n, at in enumerate(range(0, len(view), PART)):
+        for n, part in enumerate(parts):
             began = time.perf_counter()
             with self._tx():
-                self.db.execute("INSERT INTO checkpoint_parts VALUES (?, ?, ?)", (seq, n, view[at:at + PART]))
+                self.db.execute("INSERT INTO checkpoint_parts VALUES (?, ?, ?)", (seq, n, part))
             longest = max(longest, time.perf_counter() - began)
         return longest
 
