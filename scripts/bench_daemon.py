@@ -396,9 +396,9 @@ class MemorySampler:
             child = self.manager._child
             if child is None:
                 continue
-            mine, its = smaps_rollup("self"), smaps_rollup(child.pid)
-            if not its:
-                continue
+            its, mine, again = smaps_rollup(child.pid), smaps_rollup("self"), smaps_rollup(child.pid)
+            if not its or again.get("Rss", 0) < its.get("Rss", 0):
+                continue        # the child exited meanwhile: the daemon's pages were its alone again
             peak = self.peak
             peak["both_pss"] = max(peak["both_pss"], mine.get("Pss", 0) + its.get("Pss", 0))
             peak["child_private"] = max(peak["child_private"],

@@ -2,7 +2,7 @@
 are run from here before the rest of the CLI is imported: a listing of 100,000 leases costs its start as much as
 its rows).
 
-Against optlease's daemon the table comes formatted and compressed, in pages of at most 8,192 rows from one
+Against optlease's daemon the table comes formatted and compressed, in pages of at most 32,768 rows from one
 snapshot (`engine.lease_table`): the client inflates each block within its bound, checks it (printable ASCII,
 the row count it was announced with) and writes it. Against an older optlease it reads `list_leases` (tab-separated
 rows), and against Haizea's server `get_leases` (its <lease> XML), and formats those itself, the same way.

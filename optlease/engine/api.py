@@ -155,7 +155,7 @@ class Api:
 
     def lease_table(self, include_finished: bool = False) -> dict:
         """optlease's `list-leases` table, formatted and compressed, from one snapshot: {token, widths, rows,
-        pages, page}, `page` the first of `pages` (each at most 8,192 rows); the others by `lease_table_page`."""
+        pages, page}, `page` the first of `pages` (each at most 32,768 rows); the others by `lease_table_page`."""
         return self.m.table.open(_flag(include_finished, "lease_table"))
 
     def lease_table_page(self, token: str, number: int) -> list:

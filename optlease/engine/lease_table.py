@@ -22,7 +22,7 @@ from collections import OrderedDict
 from optlease.engine.lease_views import FINISHED, LeaseViews
 from optlease.errors import InputError
 
-PAGE_BLOCKS = 8              # blocks per answer: at most 8,192 rows, about 1 MiB of text before compression
+PAGE_BLOCKS = 32             # blocks per answer: at most 32,768 rows, about 4 MiB of text before compression
 SNAPSHOTS = 8                # listings being paged at once; a ninth drops the oldest
 SNAPSHOT_TTL = 120.0         # seconds a listing's pages stay available after its first page
 # the table's columns and their narrowest widths (Haizea's `haizea-list-leases`); each widens to its longest
