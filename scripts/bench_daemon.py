@@ -460,17 +460,18 @@ def during_checkpoint(manager: Manager, port: int, args) -> dict:
     that overlapped it (from the clients' side), and what it cost the daemon."""
     manager.store.entries = max(manager.store.entries, checkpoint.CHECKPOINT_EVERY)
     before = manager.checkpoint_stats
-    calls, bursts, deadline = [], 0, time.monotonic() + 1200
+    calls, bursts, deadline, stats = [], 0, time.monotonic() + 1200, {}
     sampler = MemorySampler(manager).__enter__()
     while time.monotonic() < deadline:      # (a loaded machine gives the child a fraction of a core)
         _, took, _, _, began = clients_process(port, args.requests, args.clients, SCALE_LEASE)
         calls += zip(began, took)
         bursts += 1
-        # the checkpoint forked in the first burst (each fork starts a new record): requests that come faster
-        # than a child writes make the next one due as soon as it is committed
-        if bursts == 1:
-            stats = manager.checkpoint_stats if manager.checkpoint_stats is not before else {}
-        if "ended_at" in stats or not stats:
+        # the first checkpoint forked after `before` (each fork starts a new record; the last step of a burst
+        # may fork it after the burst): requests that come faster than a child writes make the next one due as
+        # soon as it is committed
+        if not stats and manager.checkpoint_stats is not before:
+            stats = manager.checkpoint_stats
+        if "ended_at" in stats or (not stats and bursts >= 3):
             break
     sampler.__exit__()
     stats = dict(stats)
