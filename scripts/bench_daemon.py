@@ -322,13 +322,17 @@ def run_list_leases(url: str) -> dict:
     """`optlease list-leases` run as a command, as a user runs it, its output into a file (`> file`): wall, its own
     CPU (user + system: on a loaded machine its wall time is mostly waiting for a core), rows, exit status; and the
     wall time of a second run read through a pipe by this process (as before: on a loaded machine each 64 KiB the
-    pipe holds waits for the reader to get a core)."""
+    pipe holds waits for the reader to get a core); the daemon's CPU and full collections during the first."""
+    import gc
     import resource
+    full, c0 = gc.get_stats()[2]["collections"], time.process_time()
     with tempfile.TemporaryFile("w+") as out:
         t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         cli = subprocess.run([sys.executable, "-m", "optlease.cli.main", "list-leases", "-s", url], stdout=out,
                              stderr=subprocess.PIPE, text=True)
         wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+        # the daemon's CPU meanwhile (this process: its API server answering), and its full collections
+        daemon_cpu, full = time.process_time() - c0, gc.get_stats()[2]["collections"] - full
         out.seek(0)
         rows = sum(1 for _ in out) - 1
     t0 = time.perf_counter()
@@ -336,7 +340,8 @@ def run_list_leases(url: str) -> dict:
                            capture_output=True, text=True)
     return {"wall_s": round(wall, 3), "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime
                                                      - before.ru_stime, 3),
-            "rows": rows, "status": cli.returncode or piped.returncode,
+            "rows": rows, "status": cli.returncode or piped.returncode, "daemon_cpu_s": round(daemon_cpu, 3),
+            "daemon_full_collections": full,
             "piped_wall_s": round(time.perf_counter() - t0, 3)}
 
 
@@ -467,8 +472,8 @@ def during_checkpoint(manager: Manager, port: int, args) -> dict:
     """create_lease while the daemon writes a checkpoint: the checkpoint is due at the next step (as after
     CHECKPOINT_EVERY journal entries), and bursts of `--requests` calls go on until it is committed; the calls
     that overlapped it (from the clients' side), and what it cost the daemon."""
+    before = manager.checkpoint_stats       # first: the loop's next step may fork as soon as the entries say so
     manager.store.entries = max(manager.store.entries, checkpoint.CHECKPOINT_EVERY)
-    before = manager.checkpoint_stats
     calls, bursts, deadline, stats = [], 0, time.monotonic() + 1200, {}
     sampler = MemorySampler(manager).__enter__()
     while time.monotonic() < deadline:      # (a loaded machine gives the child a fraction of a core)
