@@ -141,7 +141,6 @@ class Manager(Atomic, Intake, Recovery, Enactment, Checkpointing):
         self._mirror: dict | None = None    # indexed: what the hosts report, kept from the enactor's deltas
         self._hosts_seen: tuple | None = None    # (hosts_version, hosts, names alive) as last read
         self._watched: tuple | None = None  # (hosts_version, nodes down) at the last walk over the hosts
-        self._node_of: dict[str, int] | None = None     # host name -> node (enactment._hosts_to_watch)
         self._reports = ReportIndex()       # what the hosts report, host by host
         self._last_hosts: tuple = ()
         self._unsettled: set[str] = set()    # VMs that differed from the plan at the last pass

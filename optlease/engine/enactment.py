@@ -239,8 +239,7 @@ class Enactment:
         seen = None if self._hosts_seen[0] is None else (self._hosts_seen[0], frozenset(self.sched.table.down))
         if seen is not None and seen == self._watched:
             return
-        for node in self._hosts_to_watch(hosts):
-            name = self.host_names[node - 1]
+        for node, name in enumerate(self.host_names, start=1):
             info = hosts.get(name)
             if node in self.sched.table.down:
                 if info is not None and info.alive:
@@ -249,20 +248,6 @@ class Enactment:
                 timeout = getattr(self.enactor, "host_timeout", None)
                 self._node_down(node, name, "silent for more than " + (f"{timeout:g} s" if timeout else "its timeout"))
         self._watched = None if seen is None else (seen[0], frozenset(self.sched.table.down))
-
-    def _hosts_to_watch(self, hosts: dict):
-        """The nodes whose host may have gone silent or come back, in node order: indexed, those whose node is
-        down with its host alive, or up with its host known and not alive (set operations, no walk in Python over
-        10,000 hosts); walking, every node."""
-        if self._node_of is None:
-            self._node_of = {name: node for node, name in enumerate(self.host_names, start=1)}
-        node_of = self._node_of
-        if not self.indexed or len(node_of) != len(self.host_names):     # (a name given twice: walk)
-            return range(1, len(self.host_names) + 1)
-        alive = self._hosts_seen[2]
-        down = {self.host_names[n - 1] for n in self.sched.table.down if n <= len(self.host_names)}
-        maybe = (alive & down) | (hosts.keys() - alive - down)
-        return sorted(node_of[name] for name in maybe if name in node_of)
 
     def _node_down(self, node: int, name: str, why: str) -> None:
         t = self.last_t
