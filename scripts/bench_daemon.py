@@ -292,7 +292,9 @@ def step_costs(manager: Manager, repeats: int) -> dict:
 
     # a checkpoint first (the daemon's own CPU reported: all of it inline; forked, the fork and the commit, the
     # child's CPU apart): no step measured below writes one (every 10,000 journal entries)
+    manager.collect_checkpoint(wait=True)   # one the fill's steps forked (its requests journal 10,000 entries a batch)
     manager.step(manager.last_t)        # a journal entry for it to cover (the fill's last step may have written one)
+    manager.collect_checkpoint(wait=True)
     c0 = time.process_time()
     with MemorySampler(manager) as memory:
         manager.write_checkpoint()
@@ -472,7 +474,8 @@ def during_checkpoint(manager: Manager, port: int, args) -> dict:
     """create_lease while the daemon writes a checkpoint: the checkpoint is due at the next step (as after
     CHECKPOINT_EVERY journal entries), and bursts of `--requests` calls go on until it is committed; the calls
     that overlapped it (from the clients' side), and what it cost the daemon."""
-    before = manager.checkpoint_stats       # first: the loop's next step may fork as soon as the entries say so
+    manager.collect_checkpoint(wait=True)   # a child forked before (the fill's requests journal 10,000 entries a
+    before = manager.checkpoint_stats       # batch); then the record, before the loop's next step may fork
     manager.store.entries = max(manager.store.entries, checkpoint.CHECKPOINT_EVERY)
     calls, bursts, deadline, stats = [], 0, time.monotonic() + 1200, {}
     sampler = MemorySampler(manager).__enter__()
