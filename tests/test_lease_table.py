@@ -120,6 +120,10 @@ def test_a_listing_is_one_snapshot(tmp_path, small_blocks):
         first = proxy.lease_table(True)
         assert first["pages"] > 2
         before = [proxy.lease_table_page(first["token"], n) for n in range(first["pages"])]
+        # every answer is bounded: at most PAGE_BLOCKS blocks, each of at most a block's ids
+        assert before[0] == first["page"]
+        assert all(0 < len(page) <= lease_table.PAGE_BLOCKS for page in before)
+        assert all(0 < rows <= 1 << lease_views.BLOCK_BITS for page in before for rows, _ in page)
         for _ in drive(d.m, random.Random(4), 10):
             pass
         assert [proxy.lease_table_page(first["token"], n) for n in range(first["pages"])] == before
