@@ -114,7 +114,8 @@ class Manager(Atomic, Intake, Recovery, Enactment, Checkpointing):
         self.views.publish_new(self.all.values())
         self.views.publish()
         # What the replay built lives as long as the daemon: out of the collector's sight, so that no full
-        # collection walks a hundred thousand leases again in the middle of a request.
+        # collection walks a hundred thousand leases again in the middle of a request (until the first forked
+        # checkpoint is done: checkpoint_fork.release gives every frozen object back to the collector).
         gc.collect()
         gc.freeze()
         self.next_id = self.store.next_id()
