@@ -137,6 +137,8 @@ class VMScheduler:
                     onlynodes = {n for n, e in earliest.items() if e <= t}
                     if len(onlynodes) == len(self.table.nodes):
                         onlynodes = None
+                if onlynodes is None and self._too_few_hold(lease, t, window):
+                    continue
                 mapping, actualend, _ = self.mapper.map(lease, t, end, strictend, onlynodes)
             if mapping is None or (actualend < end and actualend - t < min_duration):
                 continue
@@ -154,6 +156,18 @@ class VMScheduler:
                     self.log.t(actualend), " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
             return vmrr
         raise NotSchedulable("Could not find enough resources for this request")
+
+    def _too_few_hold(self, lease: Lease, t: int, window: int) -> bool:
+        """Whether no placement from t that the search keeps exists for a lease whose VMs ask alike: a kept one
+        holds every VM over the window from t (its end is the booking's, or at least the least run worth placing
+        away), and the site's nodes could not hold them all over it, each as many as fit there
+        (`SlotTable.holds_over`). The mapper would place them, if at all, to an end the search refuses."""
+        shape = vms_of(lease)[1]
+        if shape is None:
+            return False
+        most = len(lease.demands)
+        held = self.table.holds_over(t, window, shape, most)
+        return held is not None and held < most
 
     def shape(self, lease: Lease, resuming: bool, strict: bool = False) -> tuple[int, int, int, int, bool, int]:
         """What an as-soon-as-possible booking of the lease holds: the run it books, its shutdown, the time it
