@@ -7,6 +7,10 @@ from bisect import bisect_left, bisect_right
 from optlease.scheduling.mapper import vms_of
 from optlease.scheduling.profile import Vec, fits, vsub
 
+# Leases of fewer VMs are not asked whether the nodes could hold them (`holds`): the mapper's walk for them is short,
+# and asking costs a look at every busy profile
+WIDE = 16
+
 
 class RoomAhead:
     """The site's room from instant `t` on (SlotTable.room_ahead), for a table that does not change meanwhile."""
@@ -40,8 +44,9 @@ class RoomAhead:
         `holds` for its VMs."""
         if not self.fits(lease.total_demand, length):
             return False
-        shape = vms_of(lease)[1] if placed else None
-        return shape is None or self.holds(shape, length, len(lease.demands))
+        most = len(lease.demands)
+        shape = vms_of(lease)[1] if placed and most >= WIDE else None
+        return shape is None or self.holds(shape, length, most)
 
     def holds(self, shape: Vec, length: int, most: int) -> bool:
         """Whether the site's nodes could hold `most` VMs that each ask `shape` over [t, t + length), each node as

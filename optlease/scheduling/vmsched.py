@@ -17,6 +17,7 @@ from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import (RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable, OneVMEach,
                                         Placement, placement)
+from optlease.scheduling.roomahead import WIDE
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd
 
 class VMScheduler:
@@ -161,11 +162,11 @@ class VMScheduler:
         """Whether no placement from t that the search keeps exists for a lease whose VMs ask alike: a kept one
         holds every VM over the window from t (its end is the booking's, or at least the least run worth placing
         away), and the site's nodes could not hold them all over it, each as many as fit there
-        (`SlotTable.holds_over`). The mapper would place them, if at all, to an end the search refuses."""
-        shape = vms_of(lease)[1]
-        if shape is None:
+        (`SlotTable.holds_over`). The mapper would place them, if at all, to an end the search refuses. (Asked of
+        leases of `WIDE` VMs or more: a narrower lease's walk is short.)"""
+        shape, most = vms_of(lease)[1], len(lease.demands)
+        if shape is None or most < WIDE:
             return False
-        most = len(lease.demands)
         held = self.table.holds_over(t, window, shape, most)
         return held is not None and held < most
 
