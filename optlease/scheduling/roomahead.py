@@ -4,6 +4,7 @@ asks of every waiting lease that must start at that instant, answered from one w
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+
 from optlease.scheduling.mapper import vms_of
 from optlease.scheduling.profile import Vec, fits, vsub
 
@@ -13,7 +14,8 @@ WIDE = 16
 
 
 class RoomAhead:
-    """The site's room from instant `t` on (SlotTable.room_ahead), for a table that does not change meanwhile."""
+    """The site's room from instant `t` on, for a table that does not change meanwhile (one per pass over the queue
+    and instant: `QueuePass._room_over_window`)."""
 
     def __init__(self, table, t: int) -> None:
         self.table = table
