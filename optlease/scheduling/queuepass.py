@@ -6,6 +6,7 @@ from __future__ import annotations
 from optlease.domain.lease import LeaseState
 from optlease.formats.timefmt import MAX_SECONDS
 from optlease.scheduling.records import Lease, NotSchedulable
+from optlease.scheduling.roomahead import RoomAhead
 from optlease.scheduling.slottable import fits
 
 S = LeaseState
@@ -179,7 +180,8 @@ class QueuePass:
                     cache["failed"], cache["wait"] = attempt, cls
                 else:
                     need = lease.total_demand
-                    if (need[0] <= first and need[1] <= second) if pair else fits(need, free):
+                    if ((need[0] <= first and need[1] <= second) if pair else fits(need, free)) \
+                            and self._room_over_window(lease, now, True):
                         return i
                     cache["failed"], cache["wait"] = key, PLAIN
             if once:
@@ -319,14 +321,7 @@ class QueuePass:
         a suspended lease may resume on then; None: every node) have room for it at `t`."""
         if t is None:
             return True     # (several tries, each on the nodes ready by then: `_image_attempt`)
-        window = self._window(lease)
-        # What the site has free over the window from `t` is the same for every lease that asks in this pass over
-        # the queue (until something is placed): the walk is made once, and each lease compares its need with it.
-        room_key = ("over", t, window)
-        room = self._room.get(room_key)
-        if room is None:
-            room = self._room[room_key] = self.table.room_over(t, window)
-        if not fits(lease.total_demand, room):
+        if not self._room_over_window(lease, t):
             return False
         # then the nodes its image reaches first (shared by the leases of that image in this pass), or the nodes
         # its images are on (a suspended lease's own)
@@ -345,10 +340,10 @@ class QueuePass:
         kept; False: not asked yet)."""
         if self.vm.estimates.enabled or t is None:
             return False    # (its window is worked out again at each try, or it has several: `_room_when_ready`)
-        room = self._room.get(("over", t, self._window(lease)))
-        if room is None:
+        ahead = self._room.get(("ahead", t))
+        if ahead is None:
             return False
-        if not fits(lease.total_demand, room):
+        if not ahead.fits(lease.total_demand, self._window(lease)):
             return True
         if ways == (0,):
             return False
@@ -367,18 +362,31 @@ class QueuePass:
 
     def room_now(self, lease: Lease, now: int) -> bool:
         """A necessary condition for starting now, answered from what is free at this instant (cached in
-        `_room` for one pass over the queue, until something is placed)."""
+        `_room` for one pass over the queue, until something is placed), and, for a lease whose one try is now (a
+        queued lease, a resume in place), from what the site has room for over its window from now: its try
+        (`VMScheduler.asap`) asks that first and fails at once without it."""
         room = self._room
-        if lease.state in SUSPENDED and self.resumes_in_place(lease):
-            for vnode, pnode in lease.image_nodes.items():
-                if pnode not in room:
-                    room[pnode] = self.table.free_at(pnode, now)
-                if not fits(lease.demands[vnode], room[pnode]):
-                    return False
-            return True
         if "total" not in room:
             room["total"] = self.table.total_free(now)
-        return fits(lease.total_demand, room["total"])
+        if lease.state not in SUSPENDED:
+            return fits(lease.total_demand, room["total"]) and self._room_over_window(lease, now, True)
+        if not self.resumes_in_place(lease):
+            return fits(lease.total_demand, room["total"])
+        for vnode, pnode in lease.image_nodes.items():
+            if pnode not in room:
+                room[pnode] = self.table.free_at(pnode, now)
+            if not fits(lease.demands[vnode], room[pnode]):
+                return False
+        return self._room_over_window(lease, now)
+
+    def _room_over_window(self, lease: Lease, t: int, placed: bool = False) -> bool:
+        """Whether the site as a whole has room for the lease over its window from `t`, and (`placed`: the mapper
+        places it) its nodes could hold its VMs alike over it (`RoomAhead`: one walk for the pass, until something
+        is placed, that every lease asking about `t` shares)."""
+        ahead = self._room.get(("ahead", t))
+        if ahead is None:
+            ahead = self._room[("ahead", t)] = RoomAhead(self.table, t)
+        return ahead.admits(lease, self._window(lease), placed)
 
     def enqueue(self, lease: Lease) -> None:
         """Insert in arrival order (requeued and suspended leases go back to their place)."""

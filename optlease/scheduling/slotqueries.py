@@ -139,6 +139,40 @@ class SlotQueries:
             worst = tuple(map(max, worst, usage[i]))
         return vsub(self.total_cap, worst)
 
+    def holds_over(self, t: int, length: int, shape: Vec, most: int | None) -> int | None:
+        """How many VMs that each ask `shape` the site's nodes could hold over [t, t + length), each node as many as
+        fit beside its usage at every instant of it, added up and counted up to `most` (a count >= `most` means at
+        least that many; None: every VM counted): asked once per profile. None where the nodes are not all alike or
+        some are out of planning."""
+        cap = self.one_cap
+        if cap is None or self.down:
+            return None
+        per = min((c // d for c, d in zip(cap, shape) if d > 0), default=None)
+        if per is None:
+            return None
+        held = len(self.idle.get(cap, ())) * per
+        end = t + length
+        # what may be in use on a node for one more VM to fit: a profile over it at some instant holds none
+        limit = tuple(map(_sub, cap, shape))
+        for prof, nodes in self.holders.items():
+            if most is not None and held >= most:
+                break
+            times, usage = prof.t, prof.u
+            i = bisect_right(times, t) - 1
+            worst = usage[i] if i >= 0 else prof.zero
+            if not all(map(_le, worst, limit)):
+                continue    # (most busy profiles: a lease runs there at t)
+            for i in range(i + 1, len(times)):
+                if times[i] >= end:
+                    break
+                worst = tuple(map(max, worst, usage[i]))
+                if not all(map(_le, worst, limit)):
+                    break
+            k = min((f // d for f, d in zip(map(_sub, cap, worst), shape) if d > 0), default=0)
+            if k > 0:
+                held += k * len(nodes)
+        return held
+
     def earliest_total_room_without(self, rrs, a: int, length: int, need: Vec) -> float:
         """`earliest_total_room` as if the given reservations (in the table) were not there."""
         total = self.total.copy()

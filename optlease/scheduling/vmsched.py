@@ -17,6 +17,7 @@ from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import (RESUME, SHUTDOWN, SUSPEND, VM, RR, Lease, NotSchedulable, OneVMEach,
                                         Placement, placement)
+from optlease.scheduling.roomahead import WIDE
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd
 
 class VMScheduler:
@@ -137,6 +138,8 @@ class VMScheduler:
                     onlynodes = {n for n, e in earliest.items() if e <= t}
                     if len(onlynodes) == len(self.table.nodes):
                         onlynodes = None
+                if onlynodes is None and self._too_few_hold(lease, t, window):
+                    continue
                 mapping, actualend, _ = self.mapper.map(lease, t, end, strictend, onlynodes)
             if mapping is None or (actualend < end and actualend - t < min_duration):
                 continue
@@ -154,6 +157,18 @@ class VMScheduler:
                     self.log.t(actualend), " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
             return vmrr
         raise NotSchedulable("Could not find enough resources for this request")
+
+    def _too_few_hold(self, lease: Lease, t: int, window: int) -> bool:
+        """Whether no placement from t that the search keeps exists for a lease whose VMs ask alike: a kept one
+        holds every VM over the window from t (its end is the booking's, or at least the least run worth placing
+        away), and the site's nodes could not hold them all over it, each as many as fit there
+        (`SlotTable.holds_over`). The mapper would place them, if at all, to an end the search refuses. (Asked of
+        leases of `WIDE` VMs or more: a narrower lease's walk is short.)"""
+        shape, most = vms_of(lease)[1], len(lease.demands)
+        if shape is None or most < WIDE:
+            return False
+        held = self.table.holds_over(t, window, shape, most)
+        return held is not None and held < most
 
     def shape(self, lease: Lease, resuming: bool, strict: bool = False) -> tuple[int, int, int, int, bool, int]:
         """What an as-soon-as-possible booking of the lease holds: the run it books, its shutdown, the time it
