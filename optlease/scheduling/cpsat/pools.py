@@ -71,13 +71,17 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
     # who may go where, by candidate set (the leases of a round share a few): a resume with its own per-node
     # exclusion cannot share a pooled node's name-free slots, unless the node holds one VM at a time (its
     # capacity then keeps resumes apart, each within its VM's run: on Blue a VM fills a node)
-    by_set: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    # (lists many leases share are one tuple: gathered by identity first, then by value once per tuple)
+    by_tuple: dict[int, tuple[tuple[int, ...], list[tuple[int, int]]]] = {}
     resumed: set[tuple[int, ...]] = set()
     for j in tails:
         for vm, nodes in enumerate(j.candidates):
-            by_set.setdefault(nodes, []).append((j.id, vm))
+            by_tuple.setdefault(id(nodes), (nodes, []))[1].append((j.id, vm))
             if local_exclusion and j.resume > 0:
                 resumed.add(nodes)
+    by_set: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    for nodes, pairs in by_tuple.values():
+        by_set.setdefault(nodes, []).extend(pairs)
     blocked: set[int] = set()
     if resumed:
         shared = set().union(*resumed)
@@ -91,10 +95,14 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
                 holds.setdefault(n, []).append((data.now + j.remaining + j.shutdown, j.demand[vm]))
     # nodes of one capacity, split until every candidate set holds all of a group or none of it
     groups: dict[tuple, set[int]] = {}
+    fits: dict[tuple, bool] = {}   # per capacity (a site has a few): whether it holds one VM
     for n in offered_anywhere - named - blocked:
         cap = data.capacity[n]
-        if _slots(cap, demand, {}) >= 1:
-            groups.setdefault(tuple(sorted(cap.items())), set()).add(n)
+        key = tuple(sorted(cap.items()))
+        if key not in fits:
+            fits[key] = _slots(cap, demand, {}) >= 1
+        if fits[key]:
+            groups.setdefault(key, set()).add(n)
     parts = [(cap, nodes) for cap, nodes in groups.items()]
     for nodes_set, _ in sets:
         split = []
