@@ -54,10 +54,9 @@ def _slots(capacity: dict[str, int], demand: dict[str, int], held: dict[str, int
 def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
     """The round's pools (see the module); empty where no node qualifies."""
     tails = [j for j in data.jobs if j.has_tail and not _pinned(j)]
-    demands = {tuple(sorted(vm.items())) for j in tails for vm in j.demand}
-    if len(demands) != 1:
+    demand = _one_demand(tails)
+    if demand is None:
         return ()
-    demand = dict(next(iter(demands)))
     # nodes a decision refers to by name: images (resumes, suspensions), planned VMs, reservations not begun
     named: set[int] = set()
     for j in data.jobs:
@@ -128,6 +127,24 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
             blocks[n] = stairs
         pools.append(Pool(len(pools), ordered, demand, slots, tuple(sorted(offered)), blocks))
     return tuple(pools)
+
+
+def _one_demand(tails: list[Job]) -> dict[str, int] | None:
+    """The one VM demand every tail asks, or None (none, or two). A lease's VMs often share one demand dict, and
+    leases of one shape share theirs (formats.lwf): each dict is read once, and the search stops at a second demand."""
+    seen: set[int] = set()
+    first = None
+    for j in tails:
+        for vm in j.demand:
+            if id(vm) in seen:
+                continue
+            seen.add(id(vm))
+            key = tuple(sorted(vm.items()))
+            if first is None:
+                first = key
+            elif key != first:
+                return None
+    return dict(first) if first is not None else None
 
 
 def _staircase(cap: dict[str, int], demand: dict[str, int], slots: int,
