@@ -6,7 +6,8 @@ time (the greedy pass, snapshot, hint, model, solve, commit; CPU time is what a 
 of the solver alone, every round's status and gap (of the searched neighbourhood: the tails the hint starts after
 the next solved round are held, cpsat.window), and the round objective against greedy's and the completed hint's.
 
-Each round also has its CPU time by phase (`phases`: the greedy pass, the hint's completion, prepare, the window,
+Each round also has the CPU time of the cyclic garbage collections that ran in it (`gc_cpu_s`, part of the phases'
+times), and its CPU time by phase (`phases`: the greedy pass, the hint's completion, prepare, the window,
 model building, the hint given to the solver, the search, decoding, costing plans, committing; measured by timing
 those functions in this process, and the rest of the round as `other`), and the p50 of each phase per size.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import random
@@ -62,6 +64,25 @@ def phase_points():
             ("costing", solve, "plan_cost"),
             ("costing", objective, "plan_cost"),
             ("commit", cpsat_round.CpsatRound, "_apply")]
+
+
+@contextlib.contextmanager
+def collections(into: dict[str, float]):
+    """Add the CPU time of Python's cyclic garbage collections to `into["gc"]` while inside (they run within the
+    phases, whose times include them: a collection of the oldest generation walks every object the process holds)."""
+    began: list[float] = []
+
+    def timed(phase, info):
+        if phase == "start":
+            began.append(time.process_time())
+        elif began:
+            into["gc"] = into.get("gc", 0.0) + time.process_time() - began.pop()
+
+    gc.callbacks.append(timed)
+    try:
+        yield into
+    finally:
+        gc.callbacks.remove(timed)
 
 
 @contextlib.contextmanager
@@ -116,7 +137,8 @@ def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> di
         sched.request(Lease(req, {v: sched.table.vector(VM) for v in range(1, vms + 1)}), now)
         next_id += 1
     split: dict[str, float] = {}
-    with phases(split):
+    collected: dict[str, float] = {}
+    with phases(split), collections(collected):
         wall, cpu = time.perf_counter(), time.process_time()
         planner.plan(now)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -128,7 +150,8 @@ def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> di
             "objective": s.objective, "greedy_objective": record.greedy_objective,
             "completion_objective": s.hint_objective, "replanned": record.changed,
             "capped": s.capped, "held": s.held, "variables": s.num_variables, "constraints": s.num_constraints,
-            "phases_cpu_s": {k: round(v, 4) for k, v in split.items()}}
+            "phases_cpu_s": {k: round(v, 4) for k, v in split.items()},
+            "gc_cpu_s": round(collected.get("gc", 0.0), 4)}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -162,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             "phases_cpu_p50_s": {k: round(pct([r["phases_cpu_s"].get(k, 0.0) for r in runs], 0.5), 4)
                                  for k in runs[0]["phases_cpu_s"]},
             "solver_p95_s": pct([r["solver_s"] for r in runs], 0.95),
+            "gc_cpu_p50_s": pct([r["gc_cpu_s"] for r in runs], 0.5),
             "gap_mean": statistics.mean(gaps) if gaps else None,
             "statuses": {st: sum(r["status"] == st for r in runs) for st in sorted({r["status"] for r in runs})},
             "gaps": [r["gap"] for r in runs],

@@ -7,7 +7,7 @@ from typing import Callable, Union
 
 from ortools.sat.python import cp_model
 
-from optlease.scheduling.cpsat.pools import Pool, find_pools
+from optlease.scheduling.cpsat.pools import Pool
 from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
 
 Lit = Union[cp_model.IntVar, int]   # a literal, or the constant 1 for "always"
@@ -59,13 +59,13 @@ class RoundModel:
     def split(self, nodes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """A candidate list as its nodes outside every pool and the pools it reaches (leases share a few candidate
         lists, so each is split once)."""
-        got = self._split.get(nodes)
+        got = self._split.get(id(nodes))   # by identity: shared lists are one tuple, kept alive in the entry
         if got is None:
             pool_of = self.pool_of
             alone = tuple(filterfalse(pool_of.__contains__, nodes)) if pool_of else nodes
             pools = tuple(sorted(set(map(pool_of.get, nodes)) - {None})) if pool_of else ()
-            got = self._split[nodes] = (alone, pools)
-        return got
+            got = self._split[id(nodes)] = (alone, pools, nodes)
+        return got[:2]
 
     def derive(self, var: cp_model.IntVar, rule: Callable) -> None:
         """`rule(value)` is `var`'s value in a hinted plan, `value` reading the hint's value of any expression."""
@@ -92,7 +92,7 @@ class RoundModel:
 def build_variables(data: RoundData) -> RoundModel:
     """Every decision variable and the intervals that hold resources; the add_* groups relate them."""
     rm = RoundModel(data, cp_model.CpModel())
-    rm.pools = find_pools(data, local_exclusion=not data.exclusion_global)
+    rm.pools = data.pools
     rm.pool_of = {n: pool.index for pool in rm.pools for n in pool.nodes}
     rm.pool_holds = {pool.index: [] for pool in rm.pools}
     for job in data.jobs:

@@ -54,10 +54,9 @@ def _slots(capacity: dict[str, int], demand: dict[str, int], held: dict[str, int
 def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
     """The round's pools (see the module); empty where no node qualifies."""
     tails = [j for j in data.jobs if j.has_tail and not _pinned(j)]
-    demands = {tuple(sorted(vm.items())) for j in tails for vm in j.demand}
-    if len(demands) != 1:
+    demand = _one_demand(tails)
+    if demand is None:
         return ()
-    demand = dict(next(iter(demands)))
     # nodes a decision refers to by name: images (resumes, suspensions), planned VMs, reservations not begun
     named: set[int] = set()
     for j in data.jobs:
@@ -71,13 +70,17 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
     # who may go where, by candidate set (the leases of a round share a few): a resume with its own per-node
     # exclusion cannot share a pooled node's name-free slots, unless the node holds one VM at a time (its
     # capacity then keeps resumes apart, each within its VM's run: on Blue a VM fills a node)
-    by_set: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    # (lists many leases share are one tuple: gathered by identity first, then by value once per tuple)
+    by_tuple: dict[int, tuple[tuple[int, ...], list[tuple[int, int]]]] = {}
     resumed: set[tuple[int, ...]] = set()
     for j in tails:
         for vm, nodes in enumerate(j.candidates):
-            by_set.setdefault(nodes, []).append((j.id, vm))
+            by_tuple.setdefault(id(nodes), (nodes, []))[1].append((j.id, vm))
             if local_exclusion and j.resume > 0:
                 resumed.add(nodes)
+    by_set: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    for nodes, pairs in by_tuple.values():
+        by_set.setdefault(nodes, []).extend(pairs)
     blocked: set[int] = set()
     if resumed:
         shared = set().union(*resumed)
@@ -91,10 +94,14 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
                 holds.setdefault(n, []).append((data.now + j.remaining + j.shutdown, j.demand[vm]))
     # nodes of one capacity, split until every candidate set holds all of a group or none of it
     groups: dict[tuple, set[int]] = {}
+    fits: dict[tuple, bool] = {}   # per capacity (a site has a few): whether it holds one VM
     for n in offered_anywhere - named - blocked:
         cap = data.capacity[n]
-        if _slots(cap, demand, {}) >= 1:
-            groups.setdefault(tuple(sorted(cap.items())), set()).add(n)
+        key = tuple(sorted(cap.items()))
+        if key not in fits:
+            fits[key] = _slots(cap, demand, {}) >= 1
+        if fits[key]:
+            groups.setdefault(key, set()).add(n)
     parts = [(cap, nodes) for cap, nodes in groups.items()]
     for nodes_set, _ in sets:
         split = []
@@ -120,6 +127,24 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
             blocks[n] = stairs
         pools.append(Pool(len(pools), ordered, demand, slots, tuple(sorted(offered)), blocks))
     return tuple(pools)
+
+
+def _one_demand(tails: list[Job]) -> dict[str, int] | None:
+    """The one VM demand every tail asks, or None (none, or two). A lease's VMs often share one demand dict, and
+    leases of one shape share theirs (formats.lwf): each dict is read once, and the search stops at a second demand."""
+    seen: set[int] = set()
+    first = None
+    for j in tails:
+        for vm in j.demand:
+            if id(vm) in seen:
+                continue
+            seen.add(id(vm))
+            key = tuple(sorted(vm.items()))
+            if first is None:
+                first = key
+            elif key != first:
+                return None
+    return dict(first) if first is not None else None
 
 
 def _staircase(cap: dict[str, int], demand: dict[str, int], slots: int,

@@ -72,7 +72,7 @@ class Job:
         an earlier round planned its VMs elsewhere than their images: then which VM goes where is a decision."""
         return (self.numvms > 1 and bool(self.candidates) and not self.per_vm
                 and all(d == self.demand[0] for d in self.demand)
-                and all(c == self.candidates[0] for c in self.candidates)
+                and all(c is self.candidates[0] or c == self.candidates[0] for c in self.candidates)
                 and (not self.origin or not self.planned_nodes
                      or tuple(self.planned_nodes[:self.numvms]) == tuple(self.origin)))
 
@@ -112,6 +112,13 @@ class RoundData:
     def tails(self) -> tuple[Job, ...]:
         """The jobs with a tail (asked by every constraint group: found once per round data)."""
         return tuple(j for j in self.jobs if j.has_tail)
+
+    @cached_property
+    def pools(self) -> tuple:
+        """The round's node pools (cpsat.pools; found once per round data: the window and the model both ask)."""
+        from optlease.scheduling.cpsat.pools import find_pools
+
+        return find_pools(self, local_exclusion=not self.exclusion_global)
 
     def job(self, lease_id: int) -> Job:
         return next(j for j in self.jobs if j.id == lease_id)
@@ -255,8 +262,10 @@ def _auto_lookahead(now: int, jobs: list[Job]) -> int:
 def _interchangeable(snap: RoundSnapshot, jobs: list[Job]) -> tuple[tuple[tuple[int, ...], ...], frozenset[int]]:
     """Identical nodes nothing refers to, each class cut to the number of VMs that could land there; and the cut-off
     nodes (any solution using them has a twin using the kept ones instead)."""
-    touched = set().union(*(part for lease in snap.leases
-                            for part in (lease.nodes, lease.planned_nodes, lease.allowed_nodes)))
+    # (a neighbourhood many leases share is one tuple, round_snapshot: each counted once)
+    parts = {id(part): part for lease in snap.leases
+             for part in (lease.nodes, lease.planned_nodes, lease.allowed_nodes) if part}
+    touched = set().union(*parts.values())
     if snap.link is not None:   # a node whose cache holds an image, or that a booked transfer reaches, is not alike
         touched |= snap.link.nodes()
     movable_vms = max(1, sum(j.numvms for j in jobs if j.has_tail))
@@ -303,15 +312,17 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
         fit, every = cache[key]
         if allowed is None:
             per_vm.append(every)
-        elif (key, allowed) in cache:
-            per_vm.append(cache[key, allowed])
-        else:
+            continue
+        # a neighbourhood many leases share is one tuple (round_snapshot): looked up by identity (hashing a
+        # 5,000-node tuple per lease cost more than the rest), the tuple kept alive in the entry
+        got = cache.get((key, id(allowed)))
+        if got is None:
             # a neighbourhood in node order whose every node holds the VM is its own candidate list (the
             # snapshot's are: one set operation, not a sort of thousands of nodes per lease)
             inside = allowed if fit.issuperset(allowed) and _ascending(allowed) \
                 else tuple(sorted(fit.intersection(allowed)))
-            cache[key, allowed] = inside
-            per_vm.append(inside)
+            got = cache[key, id(allowed)] = (allowed, inside)
+        per_vm.append(got[1])
     return replace(job, candidates=tuple(per_vm))
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optlease.scheduling.cpsat.pools import find_pools
 from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
 from optlease.scheduling.snapshot import LeasePlan, Outcome, Plan
 
@@ -37,18 +36,20 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
     tails = [j for j in data.jobs if j.has_tail]
     # nodes the model pools (cpsat.pools): a held VM the hint puts there keeps the pooled nodes it may use, so that
     # holding it splits no pool; a held VM on any other node is held there (one Boolean, not one per candidate)
-    pooled = {n for pool in find_pools(data, local_exclusion=not data.exclusion_global) for n in pool.nodes}
+    pooled = {n for pool in data.pools for n in pool.nodes}
     suspends = any(j.role is Role.SUSPENDABLE for j in tails)
     head = {j.id for j in sorted((j for j in tails if j.best_effort),
                                  key=lambda j: (j.remaining / max(1, j.weight), j.id))[:LINE_HEAD]} \
         if suspends else set()
-    outside = {j.id for j in data.jobs if _outside(j, got.get(j.id), data, window)}
+    sets: dict[int, frozenset[int]] = {}   # per candidate list (leases share a few), its nodes as a set
+    outside = {j.id for j in data.jobs if _outside(j, got.get(j.id), data, window, sets)}
     if head & outside:
         head -= _stuck(data, got, head & outside, outside - head, pooled)
     idle = _idle(data, got, outside - head)
     if idle and not any(j.role is Role.SUSPENDABLE and j.id not in idle for j in tails):
         head = set()   # nothing left to suspend: the head is held after the window like any tail
-    jobs, held, used = [], 0, set()
+    jobs, held, used, narrowed = [], 0, set(), False
+    in_pools: dict[int, tuple[int, ...]] = {}   # per candidate list, its pooled nodes (one tuple, as it is shared)
     for job in data.jobs:
         if job.id in idle:   # it runs on: its nodes help no free tail sooner
             held += 1
@@ -66,15 +67,20 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
         ready = max(job.earliest, p.start - job.migrate) if moved else p.start
         kept = replace(job, earliest=ready, latest=p.start, deferrable=False)
         if any(n not in pooled for n in p.nodes):
-            kept = replace(kept, candidates=tuple(tuple(m for m in c if m in pooled) if n in pooled else (n,)
+            kept = replace(kept, candidates=tuple(_in_pools(c, pooled, in_pools) if n in pooled else (n,)
                                                   for n, c in zip(p.nodes, job.candidates)))
             used.update(n for n in p.nodes if n not in pooled)
+            narrowed = True
         jobs.append(kept)
     if not held:
         return data, 0
     # a class of identical nodes is used in order (add_symmetry); a held tail on one of them names it
     classes = tuple(c for c in data.interchangeable if not used.intersection(c))
-    return replace(data, jobs=tuple(jobs), interchangeable=classes), held
+    out = replace(data, jobs=tuple(jobs), interchangeable=classes)
+    if not idle and not narrowed:
+        # the pools read roles, demands, images, plans and candidates, none of which holding changed: the same pools
+        out.__dict__["pools"] = data.pools
+    return out, held
 
 
 def _idle(data: RoundData, got: dict[int, LeasePlan], held: set[int]) -> set[int]:
@@ -84,27 +90,51 @@ def _idle(data: RoundData, got: dict[int, LeasePlan], held: set[int]) -> set[int
     move (not held) is placed by the hint by then too, or cannot be placed on any of the lease's nodes. Such a
     suspension could only delay the lease, so it runs on: a fixed occupancy, as a running lease that may not be
     suspended is (its waiting a constant of the neighbourhood, which `solve_round` adds back)."""
-    free = [(j.fixed_start if j.optional else got[j.id].start if j.id in got else None,
-             set().union(*set(j.candidates)))
+    asked = [job for job in data.jobs if job.role is Role.SUSPENDABLE and job.suspend_ends == (job.free_end,)
+             and not (job.id in got and got[job.id].suspend_at is not None)]
+    if not asked:
+        return set()
+    unions: dict[tuple, frozenset[int]] = {}   # per candidate lists (leases share a few): the nodes they reach
+
+    def reach(candidates: tuple[tuple[int, ...], ...]) -> frozenset[int]:
+        key = tuple(map(id, candidates))
+        if key not in unions:
+            unions[key] = frozenset().union(*{id(c): c for c in candidates}.values())
+        return unions[key]
+
+    free = [(j.fixed_start if j.optional else got[j.id].start if j.id in got else None, reach(j.candidates))
             for j in data.jobs if j.role is Role.START and (j.fixed_start is None or j.optional) and j.id not in held]
     out = set()
-    for job in data.jobs:
-        if job.role is not Role.SUSPENDABLE or job.suspend_ends != (job.free_end,) \
-                or (job.id in got and got[job.id].suspend_at is not None):
-            continue
+    for job in asked:
         over, nodes = data.now + job.suspend, set(job.origin)
         if not any((start is None or start >= over) and not nodes.isdisjoint(cands) for start, cands in free):
             out.add(job.id)
     return out
 
 
-def _outside(job: Job, p: LeasePlan | None, data: RoundData, window: int) -> bool:
+def _outside(job: Job, p: LeasePlan | None, data: RoundData, window: int, sets: dict[int, frozenset[int]]) -> bool:
     """Whether a tail may be held: a best-effort start the hint places on its candidates after the window."""
     return (job.has_tail and job.role is Role.START and not job.optional and job.fixed_start is None
             and p is not None and p.outcome is Outcome.ACCEPTED and p.start is not None
             and max(data.now + window + 1, job.earliest) <= p.start <= data.horizon
             and len(p.nodes) == job.numvms
-            and all(n in c for n, c in zip(p.nodes, job.candidates)))
+            and all(n in _as_set(c, sets) for n, c in zip(p.nodes, job.candidates)))
+
+
+def _in_pools(nodes: tuple[int, ...], pooled: set[int], memo: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
+    """The pooled nodes of a candidate list, found once per list (`memo` by identity, as in `_as_set`)."""
+    got = memo.get(id(nodes))
+    if got is None:
+        got = memo[id(nodes)] = tuple(m for m in nodes if m in pooled)
+    return got
+
+
+def _as_set(nodes: tuple[int, ...], sets: dict[int, frozenset[int]]) -> frozenset[int]:
+    """A candidate list as a set, made once per list (`sets` by identity: the lists live as long as the round)."""
+    got = sets.get(id(nodes))
+    if got is None:
+        got = sets[id(nodes)] = frozenset(nodes)
+    return got
 
 
 def _stuck(data: RoundData, got: dict[int, LeasePlan], head: set[int], held: set[int],
