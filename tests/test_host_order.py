@@ -195,6 +195,23 @@ def test_many_busy_nodes_of_one_score_come_in_node_order(least, most, bookings, 
             assert list(mapper._hosts(lease, start, smallest)) == policies.sort_hosts(room, start, lease, table)
 
 
+def mapper_after(size: int, steps: list, start: int) -> tuple[SlotTable, GreedyMapper, int]:
+    """A site of `size` nodes alike after the given changes (no node down), its greedy mapper, and `start` moved to
+    no earlier than the instant the table was pruned to."""
+    table = SlotTable(Site.homogeneous(size, SIZES[0]))
+    booked: list[RR] = []
+    pruned = 0
+    for step in steps:
+        pruned = apply(table, step, booked, pruned, most=100, skip=("down", "up"))
+    return table, GreedyMapper(table, Policies(host_selection="greedy")), max(start, pruned)
+
+
+def lease_alike(vms: int, shape: tuple, duration: int, **more) -> SimpleNamespace:
+    """A lease of `vms` VMs each asking `shape`, for `duration`."""
+    return SimpleNamespace(demands=dict.fromkeys(range(1, vms + 1), shape), total_demand=tuple(vms * x for x in shape),
+                           req=SimpleNamespace(duration=duration), **more)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 14), ops, st.integers(0, 80), st.integers(1, 60), st.integers(1, 40),
        st.sampled_from([(25, 64), (50, 256), (100, 1024), (100, 0)]), st.booleans())
@@ -202,16 +219,9 @@ def test_a_lease_refused_without_a_walk_is_one_the_walk_refuses(size, steps, sta
     """The mapper refuses a lease whose VMs ask alike without walking the nodes where the idle ones and the busy ones
     with room could not hold them all, each taking as many as an empty node: exactly where the walk finds no
     mapping (and otherwise it gives the walk's mapping)."""
-    table = SlotTable(Site.homogeneous(size, SIZES[0]))
-    mapper = GreedyMapper(table, Policies(host_selection="greedy"))
-    booked: list[RR] = []
-    pruned = 0
-    for step in steps:
-        pruned = apply(table, step, booked, pruned, most=100, skip=("down", "up"))
-    start = max(start, pruned)
-    demands = dict.fromkeys(range(1, vms + 1), shape)
-    lease = SimpleNamespace(demands=demands, total_demand=tuple(vms * x for x in shape),
-                            req=SimpleNamespace(duration=duration))
+    table, mapper, start = mapper_after(size, steps, start)
+    lease = lease_alike(vms, shape, duration)
+    demands = lease.demands
     walked = mapper._try(lease, sorted(demands), demands, list(mapper._host_runs(lease, start, shape)), start,
                          start + duration, strictend, [])
     mapping, end, preempt = mapper.map(lease, start, start + duration, strictend)

@@ -4,19 +4,15 @@ could hold over a window (`SlotTable.holds_over`) against each node's own count,
 (`VMScheduler._too_few_hold`) never where that count is too small."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optlease.domain.site import Site
-from optlease.scheduling.mapper import GreedyMapper
-from optlease.scheduling.policies import Policies
 from optlease.scheduling.records import RR
 from optlease.scheduling.roomahead import RoomAhead
 from optlease.scheduling.slottable import SlotTable
 
-from test_host_order import SIZES, apply, ops
+from test_host_order import SIZES, apply, lease_alike, mapper_after, ops
 
 SHAPES = [(25, 64), (50, 256), (100, 1024), (100, 0), (30, 100)]
 
@@ -90,17 +86,9 @@ def test_a_placement_the_search_keeps_has_nodes_that_hold_it(size, steps, start,
     """Where the mapper places a lease's VMs alike from `start` to an end at least `window` away (a placement the
     search keeps: `VMScheduler.asap`), the site's nodes could hold them all over that window: `_too_few_hold`'s
     refusal never drops such a placement."""
-    table = SlotTable(Site.homogeneous(size, SIZES[0]))
-    mapper = GreedyMapper(table, Policies(host_selection="greedy"))
-    booked: list[RR] = []
-    pruned = 0
-    for step in steps:
-        pruned = apply(table, step, booked, pruned, most=100, skip=("down", "up"))
-    start = max(start, pruned)
+    table, mapper, start = mapper_after(size, steps, start)
     window = min(window, duration)
-    demands = dict.fromkeys(range(1, vms + 1), shape)
-    lease = SimpleNamespace(demands=demands, total_demand=tuple(vms * x for x in shape),
-                            req=SimpleNamespace(duration=duration), cache={})
+    lease = lease_alike(vms, shape, duration, cache={})
     mapping, end, _ = mapper.map(lease, start, start + duration, strictend)
     held = table.holds_over(start, window, shape, vms)
     if mapping is not None and end - start >= window:
