@@ -1,0 +1,45 @@
+"""Promises of the cpsat round: a waiting lease that has waited as long as it asks to run gets a booking the round
+keeps, that later rounds may move earlier but never later (conservative backfilling's guarantee, for the leases that
+have waited their run: models/cpsat-round.md, *Promises: a bound on the longest wait*)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from optlease.scheduling.cpsat.prepare import SLOWDOWN_BOUND
+from optlease.scheduling.records import Lease
+
+
+class RoundPromises:
+    """The promise half of CpsatRound (a mixin: it needs `self.sched`). `self._promised` maps each promised lease to
+    its place in the promise line (the order in which leases were promised; ties in arrival order)."""
+
+    _promised: Mapping[int, int] = MappingProxyType({})   # none until a round promises (`_promise` makes its own)
+    _promises_made: int = 0
+
+    def _promise_after(self, lease: Lease) -> int:
+        """How long a lease waits before it is promised: the run its booking asks for (its run-time estimate, or
+        what it asked for), at least the bounded slowdown's bound; once it has waited that long its slowdown, started
+        now, is 2, and every later round keeps its place."""
+        return max(SLOWDOWN_BOUND, self.sched.vm.estimates.booked_run(lease))
+
+    def _promise(self, now: int, movable: list[Lease]) -> None:
+        """Forget leases that have started (or left); promise the waiting leases that have not started yet and have
+        waited their run. A promise outlives a while the round may not move the lease (an AR's preemption booked it
+        to be suspended before it began): it holds again when the lease is movable again."""
+        leases = self.sched.leases
+        self._promised = {i: seq for i, seq in self._promised.items()
+                          if i in leases and leases[i].first_start is None}
+        due = sorted((lease for lease in movable if lease.id not in self._promised and lease.first_start is None
+                      and now - lease.req.arrival >= self._promise_after(lease)),
+                     key=lambda lease: (lease.req.arrival, lease.id))
+        for lease in due:
+            self._promised[lease.id] = self._promises_made
+            self._promises_made += 1
+
+    def _is_promised(self, lease: Lease) -> bool:
+        return lease.id in self._promised
+
+    def _promise_line(self, leases: list[Lease]) -> list[Lease]:
+        """The promised leases among `leases`, in the order they were promised."""
+        return sorted((lease for lease in leases if lease.id in self._promised), key=lambda l: self._promised[l.id])
