@@ -3,6 +3,8 @@ run keeps a booking that later rounds may move earlier, never later, so a wide l
 by younger narrow ones (issue 27's longest wait)."""
 from __future__ import annotations
 
+import dataclasses
+
 from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.scheduling.cpsat_round import CpsatRound
 from optlease.scheduling.options import SchedulingOptions
@@ -59,3 +61,21 @@ def test_a_promised_booking_only_moves_earlier(monkeypatch):
     simulate(requests(), ROUNDS, NODES)
     assert seen, "no lease was promised"
     assert moved_later == []
+
+
+def test_a_promised_booking_moves_up_when_room_opens_before_the_greedy_pass_gives_it_away():
+    """Two 1-node leases ask 10,000 s and end at 2,000 s. Lease 3 (both nodes) is the head, booked for 10,000; lease
+    4 (both nodes, 50 s) is promised at the round of 1,900 s, booked after it. At 2,000 s the greedy pass books the
+    head again at once; the promised booking, which is not one of the greedy pass's reservations, moves up behind
+    it to 2,100 before the greedy pass books lease 5 (arrived at 1,900 s) there: without that, lease 4 keeps 10,100."""
+    def be(i, arrival, vms, asks, runs):
+        return LeaseRequest(i, LeaseKind.BEST_EFFORT, arrival, asks, (VMSPEC,) * vms, preemptible=True,
+                            real_duration=runs)
+
+    reqs = [be(1, 0, 1, 10000, 2000), be(2, 0, 1, 10000, 2000), be(3, 10, 2, 100, 100), be(4, 20, 2, 50, 50),
+            be(5, 1900, 1, 100, 100)]
+    opts = dataclasses.replace(ROUNDS, solver_suspend="no")
+    leases, log = simulate(reqs, opts, 2)
+    assert [leases[i].first_start for i in (3, 4, 5)] == [2000, 2100, 2150]
+    # (the log's clock begins at 13:00: 10,100 s is 15:48:20, 2,100 s is 13:35:00)
+    assert "Lease #4's promised booking moves up from 2006-11-25 15:48:20.00 to 2006-11-25 13:35:00.00." in log

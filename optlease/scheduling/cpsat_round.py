@@ -116,6 +116,7 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundPromises, Round
         (`_unbooked`), the round first books again before the greedy pass starts younger leases in its room."""
         if self._unbooked(self._movable(now)):
             self.round(now, rebooking=True)
+        self._move_up(now)
         self.sched.schedule(now)
         self.round(now)
 
@@ -261,9 +262,11 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundPromises, Round
         it was not tuned on*.)"""
         head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         out = dict(got)
-        self._for_image = set()
+        self._for_image, self._kept = set(), set()
         for lease in movable:
             p = got[lease.id]
+            if lease is not head and self._is_promised(lease) and p.start is not None and p.start > now:
+                self._kept.add(lease.id)
             if lease is head or self._is_promised(lease) or p.outcome is not Outcome.ACCEPTED or p.start is None \
                     or p.start <= now:
                 continue
@@ -307,7 +310,8 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundPromises, Round
         sched = self.sched
         movable, running = self._movable(now), self._preemptible_for(lease)
         self._images_for(now, movable)
-        self._for_image = set()   # an admission commits its whole plan: later bookings count as greedy's do
+        self._for_image, self._kept = set(), set()   # an admission commits its whole plan: later bookings count
+        # as greedy's do
         if not movable and not running:
             return False   # nothing the model may move or suspend: the greedy pass's refusal stands
         # the hint: the greedy pass's search for the lease with the round's bookings lifted, the movable leases
