@@ -29,9 +29,9 @@ class HintCompletion:
     def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
         """The hint's bookings: from the oldest lease the greedy pass left queued on (every movable lease, where some
         are promised), every movable lease booked in the line's order (`_line`) at its earliest fit (conservative
-        backfilling; tried on the slot table and taken out again). Bookings made earlier give way, so a lease an AR sent back to the queue gets its place in line back.
-        It books the whole line, whatever that takes: a completion cut short by the clock would make the round's
-        plan depend on the machine."""
+        backfilling; tried on the slot table and taken out again). Bookings made earlier give way, so a lease an AR
+        sent back to the queue gets its place in line back. It books the whole line, whatever that takes: a
+        completion cut short by the clock would make the round's plan depend on the machine."""
         queued = [(lease.req.arrival, lease.id) for lease in movable if lease.state in WAITING]
         promised = any(self._is_promised(lease) for lease in movable)
         if not queued and not promised:

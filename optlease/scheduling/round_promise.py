@@ -49,10 +49,10 @@ class RoundPromises:
     def _move_up(self, now: int) -> None:
         """Conservative backfilling's compression, without a solve: each promised booking the round keeps (not one
         of the greedy pass's reservations, which it books again itself) moves to its earliest fit where that begins
-        sooner, in promise order, as room opens (a premature end). The round keeps promised bookings out of the greedy pass's re-booking, which
-        would send all but the first back to the queue, and a solve at once for each of them cost the Blue month's
-        first 5 days 1,121 solved rounds instead of 168. Not with disk images managed (their transfers are the
-        round's to plan)."""
+        sooner, in promise order, as room opens (a premature end). The round keeps promised bookings out of the
+        greedy pass's re-booking, which would send all but the first back to the queue, and a solve at once for each
+        of them cost the Blue month's first 5 days 1,121 solved rounds instead of 168. Not with disk images managed
+        (their transfers are the round's to plan)."""
         if not self._promised or self.images is not None:
             return
         kept = [lease for lease in self._movable(now) if lease.state in BOOKED and not lease.last_vmrr().backfill]
