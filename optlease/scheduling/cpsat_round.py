@@ -23,12 +23,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from optlease.domain.lease import LeaseKind
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.records import BOOKED, SHUTDOWN, Lease, NotSchedulable
 from optlease.scheduling.round_commit import PlanCommit
 from optlease.scheduling.round_hint import HintCompletion
 from optlease.scheduling.round_immediate import ImmediateRoom
 from optlease.scheduling.round_images import RoundImages
+from optlease.scheduling.round_promise import RoundPromises
 from optlease.scheduling.round_snapshot import RoundSnapshotter
 from optlease.scheduling.snapshot import (Exclusion, LeasePlan, LeaseSnapshot, Migration, Outcome, Overheads,
                                           Phase, Plan, Policy, Preemption, RoundSnapshot, RoundStats, Suspension)
@@ -68,7 +70,7 @@ class Admission:
     requeued: int = 0     # an immediate lease: leases requeued for it where the model could not admit it
 
 
-class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundSnapshotter):
+class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundPromises, RoundSnapshotter):
     """The cpsat planner of one LeaseScheduler (scheduling.planner)."""
 
     name = "cpsat"
@@ -101,6 +103,8 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundSnapshotter):
         self._announced: dict[int, int] = {}   # lease id -> seq of the VM reservation the last round ended with
         self._seen: tuple[dict, dict] | None = None   # movable bookings and fixed ends the last round ended with
         self._next_solve = 0   # no round is solved before this time (INTERVAL)
+        self._promised: dict[int, int] = {}   # lease id -> its place in the promise line (round_promise)
+        self._promises_made = 0
 
     @property
     def stats(self) -> list[RoundStats]:
@@ -112,6 +116,7 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundSnapshotter):
         (`_unbooked`), the round first books again before the greedy pass starts younger leases in its room."""
         if self._unbooked(self._movable(now)):
             self.round(now, rebooking=True)
+        self._move_up(now)
         self.sched.schedule(now)
         self.round(now)
 
@@ -227,6 +232,7 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundSnapshotter):
         from optlease.scheduling.cpsat.prepare import prepare
 
         running = self._suspendable(now)
+        self._promise(now, movable)
         snap, greedy, hint = self.snapshot(now, movable, running)
         data = prepare(snap, self.options.weights, self.options.lookahead)
         greedy_cost = plan_cost(data, greedy)   # the hint completes greedy's plan: greedy's own cost is the bar
@@ -256,10 +262,13 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundSnapshotter):
         it was not tuned on*.)"""
         head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         out = dict(got)
-        self._for_image = set()
+        self._for_image, self._kept = set(), set()
         for lease in movable:
             p = got[lease.id]
-            if lease is head or p.outcome is not Outcome.ACCEPTED or p.start is None or p.start <= now:
+            if lease is not head and self._is_promised(lease) and p.start is not None and p.start > now:
+                self._kept.add(lease.id)
+            if lease is head or self._is_promised(lease) or p.outcome is not Outcome.ACCEPTED or p.start is None \
+                    or p.start <= now:
                 continue
             if self.images is not None and self.images.decides(lease):
                 self._for_image.add(lease.id)
@@ -301,12 +310,16 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundSnapshotter):
         sched = self.sched
         movable, running = self._movable(now), self._preemptible_for(lease)
         self._images_for(now, movable)
-        self._for_image = set()   # an admission commits its whole plan: later bookings count as greedy's do
+        self._for_image, self._kept = set(), set()   # an admission commits its whole plan: later bookings count
+        # as greedy's do
         if not movable and not running:
             return False   # nothing the model may move or suspend: the greedy pass's refusal stands
         # the hint: the greedy pass's search for the lease with the round's bookings lifted, the movable leases
         # booked again after it; where the lease does not fit even so, the round's own hint (the lease refused)
-        lifted, tried = self._rebook(now, self._line(now, movable), new=lease)
+        line = self._line(now, movable)
+        if lease.kind is LeaseKind.IMMEDIATE:   # a promise gives way to an AR only (round_promise): kept, bounded
+            line = [other for other in line if not self._is_promised(other)]
+        lifted, tried = self._rebook(now, line, new=lease)
         snap, greedy, hint = self.snapshot(now, movable, running, lifted if tried is not None else None)
         leases = list(snap.leases)
         # where the hint admits the lease (the greedy pass's own search found room once the round's bookings are

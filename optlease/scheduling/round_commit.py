@@ -15,6 +15,7 @@ class PlanCommit:
     """The commit half of CpsatRound (a mixin: it needs `self.sched`)."""
 
     _for_image: set[int] = frozenset()   # later bookings a round keeps for their disk image (CpsatRound._committed)
+    _kept: set[int] = frozenset()        # later bookings a round keeps for a promise, the head's aside (round_promise)
 
     def _apply(self, now: int, moves: list[Lease], plan: dict[int, LeasePlan], stops: list[Lease] = (),
                new: tuple[Lease, LeasePlan] | None = None) -> bool:
@@ -159,7 +160,7 @@ class PlanCommit:
         # as the greedy pass counts them: a best-effort reservation for later than now (only the oldest lease's, as
         # a round commits: aggressive backfilling's one reservation), which a premature end books again sooner; a
         # later booking kept for its disk image starts when its image is there, which greedy does not count either
-        vmrr.backfill = vmrr.begin() > now and lease.id not in self._for_image
+        vmrr.backfill = vmrr.begin() > now and lease.id not in self._for_image and lease.id not in self._kept
         if vmrr.backfill:
             sched.vm.future_count += 1
         resuming = lease.state is S.SUSPENDED_QUEUED

@@ -16,24 +16,29 @@ class HintCompletion:
     def _latest_start(self, lease: Lease, hint: LeasePlan, head: bool, now: int) -> int | None:
         """The head's guard (models/cpsat-round.md, step 3): the oldest movable lease never starts later than the hint
         books it, as aggressive backfilling never lets a younger lease delay the reservation of the head of its
-        queue; the others have no bound, so that the round may reorder them for the objective. A wait bound of a
+        queue; nor does a promised lease (round_promise), which the hint books first; the others have no bound, so
+        that the round may reorder them for the objective. A wait bound of a
         fixed length (6 h until this version) held a lease in arrival order whatever its size, and the round's
         plans became conservative backfilling of every lease that had waited that long (models/cpsat-round.md,
         *On workloads it was not tuned on*)."""
-        if not head or hint.outcome is not Outcome.ACCEPTED or hint.start is None or now <= lease.req.arrival:
+        if not (head or self._is_promised(lease)) or hint.outcome is not Outcome.ACCEPTED or hint.start is None \
+                or now <= lease.req.arrival:
             return None   # a lease in its arrival round has waited for nothing yet: the round may place it freely
         return hint.start
 
     def _complete(self, now: int, movable: list[Lease]) -> dict[int, LeasePlan]:
-        """The hint's bookings: from the oldest lease the greedy pass left queued on, every movable lease booked in
-        the line's order (`_line`) at its earliest fit (conservative backfilling; tried on the slot table and taken out
-        again). Bookings made earlier give way, so a lease an AR sent back to the queue gets its place in line back.
-        It books the whole line, whatever that takes: a completion cut short by the clock would make the round's
-        plan depend on the machine."""
+        """The hint's bookings: from the oldest lease the greedy pass left queued on (every movable lease, where some
+        are promised), every movable lease booked in the line's order (`_line`) at its earliest fit (conservative
+        backfilling; tried on the slot table and taken out again). Bookings made earlier give way, so a lease an AR
+        sent back to the queue gets its place in line back. It books the whole line, whatever that takes: a
+        completion cut short by the clock would make the round's plan depend on the machine."""
         queued = [(lease.req.arrival, lease.id) for lease in movable if lease.state in WAITING]
-        if not queued:
+        promised = any(self._is_promised(lease) for lease in movable)
+        if not queued and not promised:
             return {}
-        oldest = min(queued)
+        # with promises, the whole line is booked again, promises first: one that an AR or a premature end's
+        # re-booking displaced gets its place back from whatever took it (round_promise)
+        oldest = (-1, -1) if promised else min(queued)
         out, _ = self._rebook(now, self._line(now, [lease for lease in movable
                                                     if (lease.req.arrival, lease.id) >= oldest]))
         return out
@@ -97,13 +102,16 @@ class HintCompletion:
         return out, first
 
     def _line(self, now: int, leases: list[Lease]) -> list[Lease]:
-        """The order the completion books leases in: the oldest first (the head, whose place the guard keeps); then
-        the others by run time over their weight in the round's objective, shortest first (Smith's rule for the
-        weighted completion time the round minimizes; ties in arrival order); the run is what a booking holds: what
-        the lease has left, or its run-time estimate (scheduling.estimate)."""
+        """The order the completion books leases in: the promised leases first, in promise order (round_promise);
+        then the oldest (the head, whose place the guard keeps); then the others by run time over their weight in
+        the round's objective, shortest first (Smith's rule for the weighted completion time the round minimizes;
+        ties in arrival order); the run is what a booking holds: what the lease has left, or its run-time estimate
+        (scheduling.estimate)."""
         weights = self.sched.opts.weights
         ordered = sorted(leases, key=lambda lease: (lease.req.arrival, lease.id))
-        head, rest = ordered[:1], ordered[1:]
+        promised = self._promise_line(ordered)   # first: a promise is never delayed by a lease booked after it
+        head = [lease for lease in ordered[:1] if lease not in promised]
+        rest = [lease for lease in ordered[1:] if not self._is_promised(lease)]
         booked_run = self.sched.vm.estimates.booked_run
 
         def smith(lease: Lease) -> float:
@@ -111,7 +119,7 @@ class HintCompletion:
             return run / wait_weight(now, lease.req, weights, self._expected(lease, run))
 
         rest.sort(key=lambda lease: (smith(lease), lease.req.arrival, lease.id))
-        return head + rest
+        return promised + head + rest
 
     def _asap(self, lease: Lease, now: int) -> RR:
         """The lease's earliest whole booking from now, not added to the slot table: a suspended lease resumes where

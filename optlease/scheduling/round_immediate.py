@@ -29,8 +29,9 @@ class ImmediateRoom:
         sched, out = self.sched, []
         for lease in sched.leases.values():
             if lease.kind is not LeaseKind.BEST_EFFORT or not lease.req.preemptible or not lease.vmrrs \
-                    or now - lease.req.arrival >= AGING_HORIZON:
-                continue    # (a lease older than the policy's aging horizon never gives way, as for an AR)
+                    or now - lease.req.arrival >= AGING_HORIZON or self._is_promised(lease):
+                continue    # (a lease older than the policy's aging horizon never gives way, as for an AR; nor a
+                # promised booking: round_promise)
             vmrr = lease.last_vmrr()
             if lease.state in NOT_BEGUN:
                 # nothing of it has begun but a copy of its images (which holds no node)
