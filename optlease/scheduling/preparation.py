@@ -15,80 +15,24 @@ lease's disk image, which comes one of three ways:
 Transfers are reservations of kind `transfer` in the slot table that hold no node capacity; the lease scheduler
 calls `earliest` before placing a lease, `plan` after (it may refuse), `commit` once the lease is booked, and
 `release` when a booking is given up. This module places leases' images; what is on the link and when it is free is
-scheduling.imagelink, the slot table of such a run scheduling.preptable. Pure: `now` is always passed in.
+scheduling.imagelink, the slot table of such a run scheduling.preptable, the options and a plan's records
+scheduling.prepplan. Pure: `now` is always passed in.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import count
-from typing import NamedTuple
 
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
 from optlease.scheduling.copyrounds import copy_rounds
 from optlease.scheduling.imagecache import ImageCaches
 from optlease.scheduling.imagelink import RepositoryLink, Transfer
+from optlease.scheduling.prepplan import FROM_CACHE, PIGGYBACK, Earliest, Plan, PreparationOptions, Ready
 from optlease.scheduling.preptable import PreparedTable
 from optlease.scheduling.records import RR, TRANSFER, Held, Lease, NotSchedulable
 from optlease.scheduling.slottable import SlotTable
 
 __all__ = ["PreparationOptions", "PreparedTable", "Transfer", "Earliest", "Ready", "Plan", "ImageTransfers"]
-
-# How a node gets a lease's image (Haizea's kinds of earliest starting time).
-BY_TRANSFER, FROM_CACHE, PIGGYBACK = "transfer", "cache", "piggyback"
-
-
-@dataclass(frozen=True)
-class PreparationOptions:
-    """`[general] lease-preparation`, `[simulation] imagetransfer-bandwidth` and `[deploy-imagetransfer]`."""
-    mode: str = "unmanaged"              # unmanaged | imagetransfer
-    bandwidth: int = 100                 # Mbit/s of the repository's link
-    mechanism: str = "unicast"           # unicast | multicast
-    avoid_redundant: bool = True
-    force_time: int | None = None        # seconds every transfer of one image takes, whatever its size
-    reuse: str = "none"                  # none | image-caches
-    cache_size: int | None = None        # MB per node; None: unbounded
-
-    @property
-    def managed(self) -> bool:
-        return self.mode == "imagetransfer"
-
-    @classmethod
-    def from_config(cls, cfg) -> "PreparationOptions":
-        g = lambda opt: cfg.get("deploy-imagetransfer", opt)  # noqa: E731
-        return cls(mode=cfg.get("general", "lease-preparation"),
-                   bandwidth=cfg.get("simulation", "imagetransfer-bandwidth") or 100,
-                   mechanism=g("transfer-mechanism"), avoid_redundant=g("avoid-redundant-transfers"),
-                   force_time=g("force-imagetransfer-time"), reuse=g("diskimage-reuse"),
-                   cache_size=g("diskimage-cache-size"))
-
-
-class Earliest(NamedTuple):
-    """When each node could have a lease's image (`times`), the start of the transfer of its own it would book,
-    and how the nodes that need no such transfer get it (`how`)."""
-    times: dict[int, int]
-    start: int
-    how: dict
-
-
-class Ready(NamedTuple):
-    """When a node can have a lease's image, and how: `start` of the transfer to book, or the transfer `on` which
-    it would come."""
-    time: int
-    how: str
-    start: int | None = None
-    on: Transfer | None = None
-
-
-@dataclass
-class Plan:
-    """How one booking gets its images: cache hits, rides on booked transfers, and a transfer of its own."""
-    lease: Lease
-    hits: dict[int, int] = field(default_factory=dict)                 # vnode -> node
-    rides: dict[int, tuple[int, Transfer]] = field(default_factory=dict)  # vnode -> (node, transfer)
-    own: dict[int, int] = field(default_factory=dict)                  # vnode -> node
-    start: int = 0
-    end: int = 0
 
 
 class ImageTransfers(RepositoryLink):
