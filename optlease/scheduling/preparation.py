@@ -34,6 +34,8 @@ from optlease.scheduling.slottable import SlotTable
 
 __all__ = ["PreparationOptions", "PreparedTable", "Transfer", "Earliest", "Ready", "Plan", "ImageTransfers"]
 
+FROM_CACHE_FIRST = (-1,)    # `first_ready`'s ways when a cache holds the image: the cache alone
+
 
 class ImageTransfers(RepositoryLink):
     """Where and when each lease's image comes from: transfers booked, ridden on and given up, the caches'
@@ -127,6 +129,10 @@ class ImageTransfers(RepositoryLink):
         to ride on by id, a transfer of its own), without building it: with `version`, they say which nodes."""
         image = lease.req.software.id
         length = self.duration(lease, lease.numnodes)
+        if length > 0 and self.caches is not None and self.caches.where.get(image):
+            # a cache holds it now, and every other way brings it later (a ride ends after now, its own transfer
+            # takes time)
+            return now, FROM_CACHE_FIRST
         if self._firsts_at != now:
             self._firsts.clear()
             self._firsts_at = now
