@@ -108,20 +108,22 @@ class ImageTransfers(RepositoryLink):
         times = dict.fromkeys(self.table.nodes, start + length)
         ready = Earliest(times, start, {})
         if self.caches is not None:
+            hit = Ready(now, FROM_CACHE)    # (one answer for every node: it is never changed)
             for n in self.caches.holding(image):
                 if n in times:
                     times[n] = now
-                    ready.how[n] = Ready(now, FROM_CACHE)
+                    ready.how[n] = hit
         if self.opts.avoid_redundant:
             for t in self.open.get(image, ()):
                 if t.end <= now or t in without:
                     continue
                 # a multicast reaches one more node at no cost; a unicast only the nodes it already goes to
                 nodes = times.keys() if self.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
+                ride = Ready(t.end, PIGGYBACK, on=t)
                 for n in nodes:
                     if n in times and t.end < times[n]:
                         times[n] = t.end
-                        ready.how[n] = Ready(t.end, PIGGYBACK, on=t)
+                        ready.how[n] = ride
         return ready
 
     def first_ready(self, lease: Lease, now: int) -> tuple[int, tuple]:
@@ -200,9 +202,9 @@ class ImageTransfers(RepositoryLink):
         """Book what `plan` says (after the lease's preemptions, so that its transfer follows them in the table)."""
         lease = plan.lease
         image = lease.req.software
-        for vnode, pnode in plan.hits.items():
-            self.caches.nodes[pnode].pin(image.id, (lease.id, vnode), vmrr.end)
-            self.pinned.setdefault(lease.id, []).append((pnode, image.id, vnode))
+        if plan.hits:
+            self.caches.pin_all(lease.id, image.id, plan.hits, vmrr.end)
+            self.pinned.setdefault(lease.id, []).extend((pnode, image.id, vnode) for vnode, pnode in plan.hits.items())
         waiting = self.waiting.setdefault(lease.id, [])
         for vnode, (pnode, transfer) in plan.rides.items():
             transfer.feeds.append((lease, vnode, pnode))
@@ -258,8 +260,9 @@ class ImageTransfers(RepositoryLink):
         self._unpin(lease)
 
     def _unpin(self, lease: Lease) -> None:
-        for pnode, image, vnode in self.pinned.pop(lease.id, ()):
-            self.caches.nodes[pnode].unpin(image, (lease.id, vnode))
+        pins = self.pinned.pop(lease.id, None)
+        if pins:
+            self.caches.unpin_all(lease.id, pins)
 
     # -- transfers starting and ending ----------------------------------------------------------------------
     def start(self, t: Transfer) -> None:
