@@ -130,7 +130,11 @@ class ImageTransfers(RepositoryLink):
         """The earliest time `earliest` gives any node, and which ways reach a node by then (cache, the transfers
         to ride on by id, a transfer of its own), without building it: with `version`, they say which nodes."""
         image = lease.req.software.id
-        length = self.duration(lease, lease.numnodes)
+        # (fixed by its image, its width and this link: asked at every pass)
+        mine, length = lease.cache.get("own-transfer", (None, 0))
+        if mine is not self:
+            length = self.duration(lease, lease.numnodes)
+            lease.cache["own-transfer"] = (self, length)
         if length > 0 and self.caches is not None and self.caches.where.get(image):
             # a cache holds it now, and every other way brings it later (a ride ends after now, its own transfer
             # takes time)
