@@ -1,6 +1,7 @@
 """When a waiting lease's image can first be on some node, and by which ways (`ImageTransfers.first_ready`, which
 the queue's keys ask for every image at each pass, answered at once where a cache holds the image), is what
-working it out from every way gives, and the earliest time `earliest` gives any node: random workloads with images
+working it out from every way gives, and the earliest time `earliest` gives any node; and `earliest` (a multicast
+ride given to every node at once) is what taking each way in turn for each node gives: random workloads with images
 of several sizes, caches on and off (evicting, or not), unicast and multicast, piggybacking, ARs, immediate leases,
 suspensions and resumes (in place and elsewhere over the link), premature ends."""
 from __future__ import annotations
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from optlease.domain.lease import LeaseState
 from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.preparation import ImageTransfers
+from optlease.scheduling.prepplan import FROM_CACHE, PIGGYBACK, Earliest, Ready
 from tests.test_image_transfers import preparations, run, workloads
 
 
@@ -32,9 +34,34 @@ def worked_out(prep: ImageTransfers, lease, now: int) -> tuple[int, tuple]:
     return first, tuple(sorted(way for t, way in ways if t == first))
 
 
+def walked(prep: ImageTransfers, lease, now: int) -> Earliest:
+    """`earliest` as it was first written: every node from its own transfer's end, the nodes whose caches hold the
+    image from now, then each transfer of it not begun, in turn, to the nodes it may reach (a multicast: every
+    node) where it ends strictly sooner."""
+    image = lease.req.software.id
+    length = prep.duration(lease, lease.numnodes)
+    start = prep.first_gap(now, length)
+    times = dict.fromkeys(prep.table.nodes, start + length)
+    ready = Earliest(times, start, {})
+    if prep.caches is not None:
+        for n in prep.caches.holding(image):
+            times[n] = now
+            ready.how[n] = Ready(now, FROM_CACHE)
+    if prep.opts.avoid_redundant:
+        for t in prep.open.get(image, ()):
+            if t.end <= now:
+                continue
+            nodes = list(times) if prep.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
+            for n in nodes:
+                if n in times and t.end < times[n]:
+                    times[n] = t.end
+                    ready.how[n] = Ready(t.end, PIGGYBACK, on=t)
+    return ready
+
+
 def checked(runner, *args, **opts) -> int:
-    """Run `runner` with, before every pass over the queue, each queued lease's `first_ready` compared with what
-    working it out gives; returns how many were compared."""
+    """Run `runner` with, before every pass over the queue, each queued lease's `first_ready` and `earliest`
+    compared with what working them out gives; returns how many were compared."""
     process_queue = LeaseScheduler.process_queue
     asked = [0]
 
@@ -44,7 +71,9 @@ def checked(runner, *args, **opts) -> int:
                 if lease.state is LeaseState.QUEUED and lease.req.software is not None:
                     found = self.prep.first_ready(lease, now)
                     assert found == worked_out(self.prep, lease, now), (lease.id, now)
-                    assert found[0] == min(self.prep.earliest(lease, now).times.values()), (lease.id, now)
+                    ready = self.prep.earliest(lease, now)
+                    assert ready == walked(self.prep, lease, now), (lease.id, now)
+                    assert found[0] == min(ready.times.values()), (lease.id, now)
                     asked[0] += 1
         return process_queue(self, now)
 
@@ -104,3 +133,39 @@ def test_an_image_every_cache_has_evicted_is_cached_nowhere():
     prep = PreparationOptions("imagetransfer", bandwidth=10, mechanism="unicast", avoid_redundant=False,
                               force_time=30, reuse="image-caches", cache_size=2500)
     assert checked(run, reqs, prep, migration="no", backfilling="off") > 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(items=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12), st.sets(st.integers(1, 4), min_size=1)),
+                      max_size=6),
+       holders=st.sets(st.integers(1, 4)), mechanism=st.sampled_from(["unicast", "multicast"]),
+       force_time=st.sampled_from([0, 4, 9]), width=st.integers(1, 3), now=st.integers(0, 20))
+def test_earliest_is_each_way_taken_in_turn_for_each_node(items, holders, mechanism, force_time, width, now):
+    """`earliest` and `first_ready` of an image some caches hold and several transfers of which are booked and not
+    begun (ending at, before or after its own transfer would: the link in the making may hold overlapping items),
+    against taking each way in turn for each node, and working the first out from every way."""
+    from types import SimpleNamespace
+
+    from optlease.domain.lease import DiskImage
+    from optlease.domain.site import Site
+    from optlease.eventlog import EventLog
+    from optlease.scheduling.preparation import PreparationOptions, PreparedTable, Transfer
+    from optlease.scheduling.records import TRANSFER
+    from tests.test_image_transfers import ORIGIN
+
+    table = PreparedTable(Site.parse_resources("4 CPU:100 Memory:1024"))
+    prep = ImageTransfers(table, PreparationOptions("imagetransfer", mechanism=mechanism, force_time=force_time,
+                                                    reuse="image-caches"), EventLog(ORIGIN, "INFO", None))
+    image = DiskImage("img.img", 300)
+    owner = SimpleNamespace(id=0)
+    for i, (start, span, nodes) in enumerate(items, start=1):
+        t = Transfer(owner, TRANSFER, start, start + span, {}, {}, table.next_seq())
+        t.image, t.size, t.tid, t.copies = image.id, image.size, i, 1
+        t.feeds = [(owner, v, p) for v, p in enumerate(sorted(nodes), start=1)]
+        prep._put_on(t)
+        prep.open.setdefault(image.id, []).append(t)
+    for n in holders:
+        prep.caches.nodes[n].admit(image.id, image.size, 0, 0)
+    lease = SimpleNamespace(req=SimpleNamespace(software=image, numnodes=width), numnodes=width, cache={})
+    assert prep.earliest(lease, now) == walked(prep, lease, now)
+    assert prep.first_ready(lease, now) == worked_out(prep, lease, now)

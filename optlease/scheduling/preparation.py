@@ -37,6 +37,10 @@ __all__ = ["PreparationOptions", "PreparedTable", "Transfer", "Earliest", "Ready
 FROM_CACHE_FIRST = (-1,)    # `first_ready`'s ways when a cache holds the image: the cache alone
 
 
+def _end(rr: RR) -> int:
+    return rr.end
+
+
 class ImageTransfers(RepositoryLink):
     """Where and when each lease's image comes from: transfers booked, ridden on and given up, the caches'
     pins, and what happens as transfers begin and end (the link's own bookkeeping: `RepositoryLink`)."""
@@ -105,25 +109,32 @@ class ImageTransfers(RepositoryLink):
         image = lease.req.software.id
         length = self.duration(lease, lease.numnodes)
         start = self.first_gap(now, length, without)
-        times = dict.fromkeys(self.table.nodes, start + length)
-        ready = Earliest(times, start, {})
+        rides = [t for t in self.open.get(image, ()) if t.end > now and t not in without] \
+            if self.opts.avoid_redundant else ()
+        ready = Earliest(dict.fromkeys(self.table.nodes, start + length), start, {})
+        if rides and self.opts.mechanism == "multicast":
+            # A multicast reaches every node at no cost: a node that no cache holds it on gets the first of the
+            # rides that end soonest, where that is before its own transfer's end (as taking each ride in turn
+            # where it ends strictly sooner gives), every node at once.
+            first = min(rides, key=_end)
+            if first.end < start + length:
+                ready = Earliest(dict.fromkeys(ready.times, first.end), start,
+                                 dict.fromkeys(ready.times, Ready(first.end, PIGGYBACK, on=first)))
+            rides = ()
+        times = ready.times
         if self.caches is not None:
             hit = Ready(now, FROM_CACHE)    # (one answer for every node: it is never changed)
             for n in self.caches.holding(image):
                 if n in times:
                     times[n] = now
                     ready.how[n] = hit
-        if self.opts.avoid_redundant:
-            for t in self.open.get(image, ()):
-                if t.end <= now or t in without:
-                    continue
-                # a multicast reaches one more node at no cost; a unicast only the nodes it already goes to
-                nodes = times.keys() if self.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
-                ride = Ready(t.end, PIGGYBACK, on=t)
-                for n in nodes:
-                    if n in times and t.end < times[n]:
-                        times[n] = t.end
-                        ready.how[n] = ride
+        for t in rides:
+            # a unicast only to the nodes it already goes to (a cache's copy comes sooner: a ride ends after now)
+            ride = Ready(t.end, PIGGYBACK, on=t)
+            for n in {p for _, _, p in t.feeds}:
+                if n in times and t.end < times[n]:
+                    times[n] = t.end
+                    ready.how[n] = ride
         return ready
 
     def first_ready(self, lease: Lease, now: int) -> tuple[int, tuple]:
