@@ -59,6 +59,15 @@ def walked(prep: ImageTransfers, lease, now: int) -> Earliest:
     return ready
 
 
+def reached_first(prep: ImageTransfers, lease, now: int, ready: Earliest) -> None:
+    """The nodes `nodes_by` names for the ways `first_ready` gives (None: every node) are those `earliest` has the
+    image on by then."""
+    first, ways = prep.first_ready(lease, now)
+    nodes = prep.nodes_by(lease, ways)
+    named = set(ready.times) if nodes is None else set(nodes) & set(ready.times)
+    assert named == {n for n, t in ready.times.items() if t <= first}, (lease, now, ways)
+
+
 def checked(runner, *args, **opts) -> int:
     """Run `runner` with, before every pass over the queue, each queued lease's `first_ready` and `earliest`
     compared with what working them out gives; returns how many were compared."""
@@ -74,6 +83,7 @@ def checked(runner, *args, **opts) -> int:
                     ready = self.prep.earliest(lease, now)
                     assert ready == walked(self.prep, lease, now), (lease.id, now)
                     assert found[0] == min(ready.times.values()), (lease.id, now)
+                    reached_first(self.prep, lease, now, ready)
                     asked[0] += 1
         return process_queue(self, now)
 
@@ -143,7 +153,8 @@ def test_an_image_every_cache_has_evicted_is_cached_nowhere():
 def test_earliest_is_each_way_taken_in_turn_for_each_node(items, holders, mechanism, force_time, width, now):
     """`earliest` and `first_ready` of an image some caches hold and several transfers of which are booked and not
     begun (ending at, before or after its own transfer would: the link in the making may hold overlapping items),
-    against taking each way in turn for each node, and working the first out from every way."""
+    against taking each way in turn for each node, and working the first out from every way; and the nodes
+    `nodes_by` names for the first ways."""
     from types import SimpleNamespace
 
     from optlease.domain.lease import DiskImage
@@ -167,5 +178,7 @@ def test_earliest_is_each_way_taken_in_turn_for_each_node(items, holders, mechan
     for n in holders:
         prep.caches.nodes[n].admit(image.id, image.size, 0, 0)
     lease = SimpleNamespace(req=SimpleNamespace(software=image, numnodes=width), numnodes=width, cache={})
-    assert prep.earliest(lease, now) == walked(prep, lease, now)
+    ready = prep.earliest(lease, now)
+    assert ready == walked(prep, lease, now)
     assert prep.first_ready(lease, now) == worked_out(prep, lease, now)
+    reached_first(prep, lease, now, ready)

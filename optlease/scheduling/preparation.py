@@ -174,8 +174,11 @@ class ImageTransfers(RepositoryLink):
         return found
 
     def nodes_by(self, lease: Lease, ways: tuple) -> set[int] | None:
-        """The nodes the given ways (as `first_ready` names them) bring the lease's image to; None: every node."""
+        """The nodes the given ways (as `first_ready` names them) bring the lease's image to; None: every node (the
+        caches' own set where they alone do: not to be changed)."""
         image = lease.req.software.id
+        if ways == FROM_CACHE_FIRST:
+            return self.caches.holding(image)
         nodes: set[int] = set()
         for way in ways:
             if way == 0 or (way > 0 and self.opts.mechanism == "multicast"):
