@@ -1,8 +1,8 @@
 """The room free on a set of nodes at an instant (`PreparedTable.free_of`), which a pass over the queue asks for many
-sets at one instant (each image's caching nodes, each suspended lease's own nodes) and which keeps what one node of
-each profile has free while the table is unchanged, is what asking each node gives, whatever changed in between:
-bookings added, taken out, cut short, ended at an instant (their nodes pruned), the table pruned, a node out of
-planning and back."""
+sets at one instant (each image's caching nodes, each suspended lease's own nodes), is what asking each node gives,
+whatever changed in between: bookings added, taken out, cut short, ended at an instant (their nodes pruned), the
+table pruned, a node out of planning and back (what it answers from must follow every change: a version that kept
+each profile's answer at an instant while the table was unchanged was measured slower, and taken out)."""
 from __future__ import annotations
 
 from types import SimpleNamespace

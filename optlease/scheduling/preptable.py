@@ -31,10 +31,6 @@ class PreparedTable(SlotTable):
         # per node, bumped whenever room on it comes back (`released`, node by node): a lease whose try looks at
         # a few nodes alone (those whose caches hold its image) is tried again only when one of them gave some back
         self.node_released = dict.fromkeys(self.caps, 0)
-        # `_free_by_profile`'s answers per profile at one instant while the table is unchanged, and how often it was
-        # pruned (a prune changes no mark)
-        self._free_at: tuple = (None, {})
-        self._prunes = 0
         # The ends of the reservations that hold node capacity (not transfers, not copies over the link), and how
         # many of them were dropped because they had passed: a lease that tries at a later instant than now (its
         # image must come over the link first) may fit otherwise only where one of these comes to lie before its
@@ -140,24 +136,12 @@ class PreparedTable(SlotTable):
         f0 = f1 = 0
         counts: dict = {}
         _count_elements(counts, map(self.profiles.__getitem__, nodes))
-        # What one node of a profile has free at t, kept while the table is unchanged (its mark, and no prune):
-        # the pass over the queue asks about many sets of nodes at one instant (each image's caching nodes, each
-        # suspended lease's own), and busy nodes share their profiles between them.
-        key = (t, self.edit_epoch, len(self.edits), self._prunes)
-        if self._free_at[0] != key:
-            self._free_at = (key, {})
-        known = self._free_at[1]
         for prof, k in counts.items():
-            free = known.get(prof)
-            if free is None:
-                times = prof.t
-                i = bisect_right(times, t) - 1
-                u0, u1 = prof.u[i] if i >= 0 else prof.zero
-                free = known[prof] = (c0 - u0 if c0 > u0 else 0, c1 - u1 if c1 > u1 else 0)
-            f0 += k * free[0]
-            f1 += k * free[1]
+            times = prof.t
+            i = bisect_right(times, t) - 1
+            u0, u1 = prof.u[i] if i >= 0 else prof.zero
+            if c0 > u0:
+                f0 += k * (c0 - u0)
+            if c1 > u1:
+                f1 += k * (c1 - u1)
         return f0, f1
-
-    def prune(self, before: int) -> None:
-        super().prune(before)
-        self._prunes += 1
