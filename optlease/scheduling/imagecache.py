@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+NOWHERE: frozenset = frozenset()     # where an image no cache holds is
+
+
 @dataclass
 class Entry:
     image: str
@@ -97,8 +100,26 @@ class ImageCaches:
         self.hits = 0       # VMs booked to start from a cached image
         self.misses = 0     # VMs whose image had to be transferred (or came with another lease's transfer)
 
-    def holding(self, image: str) -> set[int]:
-        return self.where.get(image, set())
+    def pin_all(self, lease_id: int, image: str, hits: dict[int, int], until: int) -> None:
+        """`NodeCache.pin` of the image for each of the lease's VMs `hits` (vnode -> node) books from a cache."""
+        nodes = self.nodes
+        for vnode, pnode in hits.items():
+            entry = nodes[pnode].entries[image]
+            entry.pins.add((lease_id, vnode))
+            if until > entry.last_use:
+                entry.last_use = until
+
+    def unpin_all(self, lease_id: int, pins) -> None:
+        """`NodeCache.unpin` for each (node, image, vnode) of the lease's pins, in one pass."""
+        nodes = self.nodes
+        for pnode, image, vnode in pins:
+            entry = nodes[pnode].entries.get(image)
+            if entry is not None:
+                entry.pins.discard((lease_id, vnode))
+
+    def holding(self, image: str) -> set[int] | frozenset:
+        """The nodes whose caches hold the image (the cache's own set: not to be changed)."""
+        return self.where.get(image, NOWHERE)
 
     def spans(self) -> list[Span]:
         return [span for cache in self.nodes.values() for span in cache.spans()]

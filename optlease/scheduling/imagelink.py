@@ -98,10 +98,15 @@ class RepositoryLink:
         longest of those from each one on."""
         index = self._index
         if index is None:
-            link = self.link
-            reach = list(accumulate((x.end for _, _, x in link), max))
-            at = [j for j in range(1, len(link)) if link[j][2].start > reach[j - 1]]
-            free = [link[j][2].start - reach[j - 1] for j in at]
+            reach, at, free = [], [], []
+            latest = -math.inf
+            for j, (_, _, x) in enumerate(self.link):     # (one walk: the link changes as often as it is asked)
+                if x.start > latest and j:
+                    at.append(j)
+                    free.append(x.start - latest)
+                if x.end > latest:
+                    latest = x.end
+                reach.append(latest)
             longest = list(accumulate(reversed(free), max))[::-1]
             index = self._index = (reach, at, free, longest)
         return index

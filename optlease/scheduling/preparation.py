@@ -15,80 +15,30 @@ lease's disk image, which comes one of three ways:
 Transfers are reservations of kind `transfer` in the slot table that hold no node capacity; the lease scheduler
 calls `earliest` before placing a lease, `plan` after (it may refuse), `commit` once the lease is booked, and
 `release` when a booking is given up. This module places leases' images; what is on the link and when it is free is
-scheduling.imagelink, the slot table of such a run scheduling.preptable. Pure: `now` is always passed in.
+scheduling.imagelink, the slot table of such a run scheduling.preptable, the options and a plan's records
+scheduling.prepplan. Pure: `now` is always passed in.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import count
-from typing import NamedTuple
 
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
 from optlease.scheduling.copyrounds import copy_rounds
 from optlease.scheduling.imagecache import ImageCaches
 from optlease.scheduling.imagelink import RepositoryLink, Transfer
+from optlease.scheduling.prepplan import FROM_CACHE, PIGGYBACK, Earliest, Plan, PreparationOptions, Ready
 from optlease.scheduling.preptable import PreparedTable
 from optlease.scheduling.records import RR, TRANSFER, Held, Lease, NotSchedulable
 from optlease.scheduling.slottable import SlotTable
 
 __all__ = ["PreparationOptions", "PreparedTable", "Transfer", "Earliest", "Ready", "Plan", "ImageTransfers"]
 
-# How a node gets a lease's image (Haizea's kinds of earliest starting time).
-BY_TRANSFER, FROM_CACHE, PIGGYBACK = "transfer", "cache", "piggyback"
+FROM_CACHE_FIRST = (-1,)    # `first_ready`'s ways when a cache holds the image: the cache alone
 
 
-@dataclass(frozen=True)
-class PreparationOptions:
-    """`[general] lease-preparation`, `[simulation] imagetransfer-bandwidth` and `[deploy-imagetransfer]`."""
-    mode: str = "unmanaged"              # unmanaged | imagetransfer
-    bandwidth: int = 100                 # Mbit/s of the repository's link
-    mechanism: str = "unicast"           # unicast | multicast
-    avoid_redundant: bool = True
-    force_time: int | None = None        # seconds every transfer of one image takes, whatever its size
-    reuse: str = "none"                  # none | image-caches
-    cache_size: int | None = None        # MB per node; None: unbounded
-
-    @property
-    def managed(self) -> bool:
-        return self.mode == "imagetransfer"
-
-    @classmethod
-    def from_config(cls, cfg) -> "PreparationOptions":
-        g = lambda opt: cfg.get("deploy-imagetransfer", opt)  # noqa: E731
-        return cls(mode=cfg.get("general", "lease-preparation"),
-                   bandwidth=cfg.get("simulation", "imagetransfer-bandwidth") or 100,
-                   mechanism=g("transfer-mechanism"), avoid_redundant=g("avoid-redundant-transfers"),
-                   force_time=g("force-imagetransfer-time"), reuse=g("diskimage-reuse"),
-                   cache_size=g("diskimage-cache-size"))
-
-
-class Earliest(NamedTuple):
-    """When each node could have a lease's image (`times`), the start of the transfer of its own it would book,
-    and how the nodes that need no such transfer get it (`how`)."""
-    times: dict[int, int]
-    start: int
-    how: dict
-
-
-class Ready(NamedTuple):
-    """When a node can have a lease's image, and how: `start` of the transfer to book, or the transfer `on` which
-    it would come."""
-    time: int
-    how: str
-    start: int | None = None
-    on: Transfer | None = None
-
-
-@dataclass
-class Plan:
-    """How one booking gets its images: cache hits, rides on booked transfers, and a transfer of its own."""
-    lease: Lease
-    hits: dict[int, int] = field(default_factory=dict)                 # vnode -> node
-    rides: dict[int, tuple[int, Transfer]] = field(default_factory=dict)  # vnode -> (node, transfer)
-    own: dict[int, int] = field(default_factory=dict)                  # vnode -> node
-    start: int = 0
-    end: int = 0
+def _end(rr: RR) -> int:
+    return rr.end
 
 
 class ImageTransfers(RepositoryLink):
@@ -159,30 +109,47 @@ class ImageTransfers(RepositoryLink):
         image = lease.req.software.id
         length = self.duration(lease, lease.numnodes)
         start = self.first_gap(now, length, without)
-        times = dict.fromkeys(self.table.nodes, start + length)
-        ready = Earliest(times, start, {})
+        rides = [t for t in self.open.get(image, ()) if t.end > now and t not in without] \
+            if self.opts.avoid_redundant else ()
+        ready = Earliest(dict.fromkeys(self.table.nodes, start + length), start, {})
+        if rides and self.opts.mechanism == "multicast":
+            # A multicast reaches every node at no cost: a node that no cache holds it on gets the first of the
+            # rides that end soonest, where that is before its own transfer's end (as taking each ride in turn
+            # where it ends strictly sooner gives), every node at once.
+            first = min(rides, key=_end)
+            if first.end < start + length:
+                ready = Earliest(dict.fromkeys(ready.times, first.end), start,
+                                 dict.fromkeys(ready.times, Ready(first.end, PIGGYBACK, on=first)))
+            rides = ()
+        times = ready.times
         if self.caches is not None:
+            hit = Ready(now, FROM_CACHE)    # (one answer for every node: it is never changed)
             for n in self.caches.holding(image):
                 if n in times:
                     times[n] = now
-                    ready.how[n] = Ready(now, FROM_CACHE)
-        if self.opts.avoid_redundant:
-            for t in self.open.get(image, ()):
-                if t.end <= now or t in without:
-                    continue
-                # a multicast reaches one more node at no cost; a unicast only the nodes it already goes to
-                nodes = times.keys() if self.opts.mechanism == "multicast" else {p for _, _, p in t.feeds}
-                for n in nodes:
-                    if n in times and t.end < times[n]:
-                        times[n] = t.end
-                        ready.how[n] = Ready(t.end, PIGGYBACK, on=t)
+                    ready.how[n] = hit
+        for t in rides:
+            # a unicast only to the nodes it already goes to (a cache's copy comes sooner: a ride ends after now)
+            ride = Ready(t.end, PIGGYBACK, on=t)
+            for n in {p for _, _, p in t.feeds}:
+                if n in times and t.end < times[n]:
+                    times[n] = t.end
+                    ready.how[n] = ride
         return ready
 
     def first_ready(self, lease: Lease, now: int) -> tuple[int, tuple]:
         """The earliest time `earliest` gives any node, and which ways reach a node by then (cache, the transfers
         to ride on by id, a transfer of its own), without building it: with `version`, they say which nodes."""
         image = lease.req.software.id
-        length = self.duration(lease, lease.numnodes)
+        # (fixed by its image, its width and this link: asked at every pass)
+        mine, length = lease.cache.get("own-transfer", (None, 0))
+        if mine is not self:
+            length = self.duration(lease, lease.numnodes)
+            lease.cache["own-transfer"] = (self, length)
+        if length > 0 and self.caches is not None and self.caches.where.get(image):
+            # a cache holds it now, and every other way brings it later (a ride ends after now, its own transfer
+            # takes time)
+            return now, FROM_CACHE_FIRST
         if self._firsts_at != now:
             self._firsts.clear()
             self._firsts_at = now
@@ -207,8 +174,11 @@ class ImageTransfers(RepositoryLink):
         return found
 
     def nodes_by(self, lease: Lease, ways: tuple) -> set[int] | None:
-        """The nodes the given ways (as `first_ready` names them) bring the lease's image to; None: every node."""
+        """The nodes the given ways (as `first_ready` names them) bring the lease's image to; None: every node (the
+        caches' own set where they alone do: not to be changed)."""
         image = lease.req.software.id
+        if ways == FROM_CACHE_FIRST:
+            return self.caches.holding(image)
         nodes: set[int] = set()
         for way in ways:
             if way == 0 or (way > 0 and self.opts.mechanism == "multicast"):
@@ -250,9 +220,9 @@ class ImageTransfers(RepositoryLink):
         """Book what `plan` says (after the lease's preemptions, so that its transfer follows them in the table)."""
         lease = plan.lease
         image = lease.req.software
-        for vnode, pnode in plan.hits.items():
-            self.caches.nodes[pnode].pin(image.id, (lease.id, vnode), vmrr.end)
-            self.pinned.setdefault(lease.id, []).append((pnode, image.id, vnode))
+        if plan.hits:
+            self.caches.pin_all(lease.id, image.id, plan.hits, vmrr.end)
+            self.pinned.setdefault(lease.id, []).extend((pnode, image.id, vnode) for vnode, pnode in plan.hits.items())
         waiting = self.waiting.setdefault(lease.id, [])
         for vnode, (pnode, transfer) in plan.rides.items():
             transfer.feeds.append((lease, vnode, pnode))
@@ -308,8 +278,9 @@ class ImageTransfers(RepositoryLink):
         self._unpin(lease)
 
     def _unpin(self, lease: Lease) -> None:
-        for pnode, image, vnode in self.pinned.pop(lease.id, ()):
-            self.caches.nodes[pnode].unpin(image, (lease.id, vnode))
+        pins = self.pinned.pop(lease.id, None)
+        if pins:
+            self.caches.unpin_all(lease.id, pins)
 
     # -- transfers starting and ending ----------------------------------------------------------------------
     def start(self, t: Transfer) -> None:

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections import Counter
+from collections import _count_elements     # (Counter's own counting, in C, without setting up a Counter)
 from operator import sub as _sub
 
-from sortedcontainers import SortedList
-
 from optlease.scheduling.records import MIGRATE
-from optlease.scheduling.slottable import SlotTable, Vec
+from optlease.scheduling.slottable import SlotTable, Times, Vec
 
 FEW_NODES = 3   # `PreparedTable.free_of` adds up at most this many nodes one by one
 
@@ -37,7 +35,7 @@ class PreparedTable(SlotTable):
         # many of them were dropped because they had passed: a lease that tries at a later instant than now (its
         # image must come over the link first) may fit otherwise only where one of these comes to lie before its
         # start (`ends` and `past_ends` count the link's too, which give back no room on any node).
-        self.room_ends = SortedList()
+        self.room_ends = Times()     # (a sorted list: most ends come last, as the table's own `ends`)
         self.past_room_ends = 0
 
     def released_on(self, nodes) -> int:
@@ -45,9 +43,7 @@ class PreparedTable(SlotTable):
         return sum(map(self.node_released.__getitem__, nodes))
 
     def _gave_back_on(self, nodes) -> None:
-        released = self.node_released
-        for n in nodes:
-            released[n] += 1
+        _count_elements(self.node_released, nodes)     # (each node's count, one up: a wide lease's in C)
 
     def count_as_rebooked(self, rrs) -> None:
         """Reservations a premature end keeps, booking them again giving them back unchanged: counted as taken out
@@ -110,8 +106,18 @@ class PreparedTable(SlotTable):
         node by node, which costs less than counting the profiles they share."""
         if len(nodes) > FEW_NODES:
             return self._free_by_profile(nodes, t)
-        free = list(self.zero)
         profiles, caps, down = self.profiles, self.caps, self.down
+        if len(self.zero) == 2 and not down:    # (most sites: two resource types, the sums written out)
+            f0 = f1 = 0
+            for n in nodes:
+                c0, c1 = caps[n]
+                u0, u1 = profiles[n].at(t)
+                if c0 > u0:
+                    f0 += c0 - u0
+                if c1 > u1:
+                    f1 += c1 - u1
+            return f0, f1
+        free = list(self.zero)
         for n in nodes:
             if n in down:
                 continue
@@ -128,7 +134,9 @@ class PreparedTable(SlotTable):
             return self.free_on(nodes, t)
         c0, c1 = cap
         f0 = f1 = 0
-        for prof, k in Counter(map(self.profiles.__getitem__, nodes)).items():
+        counts: dict = {}
+        _count_elements(counts, map(self.profiles.__getitem__, nodes))
+        for prof, k in counts.items():
             times = prof.t
             i = bisect_right(times, t) - 1
             u0, u1 = prof.u[i] if i >= 0 else prof.zero
