@@ -7,7 +7,7 @@ from typing import Callable, Union
 
 from ortools.sat.python import cp_model
 
-from optlease.scheduling.cpsat.pools import Pool
+from optlease.scheduling.cpsat.pools import Pool, round_pools
 from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
 
 Lit = Union[cp_model.IntVar, int]   # a literal, or the constant 1 for "always"
@@ -92,7 +92,7 @@ class RoundModel:
 def build_variables(data: RoundData) -> RoundModel:
     """Every decision variable and the intervals that hold resources; the add_* groups relate them."""
     rm = RoundModel(data, cp_model.CpModel())
-    rm.pools = data.pools
+    rm.pools = round_pools(data)
     rm.pool_of = {n: pool.index for pool in rm.pools for n in pool.nodes}
     rm.pool_holds = {pool.index: [] for pool in rm.pools}
     for job in data.jobs:

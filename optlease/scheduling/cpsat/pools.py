@@ -51,6 +51,20 @@ def _slots(capacity: dict[str, int], demand: dict[str, int], held: dict[str, int
     return max(0, min(fit)) if fit else 0
 
 
+def round_pools(data: RoundData) -> tuple[Pool, ...]:
+    """The round's pools, found once per round data (the window and the model both ask; a window's data that
+    holding changed nothing the pools read carries its round's: `pass_on`)."""
+    found = data.__dict__.get("pools")
+    if found is None:
+        found = data.__dict__["pools"] = find_pools(data, local_exclusion=not data.exclusion_global)
+    return found
+
+
+def pass_on(source: RoundData, to: RoundData) -> None:
+    """`to` has the pools of `source` (the same pools: nothing they read differs)."""
+    to.__dict__["pools"] = round_pools(source)
+
+
 def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
     """The round's pools (see the module); empty where no node qualifies."""
     tails = [j for j in data.jobs if j.has_tail and not _pinned(j)]

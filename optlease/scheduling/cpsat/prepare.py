@@ -113,13 +113,6 @@ class RoundData:
         """The jobs with a tail (asked by every constraint group: found once per round data)."""
         return tuple(j for j in self.jobs if j.has_tail)
 
-    @cached_property
-    def pools(self) -> tuple:
-        """The round's node pools (cpsat.pools; found once per round data: the window and the model both ask)."""
-        from optlease.scheduling.cpsat.pools import find_pools
-
-        return find_pools(self, local_exclusion=not self.exclusion_global)
-
     def job(self, lease_id: int) -> Job:
         return next(j for j in self.jobs if j.id == lease_id)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from optlease.scheduling.cpsat.pools import pass_on, round_pools
 from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
 from optlease.scheduling.snapshot import LeasePlan, Outcome, Plan
 
@@ -36,7 +37,7 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
     tails = [j for j in data.jobs if j.has_tail]
     # nodes the model pools (cpsat.pools): a held VM the hint puts there keeps the pooled nodes it may use, so that
     # holding it splits no pool; a held VM on any other node is held there (one Boolean, not one per candidate)
-    pooled = {n for pool in data.pools for n in pool.nodes}
+    pooled = {n for pool in round_pools(data) for n in pool.nodes}
     suspends = any(j.role is Role.SUSPENDABLE for j in tails)
     head = {j.id for j in sorted((j for j in tails if j.best_effort),
                                  key=lambda j: (j.remaining / max(1, j.weight), j.id))[:LINE_HEAD]} \
@@ -79,7 +80,7 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
     out = replace(data, jobs=tuple(jobs), interchangeable=classes)
     if not idle and not narrowed:
         # the pools read roles, demands, images, plans and candidates, none of which holding changed: the same pools
-        out.__dict__["pools"] = data.pools
+        pass_on(data, out)
     return out, held
 
 
