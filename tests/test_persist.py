@@ -195,6 +195,31 @@ def test_cpsat_replay_takes_the_journaled_decisions_and_never_solves_again(tmp_p
     again.stop()
 
 
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_restart_keeps_the_cpsat_rounds_promises(tmp_path, checkpoint):
+    """The promises the rounds made (round_promise: a lease that has waited its run keeps its place in a line) are
+    rebuilt by a restart, from a checkpoint or by replaying the journal, in the same order: a daemon that restarts
+    keeps the line it would have kept."""
+    cfg = parse_config(CPSAT.format(db="state.db"), str(tmp_path / "d.conf"), tmp_path)
+    m = Manager(cfg)
+    for n, mins in [(4, 30), (3, 5), (2, 4), (4, 3), (1, 2), (3, 3), (2, 6)]:
+        submit(m, BE.format(n=n, m=mins))
+    run_until(m, m.last_t + 900)
+    if checkpoint:
+        m.write_checkpoint()
+        m.collect_checkpoint(wait=True)
+    run_until(m, m.last_t + 60)
+    promised = dict(m.stepper.planner._promised)
+    assert promised, "the scenario must have promised leases"
+    before = plan_of(m)
+    m.stop()
+    again = Manager(cfg)
+    assert dict(again.stepper.planner._promised) == promised
+    assert again.stepper.planner._promises_made == m.stepper.planner._promises_made
+    assert plan_of(again) == before
+    again.stop()
+
+
 def test_a_failing_step_stops_the_manager_and_nothing_uncommitted_is_served(tmp_path):
     from optlease.engine.atomic import Stopped
 
