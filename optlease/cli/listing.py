@@ -17,10 +17,9 @@ import sys
 import zlib
 
 from optlease.cli.rpc import Client, Refused, unknown_method
+from optlease.formats.table_layout import COLUMNS, format_table, header
 
 DEFAULT_SERVER = "http://localhost:42493"
-COLUMNS = (("ID", 5), ("Type", 14), ("State", 11), ("Starting time", 24), ("Ending time", 24), ("Duration", 14),
-           ("Nodes", 7))
 PLANNED = ("Scheduled", "Active")   # states in which a best-effort lease has a planned start and end
 MAX_WIDTH = 64                      # no column of the table is wider (a lease id has at most 19 digits)
 MAX_BLOCK_ROWS = 1 << 16            # rows a block may announce (the daemon sends 1,024 at most)
@@ -72,7 +71,7 @@ def _table(client: Client, include_finished: bool) -> str:
     if rows != first["rows"]:
         raise Refused(f"the server announced {first['rows']} leases and sent {rows}")
     body = b"\n".join(text for rows, text in blocks if rows)
-    return _header(widths) + "\n" + (body.decode("ascii") + "\n" if body else "")
+    return header(widths) + "\n" + (body.decode("ascii") + "\n" if body else "")
 
 
 def _blocks(page, line_bytes: int) -> list[tuple[int, bytes]]:
@@ -99,10 +98,6 @@ def _blocks(page, line_bytes: int) -> list[tuple[int, bytes]]:
     return out
 
 
-def _header(widths) -> str:
-    return " " + "".join(f"{name:<{width}}" for (name, _), width in zip(COLUMNS, widths))
-
-
 def _from_rows(table) -> str:
     """An older optlease's `list_leases`: a lease a line, its columns separated by tabs."""
     if not isinstance(table, str):
@@ -111,15 +106,6 @@ def _from_rows(table) -> str:
     if any(len(row) != len(COLUMNS) for row in rows):
         raise Refused("the server sent a lease table with rows of the wrong width")
     return format_table(rows)
-
-
-def format_table(rows, columns=COLUMNS) -> str:
-    """Haizea's layout: left-aligned columns, each widened to its longest value when needed."""
-    widths = [max([width] + [len(row[i]) + 2 for row in rows]) for i, (_, width) in enumerate(columns)]
-    line = " " + "".join(f"{{:<{width}}}" for width in widths)
-    out = [" " + "".join(f"{name:<{width}}" for (name, _), width in zip(columns, widths))]
-    out.extend(line.format(*row).rstrip() for row in rows)
-    return "\n".join(out) + "\n"
 
 
 def lease_rows(xmls) -> list[tuple[str, ...]]:

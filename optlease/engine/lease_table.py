@@ -21,15 +21,11 @@ from collections import OrderedDict
 
 from optlease.engine.lease_views import FINISHED, LeaseViews
 from optlease.errors import InputError
+from optlease.formats.table_layout import MIN_WIDTHS, format_lines, widths_of
 
 PAGE_BLOCKS = 32             # blocks per answer: at most 32,768 rows, about 4 MiB of text before compression
 SNAPSHOTS = 8                # listings being paged at once; a ninth drops the oldest
 SNAPSHOT_TTL = 120.0         # seconds a listing's pages stay available after its first page
-# the table's columns and their narrowest widths (Haizea's `haizea-list-leases`); each widens to its longest
-# value plus two
-COLUMNS = (("ID", 5), ("Type", 14), ("State", 11), ("Starting time", 24), ("Ending time", 24), ("Duration", 14),
-           ("Nodes", 7))
-MIN_WIDTHS = tuple(width for _, width in COLUMNS)
 _RESPONSE_HEAD = b"<?xml version='1.0'?>\n<methodResponse>\n<params>\n<param>\n<value><array><data>\n"
 _RESPONSE_TAIL = b"</data></array></value>\n</param>\n</params>\n</methodResponse>\n"
 
@@ -51,23 +47,6 @@ class _Block:
         self.widths = widths      # (their widths, every row's)
         self.packed: dict = {}    # (include_finished, table widths) -> (rows, base64 of the zlib'd lines)
         self.xml: list = [None, None]     # per include_finished: the <value>s of get_leases' array, encoded
-
-
-def widths_of(rows: list[tuple]) -> tuple[int, ...]:
-    """Each column's width for these rows: its longest value plus two, and at least Haizea's width."""
-    if not rows:
-        return MIN_WIDTHS
-    return tuple(max(low, max(map(len, column)) + 2) for low, column in zip(MIN_WIDTHS, zip(*rows)))
-
-
-def format_lines(rows: list[tuple], widths: tuple) -> str:
-    """The table's lines for these rows, as `optlease list-leases` prints them (no trailing blanks)."""
-    line = " " + "".join(f"{{:<{width}}}" for width in widths)
-    return "\n".join([line.format(*row).rstrip() for row in rows])
-
-
-def header(widths: tuple) -> str:
-    return " " + "".join(f"{name:<{width}}" for (name, _), width in zip(COLUMNS, widths))
 
 
 class LeaseTable:
