@@ -103,8 +103,6 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundPromises, Round
         self._announced: dict[int, int] = {}   # lease id -> seq of the VM reservation the last round ended with
         self._seen: tuple[dict, dict] | None = None   # movable bookings and fixed ends the last round ended with
         self._next_solve = 0   # no round is solved before this time (INTERVAL)
-        self._promised: dict[int, int] = {}   # lease id -> its place in the promise line (round_promise)
-        self._promises_made = 0
 
     @property
     def stats(self) -> list[RoundStats]:
