@@ -21,6 +21,7 @@ scheduling.prepplan. Pure: `now` is always passed in.
 from __future__ import annotations
 
 from itertools import count
+from operator import attrgetter
 
 from optlease.domain.lease import LeaseKind
 from optlease.eventlog import EventLog
@@ -35,10 +36,6 @@ from optlease.scheduling.slottable import SlotTable
 __all__ = ["PreparationOptions", "PreparedTable", "Transfer", "Earliest", "Ready", "Plan", "ImageTransfers"]
 
 FROM_CACHE_FIRST = (-1,)    # `first_ready`'s ways when a cache holds the image: the cache alone
-
-
-def _end(rr: RR) -> int:
-    return rr.end
 
 
 class ImageTransfers(RepositoryLink):
@@ -116,7 +113,7 @@ class ImageTransfers(RepositoryLink):
             # A multicast reaches every node at no cost: a node that no cache holds it on gets the first of the
             # rides that end soonest, where that is before its own transfer's end (as taking each ride in turn
             # where it ends strictly sooner gives), every node at once.
-            first = min(rides, key=_end)
+            first = min(rides, key=attrgetter("end"))
             if first.end < start + length:
                 ready = Earliest(dict.fromkeys(ready.times, first.end), start,
                                  dict.fromkeys(ready.times, Ready(first.end, PIGGYBACK, on=first)))
