@@ -39,7 +39,7 @@ def test_room_over_a_window_is_what_the_earliest_room_says(size, steps, t, asks)
     # besides the asks drawn, windows that end at each of the site's next changes, with needs at the edge of fitting
     edges = [b - t for b in table.total.t if b > t][:6]
     asks = asks + [(length, *need) for length in edges
-                   for need in (table.room_over(t, length), table.room_over(t, length + 1))]
+                   for need in (RoomAhead(table, t).room(length), RoomAhead(table, t).room(length + 1))]
     for length, cpu, memory in asks:
         need = (cpu, memory)
         assert ahead.fits(need, length) == (table.earliest_total_room(t, length, need) == t), (length, need)

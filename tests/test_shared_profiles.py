@@ -17,6 +17,7 @@ from optlease.scheduling import nodeclasses
 from optlease.scheduling.policies import GreedyHosts
 from optlease.scheduling.preparation import PreparedTable
 from optlease.scheduling.records import RR
+from optlease.scheduling.roomahead import RoomAhead
 from optlease.scheduling.slottable import Profile, SlotTable, fits
 
 NODES = 24     # (more than nodeclasses.SPAN_LEAST: a run of consecutive nodes is changed by slices)
@@ -187,7 +188,7 @@ def test_the_room_a_pass_shares_is_what_each_lease_would_find(booked, nodes, dat
     edges = sorted({x for _, _, begin, span in booked for x in (begin, begin + span)} | {0, 80})
     t = data.draw(st.one_of(st.sampled_from(edges), st.integers(0, 80)))
     length = data.draw(st.one_of(st.sampled_from([e - t for e in edges if e >= t]), st.integers(0, 40)))
-    assert fits(need, table.room_over(t, length)) is (table.earliest_total_room(t, length, need) == t)
+    assert fits(need, RoomAhead(table, t).room(length)) is (table.earliest_total_room(t, length, need) == t)
     assert table.free_of(nodes, t) == free_node_by_node(table, nodes, t) == table.free_on(nodes, t)
 
 

@@ -31,6 +31,11 @@ class RoomAhead:
     def fits(self, need: Vec, length: int) -> bool:
         """Whether the site as a whole has `need` free at every instant of [t, t + length) (at t alone when
         `length` is 0): `SlotTable.earliest_total_room(t, length, need) == t`."""
+        return fits(need, self.room(length))
+
+    def room(self, length: int) -> Vec:
+        """What the site as a whole has free at every instant of [t, t + length) (at t alone when `length` is 0):
+        the least of each resource over the stretch."""
         k = bisect_left(self.times, self.t + length, self.first) - self.first if length else 0
         worst = self.worst
         if k >= len(worst):
@@ -39,7 +44,7 @@ class RoomAhead:
             for i in range(self.first + len(worst) - 1, self.first + k):
                 last = tuple(map(max, last, usage[i]))
                 worst.append(last)
-        return fits(need, vsub(self.table.total_cap, worst[k]))
+        return vsub(self.table.total_cap, worst[k])
 
     def admits(self, lease, length: int, placed: bool) -> bool:
         """`fits` for the lease's total need and, where the mapper places it (`placed`) and its VMs ask alike,

@@ -125,20 +125,6 @@ class SlotQueries:
         """The earliest x >= a at which the site as a whole has `need` free over [x, x + length) (INF: never)."""
         return self.total.earliest_room(a, length, need, self.total_cap)
 
-    def room_over(self, t: int, length: int) -> Vec:
-        """What the site as a whole has free at every instant of [t, t + length) (at t alone when `length` is 0):
-        the least of each resource over the stretch. A need fits it exactly when `earliest_total_room(t, length,
-        need)` is t, and one walk over the stretch answers every lease that asks about it."""
-        times, usage = self.total.t, self.total.u
-        i = bisect_right(times, t) - 1
-        worst = usage[i] if i >= 0 else self.zero
-        end = t + length
-        for i in range(i + 1, len(times)):
-            if times[i] >= end:
-                break
-            worst = tuple(map(max, worst, usage[i]))
-        return vsub(self.total_cap, worst)
-
     def holds_over(self, t: int, length: int, shape: Vec, most: int | None) -> int | None:
         """How many VMs that each ask `shape` the site's nodes could hold over [t, t + length), each node as many as
         fit beside its usage at every instant of it, added up and counted up to `most` (a count >= `most` means at
