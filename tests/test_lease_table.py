@@ -41,7 +41,10 @@ class Served:
         assert table == listing.format_table(listing.lease_rows(proxy.get_leases(include_finished)))
         return table
 
-    def close(self) -> None:
+    def __enter__(self) -> "Served":
+        return self
+
+    def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
         self.m.stop()
@@ -75,10 +78,15 @@ def drive(m, rng: random.Random, ops: int):
         yield op
 
 
+def drain(m, rng: random.Random, ops: int) -> None:
+    """`drive` run to its end: the changes without a look between them."""
+    for _ in drive(m, rng, ops):
+        pass
+
+
 @pytest.mark.parametrize("seed", range(4), ids=lambda s: f"seed{s}")
 def test_the_table_is_the_plain_rows_after_every_change(tmp_path, small_blocks, seed):
-    d = Served(tmp_path, f"d{seed}")
-    try:
+    with Served(tmp_path, f"d{seed}") as d:
         rng = random.Random(seed)
         for op in drive(d.m, rng, 40):
             if op % 3 == 0:
@@ -91,31 +99,23 @@ def test_the_table_is_the_plain_rows_after_every_change(tmp_path, small_blocks, 
                         (xmls,), methodresponse=True, allow_none=True, encoding="utf-8").encode(), (op, flag)
                     assert xmlrpc.client.ServerProxy(d.url).get_leases(flag) == xmls
         assert len(d.m.views.listing(True)) > 4 * 2 * 2       # the last listing spanned more than two pages
-    finally:
-        d.close()
 
 
 def test_the_cli_prints_the_plain_table(tmp_path):
-    d = Served(tmp_path, "cli")
-    try:
-        for _ in drive(d.m, random.Random(7), 30):
-            pass
+    with Served(tmp_path, "cli") as d:
+        drain(d.m, random.Random(7), 30)
         for args, flag in (((), False), (("--all",), True), (("-a", "-D"), True)):
             out = run_cli("list-leases", "-s", d.url, *args, timeout=60)
             assert out.returncode == 0, out.stderr
             assert out.stdout == d.plain(flag)
         typer_path = run_cli("list-leases", "--server", d.url, "--all", "--debug", timeout=60)
         assert typer_path.stdout == d.plain(True)
-    finally:
-        d.close()
 
 
 def test_a_listing_is_one_snapshot(tmp_path, small_blocks):
     """Pages asked after a change still show the leases as they were at the first page."""
-    d = Served(tmp_path, "snap")
-    try:
-        for _ in drive(d.m, random.Random(3), 60):
-            pass
+    with Served(tmp_path, "snap") as d:
+        drain(d.m, random.Random(3), 60)
         proxy = xmlrpc.client.ServerProxy(d.url)
         first = proxy.lease_table(True)
         assert first["pages"] > 2
@@ -124,25 +124,19 @@ def test_a_listing_is_one_snapshot(tmp_path, small_blocks):
         assert before[0] == first["page"]
         assert all(0 < len(page) <= lease_table.PAGE_BLOCKS for page in before)
         assert all(0 < rows <= 1 << lease_views.BLOCK_BITS for page in before for rows, _ in page)
-        for _ in drive(d.m, random.Random(4), 10):
-            pass
+        drain(d.m, random.Random(4), 10)
         assert [proxy.lease_table_page(first["token"], n) for n in range(first["pages"])] == before
         assert proxy.lease_table(True)["token"] != first["token"]
         assert listing.list_leases(d.url, True) == d.plain(True)
-    finally:
-        d.close()
 
 
 def test_old_listings_are_dropped(tmp_path, small_blocks):
-    d = Served(tmp_path, "old")
-    try:
+    with Served(tmp_path, "old") as d:
         proxy = xmlrpc.client.ServerProxy(d.url)
         tokens = [proxy.lease_table(False)["token"] for _ in range(lease_table.SNAPSHOTS + 1)]
         with pytest.raises(xmlrpc.client.Fault, match="that listing is gone"):
             proxy.lease_table_page(tokens[0], 0)
         assert proxy.lease_table_page(tokens[-1], 0) == []
-    finally:
-        d.close()
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -157,8 +151,7 @@ def test_old_listings_are_dropped(tmp_path, small_blocks):
     (("TOKEN",), "wrong arguments"),
 ], ids=["unknown", "huge", "int-token", "nil", "negative", "past-the-end", "bool", "double", "one-arg"])
 def test_a_hostile_page_request_is_one_line(tmp_path, args, fragment):
-    d = Served(tmp_path, "hostile")
-    try:
+    with Served(tmp_path, "hostile") as d:
         proxy = xmlrpc.client.ServerProxy(d.url, allow_none=True)
         token = proxy.lease_table(False)["token"]
         args = tuple(token if a == "TOKEN" else a for a in args)
@@ -168,8 +161,6 @@ def test_a_hostile_page_request_is_one_line(tmp_path, args, fragment):
         assert fragment in message and "\n" not in message and len(message) < 300, message
         with pytest.raises(xmlrpc.client.Fault, match="must be true or false"):
             proxy.lease_table("yes")
-    finally:
-        d.close()
 
 
 def packed(text: bytes) -> str:
@@ -190,7 +181,10 @@ class FakeServer:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def close(self) -> None:
+    def __enter__(self) -> "FakeServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
 
@@ -221,34 +215,26 @@ BOMB = base64.b64encode(zlib.compress(b"a" * (20 * 1024 * 1024))).decode()
 ], ids=["good", "string", "short-widths", "wide-column", "no-pages", "not-base64", "not-zlib", "zip-bomb",
         "escape-sequence", "extra-row", "missing-row", "wrong-total", "string-count", "empty-pages", "struct"])
 def test_the_client_refuses_a_table_that_is_not_one(first, fragment):
-    fake = FakeServer(first)
-    try:
+    with FakeServer(first) as fake:
         if fragment is None:
             assert listing.list_leases(fake.url, False).splitlines()[1] == GOOD.decode()
             return
         with pytest.raises(Refused) as refused:
             listing.list_leases(fake.url, False)
         assert fragment in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
-    finally:
-        fake.close()
 
 
 def test_the_client_reads_no_answer_past_its_bound(monkeypatch):
-    fake = FakeServer(first_page([[1, packed(GOOD)]], rows=1) | {"padding": "x" * 5000})
-    try:
+    with FakeServer(first_page([[1, packed(GOOD)]], rows=1) | {"padding": "x" * 5000}) as fake:
         monkeypatch.setattr("optlease.cli.rpc.MAX_ANSWER_BYTES", 4000)
         with pytest.raises(Refused, match="larger than 4000 bytes"):
             listing.list_leases(fake.url, False)
-    finally:
-        fake.close()
 
 
 def test_haizea_server_without_the_table_is_listed_from_its_xml(tmp_path):
     """Against Haizea's own server (no lease_table, no list_leases) the client reads get_leases."""
-    d = Served(tmp_path, "haizea")
-    try:
-        for _ in drive(d.m, random.Random(11), 20):
-            pass
+    with Served(tmp_path, "haizea") as d:
+        drain(d.m, random.Random(11), 20)
         xmls = xmlrpc.client.ServerProxy(d.url).get_leases()
         haizea = SimpleXMLRPCServer(("127.0.0.1", 0), logRequests=False, allow_none=True)
         haizea.register_function(lambda *flag: xmls, "get_leases")
@@ -259,5 +245,3 @@ def test_haizea_server_without_the_table_is_listed_from_its_xml(tmp_path):
         finally:
             haizea.shutdown()
             haizea.server_close()
-    finally:
-        d.close()
