@@ -79,3 +79,33 @@ def test_a_promised_booking_moves_up_when_room_opens_before_the_greedy_pass_give
     assert [leases[i].first_start for i in (3, 4, 5)] == [2000, 2100, 2150]
     # (the log's clock begins at 13:00: 10,100 s is 15:48:20, 2,100 s is 13:35:00)
     assert "Lease #4's promised booking moves up from 2006-11-25 15:48:20.00 to 2006-11-25 13:35:00.00." in log
+
+
+# (kind, arrival, VMs, seconds asked, then: a best-effort lease's real run, an AR's start) on 4 nodes: 40 leases
+# drawn once with a fixed seed, a site kept busy with ARs among them
+MIXED = [('be', 92, 1, 100, 50), ('be', 173, 1, 600, 300), ('be', 656, 4, 1800, 360), ('be', 981, 4, 1800, 1800),
+         ('ar', 1244, 1, 900, 2488), ('be', 1828, 1, 100, 20), ('ar', 2065, 4, 900, 5004), ('be', 2264, 3, 100, 100),
+         ('be', 2576, 1, 30, 6), ('be', 2893, 1, 3600, 3600), ('ar', 3372, 3, 60, 4344), ('ar', 3939, 2, 300, 5096),
+         ('be', 4364, 4, 3600, 3600), ('be', 4772, 2, 30, 30), ('be', 5038, 1, 600, 600), ('be', 5462, 3, 1800, 1800),
+         ('be', 5955, 1, 600, 300), ('be', 6184, 3, 1800, 1800), ('ar', 6467, 3, 900, 7742), ('be', 6895, 4, 600, 600),
+         ('be', 6931, 3, 100, 50), ('be', 7411, 3, 3600, 1800), ('be', 7912, 1, 100, 100), ('be', 8266, 1, 1800, 1800),
+         ('ar', 8837, 2, 300, 11204), ('be', 9328, 1, 1800, 360), ('be', 9529, 4, 100, 100),
+         ('be', 9755, 3, 3600, 3600), ('ar', 10190, 1, 300, 12285), ('be', 10626, 3, 3600, 1800),
+         ('ar', 10704, 4, 60, 14076), ('ar', 10854, 1, 900, 14244), ('be', 11130, 1, 600, 600),
+         ('be', 11561, 1, 100, 20), ('ar', 11644, 1, 900, 13699), ('be', 12062, 2, 100, 100),
+         ('be', 12201, 2, 3600, 1800), ('be', 12756, 3, 1800, 1800), ('be', 13081, 4, 3600, 3600),
+         ('be', 13122, 1, 600, 600)]
+
+
+def test_a_promised_lease_that_lost_its_booking_is_booked_again_before_younger_work_takes_its_room():
+    """Lease 39 (all four nodes, an hour) is promised and booked for 19:52:39 (24,759 s). At 19:12:13 a premature end
+    (lease 30's) has the greedy pass book the future again: lease 39 loses its booking and waits in the queue, and
+    the resume of suspended lease 18 is booked in its room. It used to wait there until a solved round booked it
+    whole after that, at 26,242 s; it is now booked again, before the greedy pass, where its promise had it (the
+    only lease of the workload whose start changes)."""
+    reqs = [LeaseRequest(i, LeaseKind.AR, arrival, asks, (VMSPEC,) * vms, start=last) if kind == 'ar' else
+            LeaseRequest(i, LeaseKind.BEST_EFFORT, arrival, asks, (VMSPEC,) * vms, preemptible=True, real_duration=last)
+            for i, (kind, arrival, vms, asks, last) in enumerate(MIXED, start=1)]
+    leases, log = simulate(reqs, dataclasses.replace(ROUNDS, backfilling="aggressive"), 4)
+    assert leases[39].first_start == 24759 and leases[39].preemptions == 0
+    assert "Lease #39's promise is booked again from 2006-11-25 19:52:39.00." in log

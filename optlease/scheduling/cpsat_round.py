@@ -110,8 +110,10 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundPromises, Round
 
     # -- the round --------------------------------------------------------------------------------------------
     def plan(self, now: int) -> None:
-        """The greedy pass, then the CP-SAT round over its plan. Where a booking the last round made was lost since
-        (`_unbooked`), the round first books again before the greedy pass starts younger leases in its room."""
+        """The greedy pass, then the CP-SAT round over its plan. A promised lease that lost its booking is booked
+        again first (`_book_promised`); where a booking the last round made was lost since (`_unbooked`), the round
+        first books again before the greedy pass starts younger leases in its room."""
+        self._book_promised(now)
         if self._unbooked(self._movable(now)):
             self.round(now, rebooking=True)
         self._move_up(now)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from optlease.scheduling.cpsat.prepare import SLOWDOWN_BOUND
-from optlease.scheduling.records import BOOKED, Lease, NotSchedulable
+from optlease.scheduling.records import BOOKED, RR, WAITING, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Outcome
 
 
@@ -45,6 +45,49 @@ class RoundPromises:
     def _promise_line(self, leases: list[Lease]) -> list[Lease]:
         """The promised leases among `leases`, in the order they were promised."""
         return sorted((lease for lease in leases if lease.id in self._promised), key=lambda l: self._promised[l.id])
+
+    def _book_promised(self, now: int) -> None:
+        """A promised lease is never left in the queue without a booking. Where one lost its booking (an AR's
+        preemption made it a booking the greedy pass manages, one that runs until the AR and is suspended there,
+        and a premature end's re-booking gave aggressive backfilling's one reservation to a younger lease), it is
+        booked again before the greedy pass, in promise order, by the greedy pass's own search (which may book it
+        to be suspended before an AR, where the round model states whole runs only), with the bookings of leases not
+        promised lifted: those not in its way get theirs back, the others go back to the queue. A promise is never
+        delayed by a lease booked after it (t03's #147: models/cpsat-round.md, *Promises*). Not with disk images
+        managed (their transfers are the round's to plan)."""
+        if not self._promised or self.images is not None:
+            return
+        movable = self._movable(now)
+        lost = [lease for lease in self._promise_line(movable) if lease.state in WAITING and lease.first_start is None]
+        if not lost:
+            return
+        sched = self.sched
+        lifted = [(lease, self._withdraw(lease)) for lease in movable
+                  if lease.state in BOOKED and not self._is_promised(lease)]
+        for lease in lost:
+            vmrr = self._earliest_run(lease, now)
+            if vmrr is None:
+                continue
+            self._kept = {lease.id}
+            self._commit(lease, vmrr, now)
+            self._kept = set()
+            if sched.log.info_on:
+                sched.log.info("LSCHED", "Lease #%i's promise is booked again from %s." % (
+                    lease.id, sched.log.t(vmrr.begin())))
+        for lease, saved in lifted:
+            old = saved.vmrr
+            if self._fits((*old.pre, old, *old.post)):
+                self._restore(lease, saved)
+
+    def _earliest_run(self, lease: Lease, now: int) -> RR | None:
+        """A promised lease's booking where the greedy pass would book it with a reservation (not on the slot table):
+        its own search, which may book it to run until an AR and be suspended there, as Haizea books (the round
+        model states whole runs only). A promised lease has never run (a promise lasts until its first start): it
+        starts afresh."""
+        try:
+            return self.sched.vm.asap(lease, now, None, True, False, None)
+        except NotSchedulable:
+            return None
 
     def _move_up(self, now: int) -> None:
         """Conservative backfilling's compression, without a solve: each promised booking the round keeps (not one
