@@ -1,0 +1,180 @@
+"""Writes the schedule file (contract `optlease-schedule/1`) as a stream: the bytes of `json.dumps(doc, indent=1)`
+and a newline for the document `schedule_json.schedule_document` builds, generated lease by lease and reservation by
+reservation and hashed as they are written, so that memory is bounded by what one reservation needs (a year of a
+large site holds tens of millions of VMs: its document in memory takes over 20 GB, its file a few GB).
+
+Each part of the document is built by the same functions as the document in memory (schedule_json's
+`document_entry`, `lease_entry`, `reservation_entry`) and written as Python's JSON encoder writes it with `indent=1`:
+a value nested `level` deep is its own `json.dumps(value, indent=1)` with `level` spaces after each line break. Only
+the parts that grow with a lease's VMs (its per-VM demands, its reservations' mappings) and the lists of leases and
+reservations are written here rather than by `json`; `tests/test_schedule_stream.py` compares the bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from optlease.domain.site import Site
+from optlease.formats.schedule_json import (document_entry, in_time_order, keyed, lease_entry, reservation_entry)
+from optlease.scheduling.records import Lease, Placement
+
+# What is gathered before it is hashed and written: a few hundred of the year's reservations, or one wide one.
+CHUNK = 1 << 20
+
+
+class _Mapping:
+    """A reservation's mapping vnode -> pnode, written as `keyed` would give it without building that dict."""
+
+    __slots__ = ("mapping",)
+
+    def __init__(self, mapping) -> None:
+        self.mapping = mapping
+
+
+class _VMs:
+    """A request's per-VM demands, written as `vms_keyed` would give them without building that dict."""
+
+    __slots__ = ("vms",)
+
+    def __init__(self, vms) -> None:
+        self.vms = vms
+
+
+class _Items:
+    """A list written item by item as it is produced (the leases; a lease's reservations)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Iterable) -> None:
+        self.items = items
+
+
+def nested(value: Any, level: int) -> str:
+    """`value` as json.dumps(indent=1) writes it nested `level` deep in a document."""
+    if value is None:
+        return "null"
+    kind = type(value)
+    if kind is int:                     # (json writes an int as int.__repr__; a bool is not one here)
+        return int.__repr__(value)
+    text = json.dumps(value, indent=1)
+    return text.replace("\n", "\n" + " " * level) if level and kind is not str else text
+
+
+def _key(key: Any) -> str:
+    """A dict key as json writes it (a str quoted and escaped; a number, bool or None as the str json makes it)."""
+    return json.dumps(key) if type(key) is str else json.dumps({key: 0})[1:-4]
+
+
+def _vnodes_to(values: list[str], level: int) -> str:
+    """A dict vnode id ("1".."n") -> already written value, nested `level` deep."""
+    if not values:
+        return "{}"
+    item = "\n" + " " * (level + 1) + '"{}": {}'
+    return "{" + ",".join(map(item.format, range(1, len(values) + 1), values)) + "\n" + " " * level + "}"
+
+
+def _mapping(mapping, level: int) -> str:
+    """A mapping vnode -> pnode as `keyed` gives it, nested `level` deep; a Placement of ints without a dict."""
+    if type(mapping) is Placement and set(map(type, mapping.pnodes)) <= {int}:
+        return _vnodes_to(list(map(int.__repr__, mapping.pnodes)), level)
+    return nested(keyed(mapping), level)
+
+
+def _vms(vms, level: int) -> str:
+    """Per-VM demands as `vms_keyed` gives them, nested `level` deep; VMs that share one demand dict (as a
+    workload's readers give them) share its text."""
+    written: dict[int, str] = {}
+    for demand in dict(zip(map(id, vms), vms)).values():
+        written[id(demand)] = nested(demand, level + 1)
+    return _vnodes_to(list(map(written.__getitem__, map(id, vms))), level)
+
+
+def _value(value: Any, level: int) -> Iterator[str]:
+    kind = type(value)
+    if kind is dict:
+        yield from _object(value, level)
+    elif kind is _Items:
+        yield from _array(value.items, level)
+    elif kind is _Mapping:
+        yield _mapping(value.mapping, level)
+    elif kind is _VMs:
+        yield _vms(value.vms, level)
+    else:
+        yield nested(value, level)
+
+
+def _object(obj: dict, level: int) -> Iterator[str]:
+    """A dict nested `level` deep, its values written by `_value`."""
+    if not obj:
+        yield "{}"
+        return
+    inner = "\n" + " " * (level + 1)
+    lead = "{" + inner
+    for key, value in obj.items():
+        yield lead + _key(key) + ": "
+        yield from _value(value, level + 1)
+        lead = "," + inner
+    yield "\n" + " " * level + "}"
+
+
+def _array(items: Iterable, level: int) -> Iterator[str]:
+    """A list nested `level` deep, written item by item as `items` yields them."""
+    inner = "\n" + " " * (level + 1)
+    lead = "[" + inner
+    for item in items:
+        yield lead
+        yield from _value(item, level + 1)
+        lead = "," + inner
+    yield "[]" if lead[0] == "[" else "\n" + " " * level + "]"
+
+
+def _reservations(lease: Lease, origin: datetime) -> Iterator[dict]:
+    for held in in_time_order(lease):
+        yield reservation_entry(held, origin, mapping=_Mapping)
+
+
+def _leases(leases: list[Lease], origin: datetime, images: Any) -> Iterator[dict]:
+    for lease in sorted(leases, key=lambda lease: lease.id):
+        yield lease_entry(lease, origin, images, _VMs(lease.req.vms), _Items(_reservations(lease, origin)))
+
+
+def schedule_text(site: Site, leases: list[Lease], origin: datetime, images: Any = None) -> Iterator[str]:
+    """The schedule file's text in pieces: together, `json.dumps(schedule_document(...), indent=1)` and a newline."""
+    yield from _object(document_entry(site, origin, _Items(_leases(leases, origin, images)), images), 0)
+    yield "\n"
+
+
+def schedule_chunks(site: Site, leases: list[Lease], origin: datetime, images: Any = None) -> Iterator[bytes]:
+    """The schedule file's bytes in chunks of about CHUNK (the text is ASCII: json escapes everything else)."""
+    pieces: list[str] = []
+    size = 0
+    for piece in schedule_text(site, leases, origin, images):
+        pieces.append(piece)
+        size += len(piece)
+        if size >= CHUNK:
+            yield "".join(pieces).encode()
+            pieces.clear()
+            size = 0
+    if pieces:
+        yield "".join(pieces).encode()
+
+
+def schedule_sha256(site: Site, leases: list[Lease], origin: datetime, images: Any = None) -> str:
+    """The sha256 of the schedule file `write_schedule` writes, computed without writing it."""
+    digest = hashlib.sha256()
+    for chunk in schedule_chunks(site, leases, origin, images):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_schedule(path: str, site: Site, leases: list[Lease], origin: datetime, images: Any = None) -> str:
+    """Writes the run's schedule file; its sha256 (of the bytes written)."""
+    digest = hashlib.sha256()
+    with open(path, "wb") as fh:
+        for chunk in schedule_chunks(site, leases, origin, images):
+            digest.update(chunk)
+            fh.write(chunk)
+    return digest.hexdigest()
