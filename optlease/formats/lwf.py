@@ -7,6 +7,9 @@ numbered 1, 2, ... in file order, skipping the ids the file gives. An id given t
 """
 from __future__ import annotations
 
+import dataclasses
+import io
+import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -46,9 +49,19 @@ def read_bounded(path: str | Path, limit: int) -> bytes:
         raise InputError(exc.strerror or str(exc), str(path)) from None
 
 
+# How every XML document optlease reads is parsed: no entity expansion, no network, no DTD, libxml2's size limits.
+SAFE = dict(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, remove_comments=True)
+
+
 def safe_parser() -> etree.XMLParser:
-    return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False,
-                           remove_comments=True)
+    return etree.XMLParser(**SAFE)
+
+
+def syntax_error(exc: etree.XMLSyntaxError, path: str) -> InputError:
+    """Malformed XML as one line naming the file and line."""
+    line = exc.position[0] if exc.position else None
+    why = (exc.msg or "unreadable").splitlines()[0]    # libxml2 may add its own lines: keep the first
+    return InputError(f"malformed XML: {why}", f"{path}:{line}" if line else path)
 
 
 def parse_xml(data: bytes, path: str) -> etree._Element:
@@ -56,9 +69,7 @@ def parse_xml(data: bytes, path: str) -> etree._Element:
     try:
         return etree.fromstring(data, safe_parser())
     except etree.XMLSyntaxError as exc:
-        line = exc.position[0] if exc.position else None
-        why = (exc.msg or "unreadable").splitlines()[0]    # libxml2 may add its own lines: keep the first
-        raise InputError(f"malformed XML: {why}", f"{path}:{line}" if line else path) from None
+        raise syntax_error(exc, path) from None
 
 
 def xml_root(data: bytes, path: str, what: str) -> etree._Element:
@@ -71,13 +82,27 @@ def xml_root(data: bytes, path: str, what: str) -> etree._Element:
     return root
 
 
+# The parts of a <lease> and of a <lease-request> the reader reads (each the first child of its tag).
+LEASE_PARTS = ("nodes", "duration", "start", "deadline", "software")
+REQUEST_PARTS = ("realduration", "lease")
+
+
+def first_children(elem: etree._Element, tags: tuple[str, ...]) -> dict[str, etree._Element | None]:
+    """tag -> the first child of `elem` with that tag (None when there is none), for each of `tags`."""
+    found: dict[str, etree._Element | None] = dict.fromkeys(tags)
+    for child in elem:
+        if found.get(child.tag, elem) is None:
+            found[child.tag] = child
+    return found
+
+
 class _Reader:
     def __init__(self, path: str, origin: datetime | None) -> None:
         self.path = path
         self.origin = origin
         # a lease's VMs by the raw text of its <nodes> (a workload repeats a few shapes thousands of times): each
         # shape is checked once, where it first appears, and its VMs shared, as VMs alike within a lease are
-        self._vms: dict[tuple, tuple[dict[str, int], ...]] = {}
+        self._vms: dict[bytes, tuple[dict[str, int], ...]] = {}
 
     def error(self, elem: etree._Element | None, message: str) -> InputError:
         line = getattr(elem, "sourceline", None)
@@ -146,20 +171,22 @@ class _Reader:
             raise self.error(elem, exc.message) from None
 
     def lease(self, elem: etree._Element, lease_id: int, arrival: int, real: int | None) -> LeaseRequest:
-        nodes_el = elem.find("nodes")
+        # each part is the first child of its tag (as find() gives it), found in one pass over the children
+        parts = first_children(elem, LEASE_PARTS)
+        nodes_el = parts["nodes"]
         if nodes_el is None:
             raise self.error(elem, "<lease> has no <nodes>")
         vms = self.vms(nodes_el)
-        dur_el = elem.find("duration")
+        dur_el = parts["duration"]
         if dur_el is None:
             raise self.error(elem, "<lease> has no <duration>")
         duration = self.duration(dur_el)
         if duration <= 0:
             raise self.error(dur_el, "duration must be positive")
-        kind, start = self.start(elem.find("start"), elem, arrival)
+        kind, start = self.start(parts["start"], elem, arrival)
         preemptible = self.flag(elem, "preemptible", default=kind is LeaseKind.BEST_EFFORT)
         deadline = None
-        dl_el = elem.find("deadline")
+        dl_el = parts["deadline"]
         if dl_el is not None:
             try:
                 deadline = parse_time(self.attr(dl_el, "time"), self.origin, 0)
@@ -170,14 +197,13 @@ class _Reader:
             extra["trace-id"] = str(lease_id)
         return LeaseRequest(id=lease_id, kind=kind, arrival=arrival, duration=duration, vms=vms,
                             preemptible=preemptible, start=start, real_duration=real,
-                            software=self.software(elem.find("software")), deadline=deadline, extra=extra)
+                            software=self.software(parts["software"]), deadline=deadline, extra=extra)
 
     def vms(self, nodes_el: etree._Element) -> tuple[dict[str, int], ...]:
         """A lease's <nodes> as one demand per VM. VMs alike share one demand (a wide lease holds thousands of VMs,
         each a dict otherwise; nothing changes a request's demands in place), one per <node-set>, repeated: no
-        work per VM."""
-        shape = tuple((child.tag, child.get("numnodes"), tuple((res.tag, res.get("type"), res.get("amount"))
-                                                             for res in child)) for child in nodes_el)
+        work per VM. A shape is known by its text (the element as written, which says all the reader reads)."""
+        shape = etree.tostring(nodes_el, with_tail=False)
         known = self._vms.get(shape)
         if known is None:
             alike: dict[tuple, dict[str, int]] = {}
@@ -220,63 +246,138 @@ class _Reader:
     def software(self, elem) -> DiskImage | None:
         if elem is None:
             return None
-        image = elem.find("disk-image")
+        image = next(elem.iterchildren("disk-image"), None)     # (find()'s answer, without its path parser)
         if image is None:
             return None
         return DiskImage(self.attr(image, "id"), self.positive_int(image, "size"))
 
 
 def parse_lwf(data: bytes, path: str = "<lwf>", origin: datetime | None = None) -> Workload:
+    """The workload of an LWF document. The document is read as a stream (lxml's iterparse, with `safe_parser`'s
+    options): each <lease-request> is read when its end tag is, then cleared, so that memory holds the requests and
+    not the tree. Errors come in file order, the first one found ending the read."""
     reader = _Reader(path, origin)
-    root = parse_xml(data, path)
-    if root is None or root.tag != "lease-workload":
-        raise reader.error(root, f"root element is <{getattr(root, 'tag', '?')}>, expected <lease-workload>")
-    site_el = root.find("site")
-    site = reader.site(site_el) if site_el is not None else None
-    desc_el = root.find("description")
-    requests_el = root.find("lease-requests")
-    if requests_el is None:
+    events = etree.iterparse(io.BytesIO(data), events=("end",), tag=STREAMED, **SAFE)
+    state = _Stream(reader)
+    root = None
+    try:
+        for _, elem in events:
+            if root is None:
+                root = elem.getroottree().getroot()
+            state.seen(root, elem)
+    except etree.XMLSyntaxError as exc:
+        raise syntax_error(exc, path) from None
+    root = events.root
+    state.check_root(root)
+    if state.requests_el is None:
         raise reader.error(root, "<lease-workload> has no <lease-requests>")
-    requests: list[LeaseRequest] = []
-    given = _given_ids(reader, requests_el)
-    taken = set(given.values())
-    unnumbered = (n for n in range(1, len(requests_el) + len(taken) + 1) if n not in taken)
-    for index, req in enumerate(requests_el):
-        if req.tag != "lease-request":
-            raise reader.error(req, f"unexpected <{req.tag}> in <lease-requests>")
+    requests = state.numbered()
+    # Requests are served in arrival order; ties keep file order (a stable sort).
+    requests.sort(key=lambda r: r.arrival)
+    return Workload(name=root.get("name", Path(path).stem), requests=requests, site=state.site,
+                    description=state.description, source=path)
+
+
+# The elements whose end the stream stops at: the workload's parts (the root's children) and each request.
+STREAMED = ("site", "description", "lease-requests", "lease-request")
+
+
+class _Stream:
+    """What the stream has read so far: the site, the description, the requests (ids given or still to give)."""
+
+    def __init__(self, reader: _Reader) -> None:
+        self.reader = reader
+        self.root_checked = False
+        self.site: Site | None = None
+        self.site_seen = False
+        self.description = ""
+        self.description_seen = False
+        self.requests_el: etree._Element | None = None  # the root's first <lease-requests>: the one read
+        self.requests: list[LeaseRequest] = []
+        self.unnumbered: list[int] = []                 # positions of the requests whose <lease> gives no id
+        self.first_line: dict[int, int] = {}            # id given -> line of the <lease> that gives it
+
+    def check_root(self, root: etree._Element) -> None:
+        if not self.root_checked:
+            if root is None or root.tag != "lease-workload":
+                raise self.reader.error(root, f"root element is <{getattr(root, 'tag', '?')}>, "
+                                              "expected <lease-workload>")
+            self.root_checked = True
+
+    def seen(self, root: etree._Element, elem: etree._Element) -> None:
+        """An element of STREAMED has ended: read it if it is a part of the workload the reader reads."""
+        self.check_root(root)
+        parent = elem.getparent()
+        tag = elem.tag
+        if tag == "lease-request":
+            if parent is not None and self.is_requests(parent, root):
+                self.request(elem, parent)
+        elif parent is not root:
+            return
+        elif tag == "site" and not self.site_seen:
+            self.site_seen = True
+            self.site = self.reader.site(elem)
+        elif tag == "description" and not self.description_seen:
+            self.description_seen = True
+            self.description = (elem.text or "").strip()
+        elif tag == "lease-requests" and self.is_requests(elem, root):
+            self.unexpected(elem, None)
+
+    def is_requests(self, elem: etree._Element, root: etree._Element) -> bool:
+        """Whether `elem` is the root's first <lease-requests> (an earlier one would have ended before it)."""
+        if self.requests_el is None and elem.tag == "lease-requests" and elem.getparent() is root:
+            self.requests_el = elem
+        return elem is self.requests_el
+
+    def unexpected(self, parent: etree._Element, upto: etree._Element | None) -> None:
+        """Anything but a request among the children of <lease-requests> before `upto` (None: all) is an error."""
+        for child in parent:
+            if child is upto:
+                return
+            if child.tag != "lease-request":
+                raise self.reader.error(child, f"unexpected <{child.tag}> in <lease-requests>")
+
+    def request(self, req: etree._Element, parent: etree._Element) -> None:
+        reader = self.reader
+        # what comes before it: the request before (read and cleared, let go now) and nothing else
+        self.unexpected(parent, req)
+        while parent[0] is not req:
+            del parent[0]
         try:
-            arrival = parse_time(reader.attr(req, "arrival"), origin, 0)
+            arrival = parse_time(reader.attr(req, "arrival"), reader.origin, 0)
         except TimeFormatError as exc:
             raise reader.error(req, str(exc)) from None
-        real_el = req.find("realduration")
+        parts = first_children(req, REQUEST_PARTS)
+        real_el = parts["realduration"]
         real = reader.duration(real_el) if real_el is not None else None
         if real is not None and real <= 0:
             raise reader.error(real_el, "realduration must be positive")
-        lease_el = req.find("lease")
+        lease_el = parts["lease"]
         if lease_el is None:
             raise reader.error(req, "<lease-request> has no <lease>")
-        lease_id = given.get(index) or next(unnumbered)
-        requests.append(reader.lease(lease_el, lease_id, arrival, real))
-    # Requests are served in arrival order; ties keep file order (a stable sort).
-    requests.sort(key=lambda r: r.arrival)
-    return Workload(name=root.get("name", Path(path).stem), requests=requests, site=site,
-                    description=(desc_el.text or "").strip() if desc_el is not None else "", source=path)
+        lease_id = self.given_id(lease_el)
+        if lease_id is None:
+            self.unnumbered.append(len(self.requests))
+        self.requests.append(reader.lease(lease_el, lease_id or 0, arrival, real))
+        req.clear(keep_tail=False)
 
+    def given_id(self, lease_el: etree._Element) -> int | None:
+        """The id a <lease> gives, None when it gives none; an id given twice is an error naming both lines."""
+        if lease_el.get("id") is None:
+            return None
+        lease_id = self.reader.positive_int(lease_el, "id")
+        if lease_id in self.first_line:
+            raise self.reader.error(lease_el, f"lease id {lease_id} is given twice "
+                                              f"(first at line {self.first_line[lease_id]})")
+        self.first_line[lease_id] = lease_el.sourceline
+        return lease_id
 
-def _given_ids(reader: _Reader, requests_el: etree._Element) -> dict:
-    """The ids the file gives its leases (position of the <lease-request> -> id); an id given twice is an error."""
-    given: dict[int, int] = {}
-    first_line: dict[int, int] = {}
-    for index, req in enumerate(requests_el):
-        lease_el = req.find("lease")
-        if lease_el is None or lease_el.get("id") is None:
-            continue
-        lease_id = reader.positive_int(lease_el, "id")
-        if lease_id in first_line:
-            raise reader.error(lease_el, f"lease id {lease_id} is given twice (first at line {first_line[lease_id]})")
-        first_line[lease_id] = lease_el.sourceline
-        given[index] = lease_id
-    return given
+    def numbered(self) -> list[LeaseRequest]:
+        """The requests, those without an id numbered 1, 2, ... in file order, skipping the ids the file gives."""
+        free = (n for n in itertools.count(1) if n not in self.first_line)
+        for position in self.unnumbered:
+            self.requests[position] = dataclasses.replace(self.requests[position], id=next(free))
+        return self.requests
 
 
 def load_lwf(path: str | Path, origin: datetime | None = None) -> Workload:
