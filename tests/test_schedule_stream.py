@@ -87,19 +87,23 @@ class Links:
 
 def hand_made() -> list[Lease]:
     """Leases with every optional key: a mapping that is a dict, a migration's origin, an outcome, extra keys (one
-    replacing `end`), a reason in other scripts, a deadline, an image, and a lease that held nothing."""
+    replacing `end`, strings json must escape), a reason in other scripts, a deadline, an image, and a lease that
+    held nothing."""
     vm = {"CPU": 100, "Memory": 1024}
     wide = LeaseRequest(id=3, kind=LeaseKind.BEST_EFFORT, arrival=0, duration=600, vms=(vm,) * 5 + ({"CPU": 50,
                         "Memory": 512},), preemptible=True, real_duration=300, deadline=7200,
                         software=DiskImage("img \"1\"", 1024))
     held = [Held("vm", 60, 120, Placement((1, 2, 1, 2, 1, 2)), outcome="requeued"),
             Held("migrate", 200, 260, {2: 1, 1: 2, 3: 1, 4: 2, 5: 1, 6: 2}, origin=Placement((2, 1, 2, 1, 2, 1))),
-            Held("transfer", 0, 30, {}, extra={"image": "img", "size": 1024, "end": "later", "link": [1, 2.5]}),
+            Held("transfer", 0, 30, {}, extra={"image": "img", "size": 1024, "end": "later", "link": [1, 2.5],
+                                                   "path": "a\\b\t\x7f \"q\"", "ok": True, "none": None}),
             Held("vm", 260, 500, {10: 1, 2: 2})]
     lease = Lease(wide, {v: (100, 1024) for v in range(1, 7)}, state=LeaseState.DONE, held=held)
-    rejected = Lease(LeaseRequest(id=1, kind=LeaseKind.AR, arrival=0, duration=60, vms=(vm,), preemptible=False,
-                                  start=30, extra={"note": "ß"}), {1: (100, 1024)}, state=LeaseState.REJECTED,
-                     reason="pas de place — 空きなし")
+    # two VMs that ask alike in dicts of their own, keys in another order: each written as it is
+    rejected = Lease(LeaseRequest(id=1, kind=LeaseKind.AR, arrival=0, duration=60,
+                                  vms=(vm, {"Memory": 1024, "CPU": 100}), preemptible=False, start=30,
+                                  extra={"note": "ß"}), {1: (100, 1024), 2: (100, 1024)},
+                     state=LeaseState.REJECTED, reason="pas de place — 空きなし")
     return [lease, rejected]
 
 

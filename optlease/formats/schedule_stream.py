@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -59,76 +60,95 @@ def nested(value: Any, level: int) -> str:
     kind = type(value)
     if kind is int:                     # (json writes an int as int.__repr__; a bool is not one here)
         return int.__repr__(value)
+    if kind is str and value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return '"' + value + '"'        # (json escapes only quotes, backslashes and what is not printable ASCII)
     text = json.dumps(value, indent=1)
     return text.replace("\n", "\n" + " " * level) if level and kind is not str else text
 
 
 def _key(key: Any) -> str:
     """A dict key as json writes it (a str quoted and escaped; a number, bool or None as the str json makes it)."""
-    return json.dumps(key) if type(key) is str else json.dumps({key: 0})[1:-4]
+    return nested(key, 0) if type(key) is str else json.dumps({key: 0})[1:-4]
 
 
-def _vnodes_to(values: list[str], level: int) -> str:
-    """A dict vnode id ("1".."n") -> already written value, nested `level` deep."""
-    if not values:
-        return "{}"
-    item = "\n" + " " * (level + 1) + '"{}": {}'
-    return "{" + ",".join(map(item.format, range(1, len(values) + 1), values)) + "\n" + " " * level + "}"
+class _Writer:
+    """Writes the parts of one document; keeps the text of the keys "1".."n" of the vnode dicts at each depth (the
+    same for every lease: a comma, a line break, the depth's spaces, `"7": `), so that a VM costs a join of texts
+    already made."""
 
+    def __init__(self) -> None:
+        self.keys: dict[int, list[str]] = {}
 
-def _mapping(mapping, level: int) -> str:
-    """A mapping vnode -> pnode as `keyed` gives it, nested `level` deep; a Placement of ints without a dict."""
-    if type(mapping) is Placement and set(map(type, mapping.pnodes)) <= {int}:
-        return _vnodes_to(list(map(int.__repr__, mapping.pnodes)), level)
-    return nested(keyed(mapping), level)
+    def vnode_keys(self, n: int, level: int) -> list[str]:
+        """The texts before the values of vnodes 1..n at index 1..n, each with its comma (the first's is cut)."""
+        keys = self.keys.setdefault(level, [""])
+        if len(keys) <= n:
+            lead = ",\n" + " " * (level + 1) + '"'
+            keys.extend([lead + str(v) + '": ' for v in range(len(keys), n + 1)])
+        return keys
 
+    def vnodes_to(self, values: list[str], level: int, alike: str | None = None) -> str:
+        """A dict vnode id ("1".."n") -> already written value (`alike`: the one value of all), nested `level`
+        deep."""
+        n = len(values)
+        if not n:
+            return "{}"
+        keys = self.vnode_keys(n, level)
+        if alike is not None:
+            body = alike.join(keys[1:n + 1]) + alike
+        else:
+            body = "".join(map(operator.add, keys[1:n + 1], values))
+        return "{" + body[1:] + "\n" + " " * level + "}"
 
-def _vms(vms, level: int) -> str:
-    """Per-VM demands as `vms_keyed` gives them, nested `level` deep; VMs that share one demand dict (as a
-    workload's readers give them) share its text."""
-    written: dict[int, str] = {}
-    for demand in dict(zip(map(id, vms), vms)).values():
-        written[id(demand)] = nested(demand, level + 1)
-    return _vnodes_to(list(map(written.__getitem__, map(id, vms))), level)
+    def mapping(self, mapping, level: int) -> str:
+        """A mapping vnode -> pnode as `keyed` gives it, nested `level` deep; a Placement of ints without a dict."""
+        if type(mapping) is Placement and set(map(type, mapping.pnodes)) <= {int}:
+            return self.vnodes_to(list(map(int.__repr__, mapping.pnodes)), level)
+        return nested(keyed(mapping), level)
 
+    def vms(self, vms, level: int) -> str:
+        """Per-VM demands as `vms_keyed` gives them, nested `level` deep; VMs that share one demand dict (as a
+        workload's readers give them) share its text."""
+        if len(set(map(id, vms))) == 1:         # (one dict for every VM: the same object, not equal ones)
+            return self.vnodes_to(vms, level, alike=nested(vms[0], level + 1))
+        written = {key: nested(demand, level + 1) for key, demand in dict(zip(map(id, vms), vms)).items()}
+        return self.vnodes_to(list(map(written.__getitem__, map(id, vms))), level)
 
-def _value(value: Any, level: int) -> Iterator[str]:
-    kind = type(value)
-    if kind is dict:
-        yield from _object(value, level)
-    elif kind is _Items:
-        yield from _array(value.items, level)
-    elif kind is _Mapping:
-        yield _mapping(value.mapping, level)
-    elif kind is _VMs:
-        yield _vms(value.vms, level)
-    else:
-        yield nested(value, level)
+    def value(self, value: Any, level: int) -> Iterator[str]:
+        kind = type(value)
+        if kind is dict:
+            yield from self.object(value, level)
+        elif kind is _Items:
+            yield from self.array(value.items, level)
+        elif kind is _Mapping:
+            yield self.mapping(value.mapping, level)
+        elif kind is _VMs:
+            yield self.vms(value.vms, level)
+        else:
+            yield nested(value, level)
 
+    def object(self, obj: dict, level: int) -> Iterator[str]:
+        """A dict nested `level` deep, its values written by `value`."""
+        if not obj:
+            yield "{}"
+            return
+        inner = "\n" + " " * (level + 1)
+        lead = "{" + inner
+        for key, value in obj.items():
+            yield lead + _key(key) + ": "
+            yield from self.value(value, level + 1)
+            lead = "," + inner
+        yield "\n" + " " * level + "}"
 
-def _object(obj: dict, level: int) -> Iterator[str]:
-    """A dict nested `level` deep, its values written by `_value`."""
-    if not obj:
-        yield "{}"
-        return
-    inner = "\n" + " " * (level + 1)
-    lead = "{" + inner
-    for key, value in obj.items():
-        yield lead + _key(key) + ": "
-        yield from _value(value, level + 1)
-        lead = "," + inner
-    yield "\n" + " " * level + "}"
-
-
-def _array(items: Iterable, level: int) -> Iterator[str]:
-    """A list nested `level` deep, written item by item as `items` yields them."""
-    inner = "\n" + " " * (level + 1)
-    lead = "[" + inner
-    for item in items:
-        yield lead
-        yield from _value(item, level + 1)
-        lead = "," + inner
-    yield "[]" if lead[0] == "[" else "\n" + " " * level + "]"
+    def array(self, items: Iterable, level: int) -> Iterator[str]:
+        """A list nested `level` deep, written item by item as `items` yields them."""
+        inner = "\n" + " " * (level + 1)
+        lead = "[" + inner
+        for item in items:
+            yield lead
+            yield from self.value(item, level + 1)
+            lead = "," + inner
+        yield "[]" if lead[0] == "[" else "\n" + " " * level + "]"
 
 
 def _reservations(lease: Lease, origin: datetime) -> Iterator[dict]:
@@ -143,7 +163,7 @@ def _leases(leases: list[Lease], origin: datetime, images: Any) -> Iterator[dict
 
 def schedule_text(site: Site, leases: list[Lease], origin: datetime, images: Any = None) -> Iterator[str]:
     """The schedule file's text in pieces: together, `json.dumps(schedule_document(...), indent=1)` and a newline."""
-    yield from _object(document_entry(site, origin, _Items(_leases(leases, origin, images)), images), 0)
+    yield from _Writer().object(document_entry(site, origin, _Items(_leases(leases, origin, images)), images), 0)
     yield "\n"
 
 
