@@ -15,6 +15,9 @@ with aggressive backfilling. Its defaults (366 days at load 1.15: about 41,000 l
 `--horizon-days` shortens it. Each run also says how many VMs its leases have (`vms`): Lublin's widths grow with
 the site, and every VM placed is work.
 
+`--read-trace CONF` only reads a configuration's trace (`--repeat` times, 3 by default) and prints the CPU and wall
+time of each read and the peak RSS: the reader's own cost (for the year, `gen.conf` of `optlease generate-workload`).
+
 `--hashes` adds to each run the sha256 of its schedule file (the bytes `optlease simulate --schedule-out` writes,
 streamed into the hash after the run's times are taken; `hash_wall_time_s` and `peak_rss_with_hash_mb` after it): two
 versions of optlease decide alike where the hashes agree.
@@ -107,6 +110,23 @@ def one_generated(conf: str, backfilling: str, hashes: bool = False) -> dict:
     return out
 
 
+def read_trace(conf: str, repeat: int) -> dict:
+    """Reading a configuration's trace alone (`engine.run.load_workload`: the reader its format names), `repeat`
+    times in this process: the CPU and wall time of each read, and the peak RSS."""
+    from optlease.engine.run import load_workload
+    from optlease.formats.config import load_config
+
+    cfg = load_config(Path(conf))
+    cpu, wall = [], []
+    for _ in range(repeat):
+        began, used = time.perf_counter(), time.process_time()
+        name, workload = load_workload(cfg)
+        cpu.append(round(time.process_time() - used, 3))
+        wall.append(round(time.perf_counter() - began, 3))
+    return {"trace": Path(name).name, "leases": len(workload.requests), "cpu_time_s": cpu, "wall_time_s": wall,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
 def run(trace: str, backfilling: str, nodes: int, hashes: bool = False) -> dict:
     out = subprocess.run([sys.executable, __file__, "--one", trace, backfilling, str(nodes),
                           *(["--hashes"] if hashes else [])],
@@ -149,7 +169,12 @@ def main() -> None:
     parser.add_argument("--setup-only", action="store_true",
                         help="with --one: everything but the simulation (to subtract from an instruction count)")
     parser.add_argument("--hashes", action="store_true", help="add each run's schedule file sha256")
+    parser.add_argument("--read-trace", metavar="CONF", help="only read the configuration's trace (--repeat times)")
+    parser.add_argument("--repeat", type=int, default=3, help="reads of --read-trace")
     args = parser.parse_args()
+    if args.read_trace:
+        print(json.dumps(read_trace(args.read_trace, args.repeat)))
+        return
     if args.one:
         trace, backfilling, nodes = args.one
         print(json.dumps(one(trace, backfilling, int(nodes), args.setup_only, args.hashes)))
