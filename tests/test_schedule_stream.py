@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from conftest import INSTANCES
 from optlease.domain.lease import DiskImage, LeaseKind, LeaseRequest, LeaseState
 from optlease.domain.site import Site
+from optlease.errors import InputError
 from optlease.engine.run import simulate
 from optlease.eventlog import EventLog
 from optlease.engine.simulator import Simulator
@@ -134,3 +135,18 @@ def test_a_wide_lease_is_written_in_pieces_no_larger_than_its_own_reservations()
     assert max(map(len, pieces)) <= max(mapping, len(json.dumps({str(v): vm for v in range(1, n + 1)}, indent=1))
                                         + 16 * n)
     assert "".join(pieces).encode() == in_memory(site, [lease], ORIGIN)
+
+
+def test_a_run_that_fails_while_writing_leaves_the_file_that_was_there(tmp_path):
+    """A lease whose reservation ends past the calendar (an InputError while its time is written) stops the
+    writing: the file written before stays as it was and nothing else is left beside it."""
+    site = Site(("CPU", "Memory"), ({"CPU": 100, "Memory": 1024}, {"CPU": 200, "Memory": 2048}))
+    path = tmp_path / "schedule.json"
+    write_schedule(str(path), site, hand_made(), ORIGIN)
+    before = path.read_bytes()
+    broken = hand_made()
+    broken[0].held.append(Held("vm", 600, 10**12, Placement((1, 2, 1, 2, 1, 2))))
+    with pytest.raises(InputError, match="outside the years 1 to 9999"):
+        write_schedule(str(path), site, broken, ORIGIN)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["schedule.json"]

@@ -14,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
+import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from optlease.domain.site import Site
@@ -191,7 +193,21 @@ def schedule_sha256(site: Site, leases: list[Lease], origin: datetime, images: A
 
 
 def write_schedule(path: str, site: Site, leases: list[Lease], origin: datetime, images: Any = None) -> str:
-    """Writes the run's schedule file; its sha256 (of the bytes written)."""
+    """Writes the run's schedule file, whole or not at all (a run that fails while writing leaves the file that
+    was there: the text goes to a file beside it, put in its place when complete); its sha256."""
+    target = Path(path)
+    if target.exists() and not target.is_file():        # (a device or a pipe: written as it comes)
+        return _write(target, site, leases, origin, images)
+    part = target.with_name(f".{target.name}.part")
+    try:
+        digest = _write(part, site, leases, origin, images)
+        os.replace(part, target)
+    finally:
+        part.unlink(missing_ok=True)
+    return digest
+
+
+def _write(path: Path, site: Site, leases: list[Lease], origin: datetime, images: Any) -> str:
     digest = hashlib.sha256()
     with open(path, "wb") as fh:
         for chunk in schedule_chunks(site, leases, origin, images):
