@@ -1,6 +1,7 @@
 """Haizea's LWF (lease workload file) XML: the <lease-workload>, <site>, <nodes> and <lease> elements, read safely.
 
-XML is parsed with entity resolution and network access off. Every error names the file and line.
+XML is parsed with entity resolution and network access off, a trace as a stream (`parse_lwf`: each request let go
+once read). Every error names the file and line; a file with several is refused for the first.
 A lease keeps the id its `<lease id=...>` gives (a positive whole number), as in Haizea; leases without one are
 numbered 1, 2, ... in file order, skipping the ids the file gives. An id given twice is an error naming both lines
 (Haizea would let the second lease overwrite the first in its lease table).
