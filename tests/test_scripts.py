@@ -35,6 +35,16 @@ def test_bench_scale_hashes_the_schedule_of_a_run():
     assert run["schedule_sha256"] == "a6fd6b496bf6f467507e426d719e28eee6c8d8126d78369cc9c916f60c06df4b"
 
 
+def test_bench_scale_reads_a_trace_alone():
+    """`bench_scale.py --read-trace CONF` times reading the configuration's trace, each read a figure."""
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_scale.py"), "--read-trace",
+                          str(REPO / "instances" / "quickstart" / "quickstart.conf"), "--repeat", "2"],
+                         capture_output=True, text=True, check=True, timeout=300)
+    run = json.loads(out.stdout)
+    assert run["leases"] == 2 and len(run["cpu_time_s"]) == len(run["wall_time_s"]) == 2
+    assert run["peak_rss_mb"] > 0
+
+
 def test_bench_restart_prints_its_replay_figures():
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_restart.py"), "--entries", "200"],
                          capture_output=True, text=True, check=True, timeout=300)

@@ -1,6 +1,7 @@
 """Haizea's LWF (lease workload file) XML: the <lease-workload>, <site>, <nodes> and <lease> elements, read safely.
 
-XML is parsed with entity resolution and network access off. Every error names the file and line.
+XML is parsed with entity resolution and network access off, a trace as a stream (`parse_lwf`, formats/lwf_stream.py:
+each request let go once read). Every error names the file and line; a file with several is refused for the first.
 A lease keeps the id its `<lease id=...>` gives (a positive whole number), as in Haizea; leases without one are
 numbered 1, 2, ... in file order, skipping the ids the file gives. An id given twice is an error naming both lines
 (Haizea would let the second lease overwrite the first in its lease table).
@@ -46,9 +47,19 @@ def read_bounded(path: str | Path, limit: int) -> bytes:
         raise InputError(exc.strerror or str(exc), str(path)) from None
 
 
+# How every XML document optlease reads is parsed: no entity expansion, no network, no DTD, libxml2's size limits.
+SAFE = dict(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, remove_comments=True)
+
+
 def safe_parser() -> etree.XMLParser:
-    return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False,
-                           remove_comments=True)
+    return etree.XMLParser(**SAFE)
+
+
+def syntax_error(exc: etree.XMLSyntaxError, path: str) -> InputError:
+    """Malformed XML as one line naming the file and line."""
+    line = exc.position[0] if exc.position else None
+    why = (exc.msg or "unreadable").splitlines()[0]    # libxml2 may add its own lines: keep the first
+    return InputError(f"malformed XML: {why}", f"{path}:{line}" if line else path)
 
 
 def parse_xml(data: bytes, path: str) -> etree._Element:
@@ -56,9 +67,7 @@ def parse_xml(data: bytes, path: str) -> etree._Element:
     try:
         return etree.fromstring(data, safe_parser())
     except etree.XMLSyntaxError as exc:
-        line = exc.position[0] if exc.position else None
-        why = (exc.msg or "unreadable").splitlines()[0]    # libxml2 may add its own lines: keep the first
-        raise InputError(f"malformed XML: {why}", f"{path}:{line}" if line else path) from None
+        raise syntax_error(exc, path) from None
 
 
 def xml_root(data: bytes, path: str, what: str) -> etree._Element:
@@ -71,13 +80,27 @@ def xml_root(data: bytes, path: str, what: str) -> etree._Element:
     return root
 
 
+# The parts of a <lease> and of a <lease-request> the reader reads (each the first child of its tag).
+LEASE_PARTS = ("nodes", "duration", "start", "deadline", "software")
+REQUEST_PARTS = ("realduration", "lease")
+
+
+def first_children(elem: etree._Element, tags: tuple[str, ...]) -> dict[str, etree._Element | None]:
+    """tag -> the first child of `elem` with that tag (None when there is none), for each of `tags`."""
+    found: dict[str, etree._Element | None] = dict.fromkeys(tags)
+    for child in elem:
+        if found.get(child.tag, elem) is None:
+            found[child.tag] = child
+    return found
+
+
 class _Reader:
     def __init__(self, path: str, origin: datetime | None) -> None:
         self.path = path
         self.origin = origin
         # a lease's VMs by the raw text of its <nodes> (a workload repeats a few shapes thousands of times): each
         # shape is checked once, where it first appears, and its VMs shared, as VMs alike within a lease are
-        self._vms: dict[tuple, tuple[dict[str, int], ...]] = {}
+        self._vms: dict[bytes, tuple[dict[str, int], ...]] = {}
 
     def error(self, elem: etree._Element | None, message: str) -> InputError:
         line = getattr(elem, "sourceline", None)
@@ -146,20 +169,22 @@ class _Reader:
             raise self.error(elem, exc.message) from None
 
     def lease(self, elem: etree._Element, lease_id: int, arrival: int, real: int | None) -> LeaseRequest:
-        nodes_el = elem.find("nodes")
+        # each part is the first child of its tag (as find() gives it), found in one pass over the children
+        parts = first_children(elem, LEASE_PARTS)
+        nodes_el = parts["nodes"]
         if nodes_el is None:
             raise self.error(elem, "<lease> has no <nodes>")
         vms = self.vms(nodes_el)
-        dur_el = elem.find("duration")
+        dur_el = parts["duration"]
         if dur_el is None:
             raise self.error(elem, "<lease> has no <duration>")
         duration = self.duration(dur_el)
         if duration <= 0:
             raise self.error(dur_el, "duration must be positive")
-        kind, start = self.start(elem.find("start"), elem, arrival)
+        kind, start = self.start(parts["start"], elem, arrival)
         preemptible = self.flag(elem, "preemptible", default=kind is LeaseKind.BEST_EFFORT)
         deadline = None
-        dl_el = elem.find("deadline")
+        dl_el = parts["deadline"]
         if dl_el is not None:
             try:
                 deadline = parse_time(self.attr(dl_el, "time"), self.origin, 0)
@@ -170,14 +195,13 @@ class _Reader:
             extra["trace-id"] = str(lease_id)
         return LeaseRequest(id=lease_id, kind=kind, arrival=arrival, duration=duration, vms=vms,
                             preemptible=preemptible, start=start, real_duration=real,
-                            software=self.software(elem.find("software")), deadline=deadline, extra=extra)
+                            software=self.software(parts["software"]), deadline=deadline, extra=extra)
 
     def vms(self, nodes_el: etree._Element) -> tuple[dict[str, int], ...]:
         """A lease's <nodes> as one demand per VM. VMs alike share one demand (a wide lease holds thousands of VMs,
         each a dict otherwise; nothing changes a request's demands in place), one per <node-set>, repeated: no
-        work per VM."""
-        shape = tuple((child.tag, child.get("numnodes"), tuple((res.tag, res.get("type"), res.get("amount"))
-                                                             for res in child)) for child in nodes_el)
+        work per VM. A shape is known by its text (the element as written, which says all the reader reads)."""
+        shape = etree.tostring(nodes_el, with_tail=False)
         known = self._vms.get(shape)
         if known is None:
             alike: dict[tuple, dict[str, int]] = {}
@@ -220,63 +244,19 @@ class _Reader:
     def software(self, elem) -> DiskImage | None:
         if elem is None:
             return None
-        image = elem.find("disk-image")
+        image = next(elem.iterchildren("disk-image"), None)     # (find()'s answer, without its path parser)
         if image is None:
             return None
         return DiskImage(self.attr(image, "id"), self.positive_int(image, "size"))
 
 
 def parse_lwf(data: bytes, path: str = "<lwf>", origin: datetime | None = None) -> Workload:
-    reader = _Reader(path, origin)
-    root = parse_xml(data, path)
-    if root is None or root.tag != "lease-workload":
-        raise reader.error(root, f"root element is <{getattr(root, 'tag', '?')}>, expected <lease-workload>")
-    site_el = root.find("site")
-    site = reader.site(site_el) if site_el is not None else None
-    desc_el = root.find("description")
-    requests_el = root.find("lease-requests")
-    if requests_el is None:
-        raise reader.error(root, "<lease-workload> has no <lease-requests>")
-    requests: list[LeaseRequest] = []
-    given = _given_ids(reader, requests_el)
-    taken = set(given.values())
-    unnumbered = (n for n in range(1, len(requests_el) + len(taken) + 1) if n not in taken)
-    for index, req in enumerate(requests_el):
-        if req.tag != "lease-request":
-            raise reader.error(req, f"unexpected <{req.tag}> in <lease-requests>")
-        try:
-            arrival = parse_time(reader.attr(req, "arrival"), origin, 0)
-        except TimeFormatError as exc:
-            raise reader.error(req, str(exc)) from None
-        real_el = req.find("realduration")
-        real = reader.duration(real_el) if real_el is not None else None
-        if real is not None and real <= 0:
-            raise reader.error(real_el, "realduration must be positive")
-        lease_el = req.find("lease")
-        if lease_el is None:
-            raise reader.error(req, "<lease-request> has no <lease>")
-        lease_id = given.get(index) or next(unnumbered)
-        requests.append(reader.lease(lease_el, lease_id, arrival, real))
-    # Requests are served in arrival order; ties keep file order (a stable sort).
-    requests.sort(key=lambda r: r.arrival)
-    return Workload(name=root.get("name", Path(path).stem), requests=requests, site=site,
-                    description=(desc_el.text or "").strip() if desc_el is not None else "", source=path)
+    """The workload of an LWF document, read as a stream (formats/lwf_stream.py): each <lease-request> is read when
+    its end tag is, then let go, so that memory holds the requests and not the tree. Errors come in file order, the
+    first one found ending the read."""
+    from optlease.formats.lwf_stream import read_workload
 
-
-def _given_ids(reader: _Reader, requests_el: etree._Element) -> dict:
-    """The ids the file gives its leases (position of the <lease-request> -> id); an id given twice is an error."""
-    given: dict[int, int] = {}
-    first_line: dict[int, int] = {}
-    for index, req in enumerate(requests_el):
-        lease_el = req.find("lease")
-        if lease_el is None or lease_el.get("id") is None:
-            continue
-        lease_id = reader.positive_int(lease_el, "id")
-        if lease_id in first_line:
-            raise reader.error(lease_el, f"lease id {lease_id} is given twice (first at line {first_line[lease_id]})")
-        first_line[lease_id] = lease_el.sourceline
-        given[index] = lease_id
-    return given
+    return read_workload(_Reader(path, origin), data)
 
 
 def load_lwf(path: str | Path, origin: datetime | None = None) -> Workload:

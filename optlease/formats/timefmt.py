@@ -32,18 +32,25 @@ _DURATION = re.compile(r"(?:([0-9]{1,9}):)?([0-9]{1,9}):([0-9]{1,9}):([0-9]{1,9}
 
 def parse_duration(text: str) -> int:
     """Seconds in a relative time or duration string."""
-    raw = text.strip()
-    body = raw[1:] if raw.startswith("+") else raw
-    if body.startswith("-"):
-        raise TimeFormatError(f"{text!r}: a duration cannot be negative")
-    match = _DURATION.fullmatch(body)
+    match = _DURATION.fullmatch(text)       # (the form written most often: no sign, no spaces)
     if match is None:
-        raise TimeFormatError(f"{_cut(text)!r} is not a duration of the form [D:]HH:MM:SS[.ff]")
-    days, hours, minutes = (int(g or 0) for g in match.groups()[:3])
-    seconds = float(match.group(4))
+        raw = text.strip()
+        body = raw[1:] if raw.startswith("+") else raw
+        if body.startswith("-"):
+            raise TimeFormatError(f"{text!r}: a duration cannot be negative")
+        match = _DURATION.fullmatch(body)
+        if match is None:
+            raise TimeFormatError(f"{_cut(text)!r} is not a duration of the form [D:]HH:MM:SS[.ff]")
+    days, hours, minutes, secs = match.groups()
+    minutes = int(minutes)
+    if "." in secs:
+        seconds = float(secs)
+        whole = math.ceil(seconds - 1e-9)
+    else:       # (at most 9 digits: the same as the float's)
+        seconds = whole = int(secs)
     if minutes >= 60 or seconds >= 60:
         raise TimeFormatError(f"{text!r}: minutes and seconds must be below 60")
-    total = days * 86400 + hours * 3600 + minutes * 60 + math.ceil(seconds - 1e-9)
+    total = (int(days) * 86400 if days else 0) + int(hours) * 3600 + minutes * 60 + whole
     check_seconds(total, text)
     return total
 
