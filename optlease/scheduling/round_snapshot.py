@@ -3,8 +3,6 @@ running leases it may suspend, and the snapshot of the slot table with the greed
 lease offered its neighbourhood of nodes (models/cpsat-round.md, *One round, step by step*, 2)."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.records import BOOKED, MIGRATE, RR, SHUTDOWN, SUSPEND, Lease
@@ -109,17 +107,18 @@ class RoundSnapshotter:
         shared: dict[tuple[int, ...], tuple[int, ...]] = {}
         head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         for lease in movable:
-            snap, plan = self._lease_snapshot(lease, now)
+            kw, plan = self._lease_snapshot(lease, now)
             filled = completed.get(lease.id, plan)
             guard = self._latest_start(lease, filled, lease is head, now)
             if guard is not None:
-                snap = replace(snap, latest_start=guard)
+                kw["latest_start"] = guard
             if extra > 0 and lease.numnodes + extra < len(ranked):
                 # a neighbourhood: the nodes that free up first, and the nodes the plans and the image use
-                near = {*ranked[:lease.numnodes + extra], *plan.nodes, *filled.nodes, *snap.nodes}
+                own = kw.get("nodes", ())
+                near = {*ranked[:lease.numnodes + extra], *plan.nodes, *filled.nodes, *own}
                 if self.images is not None:   # and nodes whose cache holds its image, those free first
                     near.update(self.images.near(lease, now, ranked))
-                if not snap.nodes:   # a fresh start may take any plain node too: the model pools them
+                if not own:   # a fresh start may take any plain node too: the model pools them
                     # (the plain nodes sorted once: the few others merged in, not the thousands sorted per lease)
                     extra_nodes = tuple(sorted(near.difference(plain)))
                     near = shared.get(extra_nodes)
@@ -127,7 +126,9 @@ class RoundSnapshotter:
                         near = shared[extra_nodes] = tuple(sorted(plain_sorted + list(extra_nodes)))
                 else:
                     near = tuple(sorted(near))
-                snap = replace(snap, allowed_nodes=near)
+                kw["allowed_nodes"] = near
+            # (one snapshot per lease, made once with all it holds: a copy per field set cost 2,000 copies)
+            snap = LeaseSnapshot(**kw)
             leases.append(snap)
             greedy.append(plan)
             hint.append(filled)
@@ -212,7 +213,9 @@ class RoundSnapshotter:
                              ran=lease.accumulated + now - vmrr.start, since=vmrr.start,
                              expected_run=self._expected(lease, vmrr.end - vmrr.start))
 
-    def _lease_snapshot(self, lease: Lease, now: int) -> tuple[LeaseSnapshot, LeasePlan]:
+    def _lease_snapshot(self, lease: Lease, now: int) -> tuple[dict, LeasePlan]:
+        """A movable lease as the round sees it (the LeaseSnapshot's fields, which the caller completes with its
+        guard and neighbourhood), and its greedy plan."""
         opts = self.sched.opts
         resuming = lease.is_suspended()
         run = self.sched.vm.estimates.booked_run(lease)   # what it has left, or its estimate (scheduling.estimate)
@@ -233,7 +236,8 @@ class RoundSnapshotter:
             if self._announced.get(lease.id) == vmrr.seq:   # booked by an earlier round: keep it stable
                 kw.update(planned_start=start, planned_nodes=nodes)
         phase = Phase.SUSPENDED if resuming else Phase.RESERVED if "planned_start" in kw else Phase.QUEUED
-        return LeaseSnapshot(lease.req, phase, ov, left=run, expected_run=self._expected(lease, run), **kw), plan
+        return dict(request=lease.req, phase=phase, overheads=ov, left=run, expected_run=self._expected(lease, run),
+                    **kw), plan
 
     @staticmethod
     def _expected(lease: Lease, run: int) -> int | None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 from enum import Enum
 from functools import cached_property
 from operator import lt
@@ -52,6 +52,24 @@ class Job:
     allowed: tuple[int, ...] = ()     # the snapshot's neighbourhood of nodes (empty: every node)
     per_vm: bool = False              # the model places each VM, never counts them (the MIP's way; tests compare)
 
+    def __post_init__(self) -> None:
+        # whether it has a tail to place: asked of every job by every step (a plain attribute, set from its role)
+        object.__setattr__(self, "has_tail", self.role in TAIL_ROLES)
+
+    def evolve(self, **changes) -> Job:
+        """This job with `changes`: `dataclasses.replace` without its walk over every field and `__init__` (a round
+        of 7,000 jobs made thousands of copies), the properties cached on this one left behind."""
+        if not FIELDS.issuperset(changes):
+            raise TypeError(f"Job has no field {sorted(set(changes) - FIELDS)[0]!r}")
+        new = object.__new__(Job)
+        state = new.__dict__
+        state.update(self.__dict__)
+        for name in CACHED:
+            state.pop(name, None)
+        state.update(changes)
+        state["has_tail"] = state["role"] in TAIL_ROLES
+        return new
+
     @property
     def numvms(self) -> int:
         return len(self.demand)
@@ -59,10 +77,6 @@ class Job:
     @property
     def best_effort(self) -> bool:
         return self.kind is LeaseKind.BEST_EFFORT
-
-    @property
-    def has_tail(self) -> bool:
-        return self.role in (Role.START, Role.SUSPENDABLE)
 
     @cached_property
     def pooled(self) -> bool:
@@ -93,6 +107,12 @@ class Job:
     def migration_time(self, vm: int, node: int) -> int:
         """Transfer time before VM `vm` (0-based) can resume on `node`."""
         return self.migrate if self.origin and node != self.origin[vm] else 0
+
+
+# the roles with a tail (the start or resume to place)
+TAIL_ROLES = (Role.START, Role.SUSPENDABLE)
+FIELDS = frozenset(f.name for f in fields(Job))
+CACHED = tuple(name for name, value in vars(Job).items() if isinstance(value, cached_property))
 
 
 @dataclass(frozen=True)
@@ -142,8 +162,8 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
     jobs = [_with_candidates(j, capacity, dropped, policy.migration, cache) for j in jobs]
     # a tail that cannot be placed anywhere is refused now (or left running) rather than left for the solver to find
     jobs = [j if not j.has_tail or all(j.candidates) else
-            replace(j, role=Role.REJECTED, reason="no node can hold one of its VMs") if j.role is Role.START else
-            replace(j, role=Role.FIXED) for j in jobs]
+            j.evolve(role=Role.REJECTED, reason="no node can hold one of its VMs") if j.role is Role.START else
+            j.evolve(role=Role.FIXED) for j in jobs]
     return RoundData(now=now, horizon=horizon, jobs=tuple(jobs), nodes=tuple(site.node_ids), capacity=capacity,
                      resource_types=site.resource_types, exclusion_global=policy.exclusion is Exclusion.GLOBAL,
                      interchangeable=classes, weights=weights, link=snap.link)
@@ -316,7 +336,7 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
                 else tuple(sorted(fit.intersection(allowed)))
             got = cache[key, id(allowed)] = (allowed, inside)
         per_vm.append(got[1])
-    return replace(job, candidates=tuple(per_vm))
+    return job.evolve(candidates=tuple(per_vm))
 
 
 def _for_waiting_only(job: Job) -> bool:
