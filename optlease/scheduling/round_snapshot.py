@@ -59,15 +59,24 @@ class RoundSnapshotter:
         ids = {lease.id for lease in (*movable, *running)}
         types = sched.table.types
         # every reservation still to hold capacity, per lease: one envelope per lease, per node its largest use
-        held: dict[int, tuple[Lease, list[RR]]] = {}
+        held: dict[int, list[RR]] = {}
         for rr in sched.table.reservations:
             if rr.lease.id in ids or not rr.demand or rr.end <= now or rr.state not in ("scheduled", "active"):
                 continue
-            held.setdefault(rr.lease.id, (rr.lease, []))[1].append(rr)
+            rrs = held.get(rr.lease.id)
+            if rrs is None:
+                held[rr.lease.id] = [rr]
+            else:
+                rrs.append(rr)
         leases, hint = [], []
         release = {n: now for n in sched.table.nodes}   # when each node's fixed occupancies are over
+        # occupancies of one use share their VM demands (a 5,000-node round has 5,000 running leases of a few
+        # shapes: one dict per shape, not one per lease, for the steps after it to read and the collector to walk)
+        shapes: dict[tuple, dict[str, int]] = {}
+        alone: dict[tuple, tuple[dict[str, int]]] = {}   # per use, the VMs of an occupancy of one node
         for lease_id in sorted(held):
-            lease, rrs = held[lease_id]
+            rrs = held[lease_id]
+            lease = rrs[0].lease
             begin, end = max(now, min(rr.start for rr in rrs)), max(rr.end for rr in rrs)
             use: dict[int, tuple] = {}
             for rr in rrs:
@@ -76,7 +85,12 @@ class RoundSnapshotter:
             nodes = tuple(sorted(use))
             for n in nodes:
                 release[n] = max(release[n], end)
-            vms = tuple({t: v for t, v in zip(types, use[n]) if v} for n in nodes)
+            if len(nodes) == 1 and use[nodes[0]] in alone:
+                vms = alone[use[nodes[0]]]
+            else:
+                vms = tuple(_shape(shapes, types, use[n]) for n in nodes)
+                if len(nodes) == 1:
+                    alone[use[nodes[0]]] = vms
             req = LeaseRequest(lease_id, LeaseKind.AR, min(begin, lease.req.arrival), end - begin, vms, start=begin)
             if begin <= now:
                 leases.append(LeaseSnapshot(req, Phase.RUNNING, nodes=nodes, ran=0, since=now))
@@ -244,3 +258,11 @@ class RoundSnapshotter:
         """The whole run a lease's booking of `run` expects when that is a run-time estimate (None: what it asked
         for)."""
         return None if run == lease.remaining() else lease.accumulated + run
+
+
+def _shape(shapes: dict[tuple, dict[str, int]], types, use: tuple) -> dict[str, int]:
+    """The VM demand of a usage vector (per resource type of the table, the types it uses), one dict per vector."""
+    got = shapes.get(use)
+    if got is None:
+        got = shapes[use] = {t: v for t, v in zip(types, use) if v}
+    return got

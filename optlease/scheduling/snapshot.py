@@ -97,7 +97,7 @@ class Overheads:
     shutdown: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # (no dict per instance: a round makes thousands)
 class LeaseSnapshot:
     """One lease as the round sees it. `nodes[i]` is the node of vnode i+1: where it runs (RUNNING), where its memory
     image is (SUSPENDED); `planned_*` is what an earlier round announced (RESERVED, or a SUSPENDED lease's resume)."""
@@ -173,7 +173,7 @@ class Outcome(str, Enum):
     DEFERRED = "deferred"    # best-effort that stays queued (or suspended) past the look-ahead
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # (no dict per instance: a round makes thousands)
 class LeasePlan:
     """What the round decided for one lease. `start` is when its start (or resume) begins on `nodes`: a migrated VM's
     image is copied in the migrate time just before (holding no node); the run ends at `end` and a shutdown follows."""

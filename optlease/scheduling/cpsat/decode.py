@@ -192,7 +192,9 @@ class _Recorder:
         self.values[index] = value
 
     def flush(self) -> None:
-        """Write the hints given so far into the model."""
+        """Write the hints given so far into the model (none: the model has no hint, as before any add_hint)."""
+        if not self.vars:
+            return
         hint = self.model.proto.solution_hint
         hint.vars.extend(self.vars)
         hint.values.extend(self.hinted)

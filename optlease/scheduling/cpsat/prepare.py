@@ -145,7 +145,7 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
     """Classify every lease and bound the look-ahead; pure, and shared by the CP-SAT and the MIP round models."""
     now, policy, site = snap.now, snap.policy, snap.site
     soonest = now + policy.non_schedulable_interval
-    capacity = {n: dict(site.capacity(n)) for n in site.node_ids}
+    capacity = _capacities(site)
     # the times a suspension may end at: the start of an AR that is planned, or new and admissible
     ar_starts = sorted({l.request.start for l in snap.leases
                         if l.kind is LeaseKind.AR and l.request.start is not None and l.request.start > now
@@ -167,6 +167,21 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
     return RoundData(now=now, horizon=horizon, jobs=tuple(jobs), nodes=tuple(site.node_ids), capacity=capacity,
                      resource_types=site.resource_types, exclusion_global=policy.exclusion is Exclusion.GLOBAL,
                      interchangeable=classes, weights=weights, link=snap.link)
+
+
+def _capacities(site) -> dict[int, dict[str, int]]:
+    """Per node, its capacity: a copy of the site's, one per distinct capacity (nothing writes them; a site of
+    5,000 alike nodes has one, for every step to read and the collector not to walk 5,000)."""
+    copies: dict[tuple, dict[str, int]] = {}
+    out = {}
+    for n in site.node_ids:
+        cap = site.capacity(n)
+        key = tuple(cap.items())
+        got = copies.get(key)
+        if got is None:
+            got = copies[key] = dict(cap)
+        out[n] = got
+    return out
 
 
 def _common(lease: LeaseSnapshot) -> dict:
