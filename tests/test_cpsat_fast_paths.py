@@ -201,3 +201,29 @@ def test_each_running_lease_of_one_node_is_snapshot_with_its_own_use() -> None:
         assert lease.request.vms == tuple({t: v for t, v in zip(types, use[n]) if v} for n in sorted(use))
         checked += 1
     assert checked == 12
+
+
+@SETTINGS
+@given(st.integers(0, 10_000), st.booleans())
+def test_each_pooled_nodes_staircase_is_that_of_its_own_holds(seed: int, shared: bool) -> None:
+    """pools.find_pools shares one staircase among nodes whose one hold has the same end and demand dict: each
+    pooled node's blocks are the staircase of every running lease on it, as the plain per-node computation gives
+    (with the round's demand dicts shared, as the snapshot makes them, or each its own)."""
+    from optlease.scheduling.cpsat import pools
+
+    snap = pooled_round(seed)
+    if shared:   # one dict per demand, as round_snapshot shares them
+        one: dict = {}
+        snap = dataclasses.replace(snap, leases=tuple(dataclasses.replace(lease, request=dataclasses.replace(
+            lease.request, vms=tuple(one.setdefault(tuple(sorted(vm.items())), vm) for vm in lease.request.vms)))
+            for lease in snap.leases))
+    data = prepare(snap, lookahead=12)
+    found = pools.find_pools(data, local_exclusion=True)
+    assert found
+    for pool in found:
+        for n in pool.nodes:
+            holds = [(data.now + j.remaining + j.shutdown, j.demand[vm]) for j in data.jobs
+                     if j.role is Role.FIXED and j.remaining + j.shutdown > 0
+                     for vm, node in enumerate(j.origin) if node == n]
+            cap = data.capacity[n]
+            assert pool.blocks[n] == pools._staircase(cap, pool.demand, pool.slots, holds)

@@ -77,20 +77,29 @@ class RoundSnapshotter:
         for lease_id in sorted(held):
             rrs = held[lease_id]
             lease = rrs[0].lease
-            begin, end = max(now, min(rr.start for rr in rrs)), max(rr.end for rr in rrs)
-            use: dict[int, tuple] = {}
+            first = rrs[0]
+            begin, end, one = first.start, first.end, True
             for rr in rrs:
-                for pnode, d in rr.demand.items():
-                    use[pnode] = tuple(map(max, use[pnode], d)) if pnode in use else d
+                begin, end = min(begin, rr.start), max(end, rr.end)
+                one = one and rr.demand is first.demand
+            begin = max(now, begin)
+            if one:   # a run and its shutdown share one demand (vmsched.rr): nothing to merge
+                use = dict(first.demand.items())
+            else:
+                use = {}
+                for rr in rrs:
+                    for pnode, d in rr.demand.items():
+                        use[pnode] = tuple(map(max, use[pnode], d)) if pnode in use else d
             nodes = tuple(sorted(use))
             for n in nodes:
-                release[n] = max(release[n], end)
-            if len(nodes) == 1 and use[nodes[0]] in alone:
-                vms = alone[use[nodes[0]]]
+                if release[n] < end:
+                    release[n] = end
+            if len(nodes) == 1:
+                vms = alone.get(use[nodes[0]])
+                if vms is None:
+                    vms = alone[use[nodes[0]]] = (_shape(shapes, types, use[nodes[0]]),)
             else:
                 vms = tuple(_shape(shapes, types, use[n]) for n in nodes)
-                if len(nodes) == 1:
-                    alone[use[nodes[0]]] = vms
             req = LeaseRequest(lease_id, LeaseKind.AR, min(begin, lease.req.arrival), end - begin, vms, start=begin)
             if begin <= now:
                 leases.append(LeaseSnapshot(req, Phase.RUNNING, nodes=nodes, ran=0, since=now))

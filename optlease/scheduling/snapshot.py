@@ -160,10 +160,19 @@ class RoundSnapshot:
     def node_classes(self) -> tuple[tuple[int, ...], ...]:
         """Nodes grouped by identical capacity, in node order (the model narrows them to untouched nodes)."""
         groups: dict[tuple, list[int]] = {}
+        keys: dict[tuple, tuple] = {}   # a capacity as written -> its key (made once per distinct capacity)
+        types = self.site.resource_types
         for node in self.site.node_ids:
             cap = self.site.capacity(node)
-            key = tuple(sorted((t, cap.get(t, 0)) for t in self.site.resource_types))
-            groups.setdefault(key, []).append(node)
+            written = tuple(cap.items())
+            key = keys.get(written)
+            if key is None:
+                key = keys[written] = tuple(sorted((t, cap.get(t, 0)) for t in types))
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [node]
+            else:
+                group.append(node)
         return tuple(tuple(nodes) for nodes in groups.values())
 
 

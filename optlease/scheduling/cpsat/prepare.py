@@ -151,15 +151,16 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
                         if l.kind is LeaseKind.AR and l.request.start is not None and l.request.start > now
                         and (l.phase is Phase.RESERVED or (l.phase is Phase.NEW and l.request.start >= soonest
                                                             and policy.admission is Admission.ACCEPT_ALL))})
+    kinds = tuple({id(cap): cap for cap in capacity.values()}.values())   # the distinct capacities
     jobs = [_running_job(snap, lease, ar_starts, weights) if lease.phase is Phase.RUNNING
-            else _waiting_job(snap, lease, capacity, weights) for lease in snap.leases]
+            else _waiting_job(snap, lease, kinds, weights) for lease in snap.leases]
     # leases released later (offline optimization) push the automatic look-ahead back by the last release
     released = max((l.release - now for l in snap.leases if l.release is not None and l.release > now), default=0)
     horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs) + released
                      + (snap.link.seconds(now) if snap.link is not None else 0))
     classes, dropped = _interchangeable(snap, jobs)
     cache: dict = {}
-    jobs = [_with_candidates(j, capacity, dropped, policy.migration, cache) for j in jobs]
+    jobs = [_with_candidates(j, capacity, dropped, policy.migration, cache) if j.has_tail else j for j in jobs]
     # a tail that cannot be placed anywhere is refused now (or left running) rather than left for the solver to find
     jobs = [j if not j.has_tail or all(j.candidates) else
             j.evolve(role=Role.REJECTED, reason="no node can hold one of its VMs") if j.role is Role.START else
@@ -214,7 +215,7 @@ def _running_job(snap: RoundSnapshot, lease: LeaseSnapshot, ar_starts: list[int]
                weight=wait_weight(now, req, weights, lease.expected_run), **_common(lease))
 
 
-def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, dict[str, int]],
+def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, kinds: tuple[dict[str, int], ...],
                  weights: Weights) -> Job:
     """START (a first start or a resume), or REJECTED with the reason."""
     now, policy, req = snap.now, snap.policy, lease.request
@@ -232,7 +233,7 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
                        **_common(lease))
         if req.start is None or req.start < soonest:
             return Job(role=Role.REJECTED, reason="its start has passed or is too soon to schedule", **_common(lease))
-    if not all(any(_fits(vm, cap) for cap in capacity.values()) for vm in req.vms):
+    if not all(any(_fits(vm, cap) for cap in kinds) for vm in req.vms):   # (each distinct capacity once)
         return Job(role=Role.REJECTED, reason="a VM is larger than every node", **_common(lease))
     if lease.kind is LeaseKind.AR:
         if req.start is None or req.start < now:
@@ -335,7 +336,9 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
             continue
         key = tuple(sorted(demand.items()))
         if key not in cache:
-            fit = frozenset(n for n in capacity if n not in dropped and _fits(demand, capacity[n]))
+            holds: dict[int, bool] = {}   # per distinct capacity (shared dicts, prepare): whether it holds the VM
+            fit = frozenset(n for n, cap in capacity.items() if n not in dropped
+                            and (holds[id(cap)] if id(cap) in holds else holds.setdefault(id(cap), _fits(demand, cap))))
             cache[key] = (fit, tuple(sorted(fit)))
         fit, every = cache[key]
         if allowed is None:
