@@ -43,7 +43,7 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
                                  key=lambda j: (j.remaining / max(1, j.weight), j.id))[:LINE_HEAD]} \
         if suspends else set()
     sets: dict[int, frozenset[int]] = {}   # per candidate list (leases share a few), its nodes as a set
-    outside = {j.id for j in data.jobs if _outside(j, got.get(j.id), data, window, sets)}
+    outside = {j.id for j in data.tails if _outside(j, got.get(j.id), data, window, sets)}   # (only tails are held)
     if head & outside:
         head -= _stuck(data, got, head & outside, outside - head, pooled)
     idle = _idle(data, got, outside - head)
