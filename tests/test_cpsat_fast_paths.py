@@ -227,3 +227,28 @@ def test_each_pooled_nodes_staircase_is_that_of_its_own_holds(seed: int, shared:
                      for vm, node in enumerate(j.origin) if node == n]
             cap = data.capacity[n]
             assert pool.blocks[n] == pools._staircase(cap, pool.demand, pool.slots, holds)
+
+
+def test_the_bench_digests_a_rounds_plan_and_slot_table_the_same_on_every_run(capsys) -> None:
+    """scripts/bench_round.py --hashes (what shows a faster round decides the same): a round's plan and slot-table
+    digests are the same from run to run, with the setup's garbage collected first or not, and tell plans apart."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from optlease.scheduling.snapshot import LeasePlan, Outcome, Plan
+
+    spec = importlib.util.spec_from_file_location("bench_round", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "bench_round.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    got = []
+    for extra in ([], ["--collect-first"]):
+        assert bench.main(["--sizes", "40x12", "--seeds", "1", "--hashes", *extra]) == 0
+        got.append(json.loads(capsys.readouterr().out)["40-nodes-12-queued"])
+    assert got[0] == got[1]
+    (run,) = got[0]
+    assert len(run["plan_sha"]) == len(run["table_sha"]) == 16
+    one = Plan((LeasePlan(1, Outcome.ACCEPTED, start=5, nodes=(1,), end=9),))
+    other = Plan((LeasePlan(1, Outcome.ACCEPTED, start=6, nodes=(1,), end=10),))
+    assert bench.plan_digest([one]) != bench.plan_digest([other])
