@@ -336,9 +336,9 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
             continue
         key = tuple(sorted(demand.items()))
         if key not in cache:
-            holds: dict[int, bool] = {}   # per distinct capacity (shared dicts, prepare): whether it holds the VM
-            fit = frozenset(n for n, cap in capacity.items() if n not in dropped
-                            and (holds[id(cap)] if id(cap) in holds else holds.setdefault(id(cap), _fits(demand, cap))))
+            # per distinct capacity (nodes share them: _capacities), whether it holds the VM
+            holds = {ident: _fits(demand, cap) for ident, cap in {id(c): c for c in capacity.values()}.items()}
+            fit = frozenset(n for n, cap in capacity.items() if n not in dropped and holds[id(cap)])
             cache[key] = (fit, tuple(sorted(fit)))
         fit, every = cache[key]
         if allowed is None:
