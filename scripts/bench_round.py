@@ -11,6 +11,13 @@ times), and its CPU time by phase (`phases`: the greedy pass, the hint's complet
 model building, the hint given to the solver, the search, decoding, costing plans, committing; measured by timing
 those functions in this process, and the rest of the round as `other`), and the p50 of each phase per size.
 
+Each round has two digests, so that a change meant to be faster only can be shown to decide the same: `plan_sha`, of
+the plan the round's solve returned (every lease's outcome, start, nodes, suspension; its objective), and
+`table_sha`, of the slot table after the round (every reservation's lease, kind, times and mapping). `--hashes`
+prints only those, per size and seed. `--collect-first`: a full garbage collection after the (untimed) setup, so
+that a collection of the oldest generation the setup left due does not land in the timed round (in the same
+process the rounds of several seeds follow each other, and where such a collection fires depends on them all).
+
 Sizes (default): 144 nodes / 50 queued, 1,000 / 500, 5,000 / 2,000; `--sizes 144x50,1000x500` picks others;
 `--quick`: the first size only.
 """
@@ -19,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import hashlib
 import io
 import json
 import random
@@ -116,7 +124,7 @@ def phases(into: dict[str, float]):
             setattr(owner, attr, fn)
 
 
-def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> dict:
+def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions, collect_first: bool = False) -> dict:
     rng = random.Random(seed)
     site = Site.homogeneous(nodes, VM)
     sched = LeaseScheduler(site, opts, Policies(), EventLog(datetime(2006, 11, 25), "STATUS", io.StringIO()))
@@ -136,13 +144,19 @@ def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> di
                            rng.randint(10, 240) * 60, tuple(dict(VM) for _ in range(vms)))
         sched.request(Lease(req, {v: sched.table.vector(VM) for v in range(1, vms + 1)}), now)
         next_id += 1
+    if collect_first:   # the setup's garbage collected first: the round's collections are its own
+        gc.collect()
     split: dict[str, float] = {}
     collected: dict[str, float] = {}
+    plans = []
+    solve = planner._plan   # the round's solve, seen from here to digest its plan (the instance's own attribute)
+    planner._plan = lambda *args: plans.append(solve(*args)) or plans[-1]
     with phases(split), collections(collected):
         wall, cpu = time.perf_counter(), time.process_time()
         planner.plan(now)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     split["other"] = cpu - sum(split.values())
+    del planner._plan
     record = planner.records[-1]
     s = record.stats
     return {"round_s": wall, "round_cpu_s": cpu, "solver_s": s.wall_time, "status": s.status, "source": s.source,
@@ -151,7 +165,21 @@ def one_round(nodes: int, queued: int, seed: int, opts: SchedulingOptions) -> di
             "completion_objective": s.hint_objective, "replanned": record.changed,
             "capped": s.capped, "held": s.held, "variables": s.num_variables, "constraints": s.num_constraints,
             "phases_cpu_s": {k: round(v, 4) for k, v in split.items()},
-            "gc_cpu_s": round(collected.get("gc", 0.0), 4)}
+            "gc_cpu_s": round(collected.get("gc", 0.0), 4),
+            "plan_sha": plan_digest(plans), "table_sha": table_digest(sched)}
+
+
+def plan_digest(plans: list) -> str:
+    """sha256 (first 16 hex digits) of the plans a round's solves returned: each lease's decisions and the objective."""
+    text = repr([(p.stats.objective if p.stats else None, sorted(repr(lp) for lp in p.leases)) for p in plans])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def table_digest(sched: LeaseScheduler) -> str:
+    """sha256 (first 16 hex digits) of the slot table: every reservation's lease, kind, state, times and mapping."""
+    rows = sorted((rr.lease.id, rr.kind, rr.state, rr.start, rr.end, sorted(rr.mapping.items()),
+                   sorted((n, tuple(d)) for n, d in rr.demand.items())) for rr in sched.table.reservations)
+    return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -168,13 +196,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=SchedulingOptions.solver_time_limit,
                     help="solver-time-limit: the wall-clock safety net per search (s)")
     ap.add_argument("--sizes", help="NODESxQUEUED,... (default: 144x50,1000x500,5000x2000)")
+    ap.add_argument("--hashes", action="store_true", help="print only each round's plan and slot-table digests")
+    ap.add_argument("--collect-first", action="store_true",
+                    help="a full garbage collection before each timed round (after the untimed setup)")
     args = ap.parse_args(argv)
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")] if args.sizes else SIZES
     opts = SchedulingOptions(backfilling="aggressive", mapper="cpsat", solver_work_limit=args.work_limit,
                              solver_time_limit=args.time_limit)
     out = {}
     for nodes, queued in sizes[:1] if args.quick else sizes:
-        runs = [one_round(nodes, queued, seed, opts) for seed in range(args.seeds)]
+        runs = [one_round(nodes, queued, seed, opts, args.collect_first) for seed in range(args.seeds)]
+        if args.hashes:
+            out[f"{nodes}-nodes-{queued}-queued"] = [{"seed": seed, "plan_sha": r["plan_sha"],
+                                                       "table_sha": r["table_sha"], "objective": r["objective"],
+                                                       "status": r["status"]} for seed, r in enumerate(runs)]
+            print(f"{nodes}/{queued}: done", file=sys.stderr, flush=True)
+            continue
         gaps = [r["gap"] for r in runs if r["gap"] is not None]
         out[f"{nodes}-nodes-{queued}-queued"] = {
             "round_p50_s": pct([r["round_s"] for r in runs], 0.5),

@@ -3,8 +3,6 @@ running leases it may suspend, and the snapshot of the slot table with the greed
 lease offered its neighbourhood of nodes (models/cpsat-round.md, *One round, step by step*, 2)."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.records import BOOKED, MIGRATE, RR, SHUTDOWN, SUSPEND, Lease
@@ -61,24 +59,47 @@ class RoundSnapshotter:
         ids = {lease.id for lease in (*movable, *running)}
         types = sched.table.types
         # every reservation still to hold capacity, per lease: one envelope per lease, per node its largest use
-        held: dict[int, tuple[Lease, list[RR]]] = {}
+        held: dict[int, list[RR]] = {}
         for rr in sched.table.reservations:
             if rr.lease.id in ids or not rr.demand or rr.end <= now or rr.state not in ("scheduled", "active"):
                 continue
-            held.setdefault(rr.lease.id, (rr.lease, []))[1].append(rr)
+            rrs = held.get(rr.lease.id)
+            if rrs is None:
+                held[rr.lease.id] = [rr]
+            else:
+                rrs.append(rr)
         leases, hint = [], []
         release = {n: now for n in sched.table.nodes}   # when each node's fixed occupancies are over
+        # occupancies of one use share their VM demands (a 5,000-node round has 5,000 running leases of a few
+        # shapes: one dict per shape, not one per lease, for the steps after it to read and the collector to walk)
+        shapes: dict[tuple, dict[str, int]] = {}
+        alone: dict[tuple, tuple[dict[str, int]]] = {}   # per use, the VMs of an occupancy of one node
         for lease_id in sorted(held):
-            lease, rrs = held[lease_id]
-            begin, end = max(now, min(rr.start for rr in rrs)), max(rr.end for rr in rrs)
-            use: dict[int, tuple] = {}
+            rrs = held[lease_id]
+            lease = rrs[0].lease
+            first = rrs[0]
+            begin, end, one = first.start, first.end, True
             for rr in rrs:
-                for pnode, d in rr.demand.items():
-                    use[pnode] = tuple(map(max, use[pnode], d)) if pnode in use else d
+                begin, end = min(begin, rr.start), max(end, rr.end)
+                one = one and rr.demand is first.demand
+            begin = max(now, begin)
+            if one:   # a run and its shutdown share one demand (vmsched.rr): nothing to merge
+                use = dict(first.demand.items())
+            else:
+                use = {}
+                for rr in rrs:
+                    for pnode, d in rr.demand.items():
+                        use[pnode] = tuple(map(max, use[pnode], d)) if pnode in use else d
             nodes = tuple(sorted(use))
             for n in nodes:
-                release[n] = max(release[n], end)
-            vms = tuple({t: v for t, v in zip(types, use[n]) if v} for n in nodes)
+                if release[n] < end:
+                    release[n] = end
+            if len(nodes) == 1:
+                vms = alone.get(use[nodes[0]])
+                if vms is None:
+                    vms = alone[use[nodes[0]]] = (_shape(shapes, types, use[nodes[0]]),)
+            else:
+                vms = tuple(_shape(shapes, types, use[n]) for n in nodes)
             req = LeaseRequest(lease_id, LeaseKind.AR, min(begin, lease.req.arrival), end - begin, vms, start=begin)
             if begin <= now:
                 leases.append(LeaseSnapshot(req, Phase.RUNNING, nodes=nodes, ran=0, since=now))
@@ -109,17 +130,18 @@ class RoundSnapshotter:
         shared: dict[tuple[int, ...], tuple[int, ...]] = {}
         head = min(movable, key=lambda lease: (lease.req.arrival, lease.id), default=None)
         for lease in movable:
-            snap, plan = self._lease_snapshot(lease, now)
+            kw, plan = self._lease_snapshot(lease, now)
             filled = completed.get(lease.id, plan)
             guard = self._latest_start(lease, filled, lease is head, now)
             if guard is not None:
-                snap = replace(snap, latest_start=guard)
+                kw["latest_start"] = guard
             if extra > 0 and lease.numnodes + extra < len(ranked):
                 # a neighbourhood: the nodes that free up first, and the nodes the plans and the image use
-                near = {*ranked[:lease.numnodes + extra], *plan.nodes, *filled.nodes, *snap.nodes}
+                own = kw.get("nodes", ())
+                near = {*ranked[:lease.numnodes + extra], *plan.nodes, *filled.nodes, *own}
                 if self.images is not None:   # and nodes whose cache holds its image, those free first
                     near.update(self.images.near(lease, now, ranked))
-                if not snap.nodes:   # a fresh start may take any plain node too: the model pools them
+                if not own:   # a fresh start may take any plain node too: the model pools them
                     # (the plain nodes sorted once: the few others merged in, not the thousands sorted per lease)
                     extra_nodes = tuple(sorted(near.difference(plain)))
                     near = shared.get(extra_nodes)
@@ -127,7 +149,9 @@ class RoundSnapshotter:
                         near = shared[extra_nodes] = tuple(sorted(plain_sorted + list(extra_nodes)))
                 else:
                     near = tuple(sorted(near))
-                snap = replace(snap, allowed_nodes=near)
+                kw["allowed_nodes"] = near
+            # (one snapshot per lease, made once with all it holds: a copy per field set cost 2,000 copies)
+            snap = LeaseSnapshot(**kw)
             leases.append(snap)
             greedy.append(plan)
             hint.append(filled)
@@ -212,7 +236,9 @@ class RoundSnapshotter:
                              ran=lease.accumulated + now - vmrr.start, since=vmrr.start,
                              expected_run=self._expected(lease, vmrr.end - vmrr.start))
 
-    def _lease_snapshot(self, lease: Lease, now: int) -> tuple[LeaseSnapshot, LeasePlan]:
+    def _lease_snapshot(self, lease: Lease, now: int) -> tuple[dict, LeasePlan]:
+        """A movable lease as the round sees it (the LeaseSnapshot's fields, which the caller completes with its
+        guard and neighbourhood), and its greedy plan."""
         opts = self.sched.opts
         resuming = lease.is_suspended()
         run = self.sched.vm.estimates.booked_run(lease)   # what it has left, or its estimate (scheduling.estimate)
@@ -233,10 +259,19 @@ class RoundSnapshotter:
             if self._announced.get(lease.id) == vmrr.seq:   # booked by an earlier round: keep it stable
                 kw.update(planned_start=start, planned_nodes=nodes)
         phase = Phase.SUSPENDED if resuming else Phase.RESERVED if "planned_start" in kw else Phase.QUEUED
-        return LeaseSnapshot(lease.req, phase, ov, left=run, expected_run=self._expected(lease, run), **kw), plan
+        return dict(request=lease.req, phase=phase, overheads=ov, left=run, expected_run=self._expected(lease, run),
+                    **kw), plan
 
     @staticmethod
     def _expected(lease: Lease, run: int) -> int | None:
         """The whole run a lease's booking of `run` expects when that is a run-time estimate (None: what it asked
         for)."""
         return None if run == lease.remaining() else lease.accumulated + run
+
+
+def _shape(shapes: dict[tuple, dict[str, int]], types, use: tuple) -> dict[str, int]:
+    """The VM demand of a usage vector (per resource type of the table, the types it uses), one dict per vector."""
+    got = shapes.get(use)
+    if got is None:
+        got = shapes[use] = {t: v for t, v in zip(types, use) if v}
+    return got

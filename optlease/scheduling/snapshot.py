@@ -97,7 +97,7 @@ class Overheads:
     shutdown: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # (no dict per instance: a round makes thousands)
 class LeaseSnapshot:
     """One lease as the round sees it. `nodes[i]` is the node of vnode i+1: where it runs (RUNNING), where its memory
     image is (SUSPENDED); `planned_*` is what an earlier round announced (RESERVED, or a SUSPENDED lease's resume)."""
@@ -160,10 +160,19 @@ class RoundSnapshot:
     def node_classes(self) -> tuple[tuple[int, ...], ...]:
         """Nodes grouped by identical capacity, in node order (the model narrows them to untouched nodes)."""
         groups: dict[tuple, list[int]] = {}
+        keys: dict[tuple, tuple] = {}   # a capacity as written -> its key (made once per distinct capacity)
+        types = self.site.resource_types
         for node in self.site.node_ids:
             cap = self.site.capacity(node)
-            key = tuple(sorted((t, cap.get(t, 0)) for t in self.site.resource_types))
-            groups.setdefault(key, []).append(node)
+            written = tuple(cap.items())
+            key = keys.get(written)
+            if key is None:
+                key = keys[written] = tuple(sorted((t, cap.get(t, 0)) for t in types))
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [node]
+            else:
+                group.append(node)
         return tuple(tuple(nodes) for nodes in groups.values())
 
 
@@ -173,7 +182,7 @@ class Outcome(str, Enum):
     DEFERRED = "deferred"    # best-effort that stays queued (or suspended) past the look-ahead
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # (no dict per instance: a round makes thousands)
 class LeasePlan:
     """What the round decided for one lease. `start` is when its start (or resume) begins on `nodes`: a migrated VM's
     image is copied in the migrate time just before (holding no node); the run ends at `end` and a shutdown follows."""

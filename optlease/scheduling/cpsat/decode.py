@@ -164,20 +164,41 @@ def add_hint(rm: RoundModel, plan: Plan) -> int:
             m.add_hint(var, rule(m.value))
         except KeyError:   # it depends on a variable the plan left unhinted
             continue
+    m.flush()
     return hinted
 
 
 class _Recorder:
-    """Adds hints to a model and remembers them, so that the helper variables' hints can be computed from them."""
+    """Adds hints to a model and remembers them, so that the helper variables' hints can be computed from them. The
+    hints go into the model in one piece (`flush`), in the order given: the same model as one call per variable,
+    without a Python call into the model per hinted variable (8,000 on the 5,000-node bench round)."""
 
     def __init__(self, model) -> None:
         self.model, self.values = model, {}
+        self.vars: list[int] = []
+        self.hinted: list[int] = []
 
     def add_hint(self, var, value) -> None:
-        if var.index in self.values:   # a variable standing for two things (a VM count that is its one literal)
+        index = var.index
+        if index in self.values:   # a variable standing for two things (a VM count that is its one literal)
             return
-        self.model.add_hint(var, value)
-        self.values[var.index] = int(value)
+        value = int(value)
+        if index >= 0:
+            self.vars.append(index)
+            self.hinted.append(value)
+        else:   # a negated literal is hinted as its variable's opposite (as CpModel.add_hint does)
+            self.vars.append(-index - 1)
+            self.hinted.append(int(not value))
+        self.values[index] = value
+
+    def flush(self) -> None:
+        """Write the hints given so far into the model (none: the model has no hint, as before any add_hint)."""
+        if not self.vars:
+            return
+        hint = self.model.proto.solution_hint
+        hint.vars.extend(self.vars)
+        hint.values.extend(self.hinted)
+        self.vars, self.hinted = [], []
 
     def value(self, expr) -> int:
         """The hinted value of a linear expression (KeyError: a variable in it has no hint)."""

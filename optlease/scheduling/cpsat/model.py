@@ -110,6 +110,8 @@ def _add_fixed(rm: RoundModel, job: Job) -> None:
     if length <= 0:
         return
     for vm, node in enumerate(job.origin):
+        if node in rm.pool_of:
+            continue   # the pool's staircase holds it (add_capacity): an interval here would be in no constraint
         iv = rm.model.new_fixed_size_interval_var(rm.data.now, length, f"run[lease={job.id},vm={vm + 1}]")
         rm.holds.append(Demand(iv, node, job.demand[vm]))
 

@@ -24,14 +24,13 @@ from optlease.scheduling.cpsat.prepare import Job, Role, RoundData
 
 @dataclass(frozen=True)
 class Pool:
-    """Nodes of one capacity offered alike; `slots` VMs of `demand` fit each at once; `offered` the (lease, vm)
-    pairs that may go there; `blocks` per node the fixed holds as (end, slots held until then), ends increasing."""
+    """Nodes of one capacity offered alike; `slots` VMs of `demand` fit each at once; `blocks` per node the fixed
+    holds as (end, slots held until then), ends increasing."""
 
     index: int
     nodes: tuple[int, ...]
     demand: dict[str, int]
     slots: int
-    offered: tuple[tuple[int, int], ...]
     blocks: dict[int, tuple[tuple[int, int], ...]]
 
     @property
@@ -85,39 +84,49 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
     # exclusion cannot share a pooled node's name-free slots, unless the node holds one VM at a time (its
     # capacity then keeps resumes apart, each within its VM's run: on Blue a VM fills a node)
     # (lists many leases share are one tuple: gathered by identity first, then by value once per tuple)
-    by_tuple: dict[int, tuple[tuple[int, ...], list[tuple[int, int]]]] = {}
+    by_tuple: dict[int, tuple[int, ...]] = {}
     resumed: set[tuple[int, ...]] = set()
     for j in tails:
-        for vm, nodes in enumerate(j.candidates):
-            by_tuple.setdefault(id(nodes), (nodes, []))[1].append((j.id, vm))
+        for nodes in j.candidates:
+            by_tuple.setdefault(id(nodes), nodes)
             if local_exclusion and j.resume > 0:
                 resumed.add(nodes)
-    by_set: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-    for nodes, pairs in by_tuple.values():
-        by_set.setdefault(nodes, []).extend(pairs)
     blocked: set[int] = set()
     if resumed:
         shared = set().union(*resumed)
         blocked = {n for n in shared if _slots(data.capacity[n], demand, {}) > 1}
-    sets = [(frozenset(nodes), pairs) for nodes, pairs in by_set.items()]
-    offered_anywhere = frozenset().union(*(nodes for nodes, _ in sets)) if sets else frozenset()
-    holds: dict[int, list[tuple[int, dict[str, int]]]] = {}
+    sets = [frozenset(nodes) for nodes in dict.fromkeys(by_tuple.values())]
+    offered_anywhere = frozenset().union(*sets) if sets else frozenset()
+    # per node its fixed holds: the one (end, demand) of most nodes kept in two dicts, a list only where there are
+    # more (no objects per node for the collector)
+    end_of: dict[int, int] = {}
+    demand_of: dict[int, dict[str, int]] = {}
+    more: dict[int, list[tuple[int, dict[str, int]]]] = {}
     for j in data.jobs:
         if j.role is Role.FIXED and j.remaining + j.shutdown > 0:
+            end = data.now + j.remaining + j.shutdown
             for vm, n in enumerate(j.origin):
-                holds.setdefault(n, []).append((data.now + j.remaining + j.shutdown, j.demand[vm]))
+                if n in more:
+                    more[n].append((end, j.demand[vm]))
+                elif n in end_of:
+                    more[n] = [(end_of.pop(n), demand_of.pop(n)), (end, j.demand[vm])]
+                else:
+                    end_of[n], demand_of[n] = end, j.demand[vm]
     # nodes of one capacity, split until every candidate set holds all of a group or none of it
     groups: dict[tuple, set[int]] = {}
     fits: dict[tuple, bool] = {}   # per capacity (a site has a few): whether it holds one VM
+    keyed: dict[int, tuple] = {}   # per capacity dict (nodes of one capacity share one: cpsat.prepare), its key
     for n in offered_anywhere - named - blocked:
         cap = data.capacity[n]
-        key = tuple(sorted(cap.items()))
+        key = keyed.get(id(cap))
+        if key is None:
+            key = keyed[id(cap)] = tuple(sorted(cap.items()))
         if key not in fits:
             fits[key] = _slots(cap, demand, {}) >= 1
         if fits[key]:
             groups.setdefault(key, set()).add(n)
     parts = [(cap, nodes) for cap, nodes in groups.items()]
-    for nodes_set, _ in sets:
+    for nodes_set in sets:
         split = []
         for cap, nodes in parts:
             inside, outside = nodes & nodes_set, nodes - nodes_set
@@ -125,21 +134,28 @@ def find_pools(data: RoundData, local_exclusion: bool) -> tuple[Pool, ...]:
         parts = split
     pools = []
     for cap_items, nodes in sorted(parts, key=lambda part: min(part[1])):
-        cap, some = dict(cap_items), min(nodes)
-        offered = tuple(pair for nodes_set, pairs in sets if some in nodes_set for pair in pairs)
+        cap = dict(cap_items)
         slots = _slots(cap, demand, {})
         ordered = tuple(sorted(nodes))
-        # nodes whose fixed holds are alike (most often one running lease of one demand) share one staircase
+        # nodes whose fixed holds are alike (most often one running lease of one demand) share one staircase: keyed
+        # by end and demand dict (the round's demands are shared dicts, alive all along), equal contents of other
+        # dicts given equal staircases of their own
         seen: dict[tuple, tuple] = {}
         blocks = {}
         for n in ordered:
-            held = holds.get(n, ())
-            key = tuple((e, tuple(d.items())) for e, d in held)
-            stairs = seen.get(key)
-            if stairs is None:
-                stairs = seen[key] = _staircase(cap, demand, slots, held)
+            if n in end_of:
+                key = (end_of[n], id(demand_of[n]))
+                stairs = seen.get(key)
+                if stairs is None:
+                    stairs = seen[key] = _staircase(cap, demand, slots, [(end_of[n], demand_of[n])])
+            elif n in more:
+                stairs = _staircase(cap, demand, slots, more[n])
+            else:
+                stairs = seen.get(())
+                if stairs is None:
+                    stairs = seen[()] = _staircase(cap, demand, slots, [])
             blocks[n] = stairs
-        pools.append(Pool(len(pools), ordered, demand, slots, tuple(sorted(offered)), blocks))
+        pools.append(Pool(len(pools), ordered, demand, slots, blocks))
     return tuple(pools)
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 from enum import Enum
 from functools import cached_property
 from operator import lt
@@ -52,6 +52,24 @@ class Job:
     allowed: tuple[int, ...] = ()     # the snapshot's neighbourhood of nodes (empty: every node)
     per_vm: bool = False              # the model places each VM, never counts them (the MIP's way; tests compare)
 
+    def __post_init__(self) -> None:
+        # whether it has a tail to place: asked of every job by every step (a plain attribute, set from its role)
+        object.__setattr__(self, "has_tail", self.role in TAIL_ROLES)
+
+    def evolve(self, **changes) -> Job:
+        """This job with `changes`: `dataclasses.replace` without its walk over every field and `__init__` (a round
+        of 7,000 jobs made thousands of copies), the properties cached on this one left behind."""
+        if not FIELDS.issuperset(changes):
+            raise TypeError(f"Job has no field {sorted(set(changes) - FIELDS)[0]!r}")
+        new = object.__new__(Job)
+        state = new.__dict__
+        state.update(self.__dict__)
+        for name in CACHED:
+            state.pop(name, None)
+        state.update(changes)
+        state["has_tail"] = state["role"] in TAIL_ROLES
+        return new
+
     @property
     def numvms(self) -> int:
         return len(self.demand)
@@ -59,10 +77,6 @@ class Job:
     @property
     def best_effort(self) -> bool:
         return self.kind is LeaseKind.BEST_EFFORT
-
-    @property
-    def has_tail(self) -> bool:
-        return self.role in (Role.START, Role.SUSPENDABLE)
 
     @cached_property
     def pooled(self) -> bool:
@@ -95,6 +109,12 @@ class Job:
         return self.migrate if self.origin and node != self.origin[vm] else 0
 
 
+# the roles with a tail (the start or resume to place)
+TAIL_ROLES = (Role.START, Role.SUSPENDABLE)
+FIELDS = frozenset(f.name for f in fields(Job))
+CACHED = tuple(name for name, value in vars(Job).items() if isinstance(value, cached_property))
+
+
 @dataclass(frozen=True)
 class RoundData:
     now: int
@@ -125,28 +145,44 @@ def prepare(snap: RoundSnapshot, weights: Weights = Weights(), lookahead: int | 
     """Classify every lease and bound the look-ahead; pure, and shared by the CP-SAT and the MIP round models."""
     now, policy, site = snap.now, snap.policy, snap.site
     soonest = now + policy.non_schedulable_interval
-    capacity = {n: dict(site.capacity(n)) for n in site.node_ids}
+    capacity = _capacities(site)
     # the times a suspension may end at: the start of an AR that is planned, or new and admissible
     ar_starts = sorted({l.request.start for l in snap.leases
                         if l.kind is LeaseKind.AR and l.request.start is not None and l.request.start > now
                         and (l.phase is Phase.RESERVED or (l.phase is Phase.NEW and l.request.start >= soonest
                                                             and policy.admission is Admission.ACCEPT_ALL))})
+    kinds = tuple({id(cap): cap for cap in capacity.values()}.values())   # the distinct capacities
     jobs = [_running_job(snap, lease, ar_starts, weights) if lease.phase is Phase.RUNNING
-            else _waiting_job(snap, lease, capacity, weights) for lease in snap.leases]
+            else _waiting_job(snap, lease, kinds, weights) for lease in snap.leases]
     # leases released later (offline optimization) push the automatic look-ahead back by the last release
     released = max((l.release - now for l in snap.leases if l.release is not None and l.release > now), default=0)
     horizon = now + (lookahead if lookahead is not None else _auto_lookahead(now, jobs) + released
                      + (snap.link.seconds(now) if snap.link is not None else 0))
     classes, dropped = _interchangeable(snap, jobs)
     cache: dict = {}
-    jobs = [_with_candidates(j, capacity, dropped, policy.migration, cache) for j in jobs]
+    jobs = [_with_candidates(j, capacity, dropped, policy.migration, cache) if j.has_tail else j for j in jobs]
     # a tail that cannot be placed anywhere is refused now (or left running) rather than left for the solver to find
     jobs = [j if not j.has_tail or all(j.candidates) else
-            replace(j, role=Role.REJECTED, reason="no node can hold one of its VMs") if j.role is Role.START else
-            replace(j, role=Role.FIXED) for j in jobs]
+            j.evolve(role=Role.REJECTED, reason="no node can hold one of its VMs") if j.role is Role.START else
+            j.evolve(role=Role.FIXED) for j in jobs]
     return RoundData(now=now, horizon=horizon, jobs=tuple(jobs), nodes=tuple(site.node_ids), capacity=capacity,
                      resource_types=site.resource_types, exclusion_global=policy.exclusion is Exclusion.GLOBAL,
                      interchangeable=classes, weights=weights, link=snap.link)
+
+
+def _capacities(site) -> dict[int, dict[str, int]]:
+    """Per node, its capacity: a copy of the site's, one per distinct capacity (nothing writes them; a site of
+    5,000 alike nodes has one, for every step to read and the collector not to walk 5,000)."""
+    copies: dict[tuple, dict[str, int]] = {}
+    out = {}
+    for n in site.node_ids:
+        cap = site.capacity(n)
+        key = tuple(cap.items())
+        got = copies.get(key)
+        if got is None:
+            got = copies[key] = dict(cap)
+        out[n] = got
+    return out
 
 
 def _common(lease: LeaseSnapshot) -> dict:
@@ -179,7 +215,7 @@ def _running_job(snap: RoundSnapshot, lease: LeaseSnapshot, ar_starts: list[int]
                weight=wait_weight(now, req, weights, lease.expected_run), **_common(lease))
 
 
-def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, dict[str, int]],
+def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, kinds: tuple[dict[str, int], ...],
                  weights: Weights) -> Job:
     """START (a first start or a resume), or REJECTED with the reason."""
     now, policy, req = snap.now, snap.policy, lease.request
@@ -197,7 +233,7 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, capacity: dict[int, 
                        **_common(lease))
         if req.start is None or req.start < soonest:
             return Job(role=Role.REJECTED, reason="its start has passed or is too soon to schedule", **_common(lease))
-    if not all(any(_fits(vm, cap) for cap in capacity.values()) for vm in req.vms):
+    if not all(any(_fits(vm, cap) for cap in kinds) for vm in req.vms):   # (each distinct capacity once)
         return Job(role=Role.REJECTED, reason="a VM is larger than every node", **_common(lease))
     if lease.kind is LeaseKind.AR:
         if req.start is None or req.start < now:
@@ -300,7 +336,9 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
             continue
         key = tuple(sorted(demand.items()))
         if key not in cache:
-            fit = frozenset(n for n in capacity if n not in dropped and _fits(demand, capacity[n]))
+            # per distinct capacity (nodes share them: _capacities), whether it holds the VM
+            holds = {ident: _fits(demand, cap) for ident, cap in {id(c): c for c in capacity.values()}.items()}
+            fit = frozenset(n for n, cap in capacity.items() if n not in dropped and holds[id(cap)])
             cache[key] = (fit, tuple(sorted(fit)))
         fit, every = cache[key]
         if allowed is None:
@@ -316,7 +354,7 @@ def _with_candidates(job: Job, capacity: dict[int, dict[str, int]], dropped: fro
                 else tuple(sorted(fit.intersection(allowed)))
             got = cache[key, id(allowed)] = (allowed, inside)
         per_vm.append(got[1])
-    return replace(job, candidates=tuple(per_vm))
+    return job.evolve(candidates=tuple(per_vm))
 
 
 def _for_waiting_only(job: Job) -> bool:

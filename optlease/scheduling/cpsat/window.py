@@ -43,7 +43,7 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
                                  key=lambda j: (j.remaining / max(1, j.weight), j.id))[:LINE_HEAD]} \
         if suspends else set()
     sets: dict[int, frozenset[int]] = {}   # per candidate list (leases share a few), its nodes as a set
-    outside = {j.id for j in data.jobs if _outside(j, got.get(j.id), data, window, sets)}
+    outside = {j.id for j in data.tails if _outside(j, got.get(j.id), data, window, sets)}   # (only tails are held)
     if head & outside:
         head -= _stuck(data, got, head & outside, outside - head, pooled)
     idle = _idle(data, got, outside - head)
@@ -54,7 +54,7 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
     for job in data.jobs:
         if job.id in idle:   # it runs on: its nodes help no free tail sooner
             held += 1
-            jobs.append(replace(job, role=Role.FIXED, suspend_ends=(), free_end=None, deferrable=False))
+            jobs.append(job.evolve(role=Role.FIXED, suspend_ends=(), free_end=None, deferrable=False))
             continue
         if job.id not in outside or job.id in head:
             jobs.append(job)
@@ -66,13 +66,13 @@ def hold_outside(data: RoundData, hint: Plan, window: int) -> tuple[RoundData, i
         # ready at the start itself, the held tail had no solution and the round kept the hint)
         moved = job.origin and any(n != o for n, o in zip(p.nodes, job.origin))
         ready = max(job.earliest, p.start - job.migrate) if moved else p.start
-        kept = replace(job, earliest=ready, latest=p.start, deferrable=False)
+        kept = dict(earliest=ready, latest=p.start, deferrable=False)
         if any(n not in pooled for n in p.nodes):
-            kept = replace(kept, candidates=tuple(_in_pools(c, pooled, in_pools) if n in pooled else (n,)
-                                                  for n, c in zip(p.nodes, job.candidates)))
+            kept["candidates"] = tuple(_in_pools(c, pooled, in_pools) if n in pooled else (n,)
+                                       for n, c in zip(p.nodes, job.candidates))
             used.update(n for n in p.nodes if n not in pooled)
             narrowed = True
-        jobs.append(kept)
+        jobs.append(job.evolve(**kept))
     if not held:
         return data, 0
     # a class of identical nodes is used in order (add_symmetry); a held tail on one of them names it
