@@ -151,7 +151,7 @@ class VMScheduler:
                 continue
             if t not in firsts:
                 vmrr.backfill = True   # a start found among later ends (Haizea's "in the future")
-                if earliest is None and fixed is None:
+                if fixed is None:
                     self._note_walk(lease, vmrr, t)
             if self.log.info_on:
                 self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s%s to %s%s" % (
