@@ -13,7 +13,7 @@ from optlease.domain.site import Site
 from optlease.engine.run import simulate
 from optlease.formats.config import load_config
 from optlease.formats.schedule_json import schedule_document
-from optlease.scheduling import replan
+from optlease.scheduling import replan, slottable
 from optlease.scheduling.records import RR, NotSchedulable
 from optlease.scheduling.slottable import SlotTable
 
@@ -113,12 +113,23 @@ def test_change_marks_say_how_far_changes_reached():
     assert not table.unchanged_from(mark, 10 ** 9)
 
 
-def test_a_change_to_many_nodes_counts_as_a_change_to_every_node():
+def test_a_change_to_many_nodes_names_them_until_the_changes_name_too_many(monkeypatch):
     table = SlotTable(Site.homogeneous(80, {"CPU": 100, "Memory": 1024}))
     mark = table.mark()
     lease = SimpleNamespace(id=1, demands=dict.fromkeys(range(1, 71), (100, 1024)), total_demand=(7000, 71680))
-    wide = RR(lease, "vm", 0, 40, {v: v for v in range(1, 71)}, dict.fromkeys(range(1, 71), (100, 1024)),
-              table.next_seq())
-    table.add(wide)
-    assert table.untouched_from(mark, 40, {80})            # it does not reach past 40
-    assert not table.untouched_from(mark, 39, {80})        # (its nodes are not kept: every node counts)
+
+    def wide(start: int, end: int) -> RR:
+        return RR(lease, "vm", start, end, {v: v for v in range(1, 71)}, dict.fromkeys(range(1, 71), (100, 1024)),
+                  table.next_seq())
+
+    first = wide(0, 40)
+    table.add(first)
+    assert table.untouched_from(mark, 40, {5})             # it does not reach past 40
+    assert table.untouched_from(mark, 39, {80}) and not table.untouched_from(mark, 39, {70})
+    assert table.changed_past(mark, 39) == [first.demand] and table.changed_past(mark, 40) == []
+    # what the changes name is bounded: past the budget, no mark taken before holds
+    monkeypatch.setattr(slottable, "EDIT_NODES_HELD", 100)
+    table.add(wide(50, 60))
+    assert table.changed_past(mark, 0) is not None
+    table.add(wide(70, 80))
+    assert table.changed_past(mark, 0) is None and not table.unchanged_from(mark, 10 ** 9)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.formats.timefmt import MAX_SECONDS
 from optlease.scheduling import overheads as oh
+from optlease.scheduling.mapper import vms_of
 from optlease.scheduling.records import MIGRATE, RESUME, SUSPEND, RR, Lease, NotSchedulable
 from optlease.scheduling.slottable import fits, vsub
 
@@ -78,12 +79,51 @@ class Replanning:
         # saw (its answer at s depends on nothing earlier); when the site as a whole, without the booking, first
         # has room from now at s exactly, and a reservation still ends at s, every earlier try fails the site's
         # room test and the try at s comes.
-        if lease.state is not S.SCHEDULED or vmrr.pre or not table.unchanged_from(seen[1], start):
+        if lease.state is not S.SCHEDULED or vmrr.pre:
             return False
         if self.prep is not None and self.prep.needs(lease):
             return self._starts_again_with_image(lease, vmrr, seen[2], now)
+        if not table.unchanged_from(seen[1], start) and not self._passed_over(lease, vmrr, seen[1], start):
+            return False
         return start in table.ends and table.earliest_total_room_without(
             (vmrr, *vmrr.post), now, self.vm.shape(lease, False)[-1], lease.total_demand) == start
+
+    def _passed_over(self, lease: Lease, vmrr: RR, mark: tuple, start: int, only: set[int] | None = None) -> bool:
+        """Whether the mapper's answer at s (`start`) for a lease that starts afresh is the one it gave at the mark,
+        though changes since then reach past s: each changed only nodes off the booking that the walk at s does not
+        reach now, where its smallest VM has no room at s, or whose key in the host policy's order (-score, rank)
+        comes after the node that took its last VM then (`VMScheduler._note_walk`). The walk asks only the nodes
+        with room for that VM at s, each by its own usage and reservations from s on, in that order: the changed
+        nodes took none of its VMs at the mark (not in its booking), a node that takes none leaves the walk as it
+        was (the VMs still to place, the end reached so far), and every other node is asked what it was asked.
+        `only`: the nodes the try at s asks (its image there by then), as it asked them at the mark (None: all)."""
+        table, policies = self.table, self.policies
+        changes = table.changed_past(mark, start)
+        if changes is None or table.down:
+            return False
+        changed = set().union(*changes)
+        # (its demand walked, not asked: a wide demand's membership, once asked, would be kept with its history)
+        if not changed.isdisjoint(vmrr.demand):
+            return False
+        if only is not None:
+            changed &= only
+        # the changed nodes the walk at s asks (the table's own question, asked once per profile)
+        asked = table.nodes_with_room(vms_of(lease)[0], start, list(changed))
+        if not asked:
+            return True
+        walked = lease.cache.get("walked")
+        if walked is None or walked[0] != vmrr.seq:
+            return False
+        bound, rank, by_node, profiles = walked[1], table.rank, table.by_node, table.profiles
+        scores = {}     # (nodes that share a profile, a capacity and reservations score alike)
+        for node in asked:
+            key = (profiles[node], table.caps[node], by_node[node])
+            score = scores.get(key)
+            if score is None:
+                score = scores[key] = policies.score_hosts([node], start, lease, table)[0][0]
+            if (-score, rank[node]) <= bound:
+                return False
+        return True
 
     def _starts_again_with_image(self, lease: Lease, vmrr: RR, before: dict[int, int], now: int) -> bool:
         """`_books_again` for a lease that starts afresh and whose image is managed, once no change since the mark
@@ -177,11 +217,17 @@ class Replanning:
         if start in times.values() or all(rr in left for rr in table.ending.get(start, ())):
             return False
         reach = table.changed_until(self._mark(lease))
-        if reach is None or reach > start:
+        if reach is None or reach > start and resuming:
             return False
         room = table.earliest_total_room_without(booking, min(times.values()), self.vm.shape(lease, resuming)[-1],
                                                  lease.total_demand)
-        if room > start or (room < start and (room <= reach or room < min(before.values()))):
+        if reach > start:
+            # changes reach past s: only the try at s comes (the site's room test rules out every earlier one), and
+            # the nodes they changed are ones its walk passes over (`_passed_over`)
+            if room != start or not self._passed_over(lease, lease.last_vmrr(), self._mark(lease), start,
+                                                      self._tried_on(times, start)):
+                return False
+        elif room > start or (room < start and (room <= reach or room < min(before.values()))):
             return False
         steps = {room, *(t for t in {*times.values(), *before.values()} if room < t <= start)}
         if any(self._tried_on(times, t) != self._tried_on(before, t) for t in steps):
@@ -210,6 +256,7 @@ class Replanning:
         the copies of its images (they may move: an earlier stretch of the link, a cache that took its image in, a
         transfer to ride on)."""
         vmrr, table, prep = lease.last_vmrr(), self.table, self.prep
+        seen = vmrr.seq
         afresh = prep is not None and lease.state is S.SCHEDULED and prep.needs(lease)
         copies = [rr for rr in vmrr.pre if rr.kind == MIGRATE]
         for rr in copies:
@@ -219,8 +266,11 @@ class Replanning:
         if prep is not None:
             table.count_as_rebooked((vmrr, *vmrr.pre, *vmrr.post))
             prep.release(lease)
+        walked = lease.cache.get("walked")
         for rr in (vmrr, *vmrr.pre, *vmrr.post):
             rr.seq = table.next_seq()
+        if walked is not None and walked[0] == seen:    # (its walk ends where it did: renumbered with it)
+            lease.cache["walked"] = (vmrr.seq, walked[1])
         times = None    # from when each node could take it (what booking it again notes)
         if afresh:
             ready = prep.earliest(lease, now)

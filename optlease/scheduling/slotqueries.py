@@ -167,6 +167,15 @@ class SlotQueries:
                 total.add(rr.start, rr.end, rr.total(), -1)
         return total.earliest_room(a, length, need, self.total_cap)
 
+    def changed_past(self, mark: tuple[int, int], t: int) -> list | None:
+        """The nodes of each change to the reservations since `mark` that reaches past t (None: the mark no longer
+        holds). Only these nodes' usage and reservations from t on differ from what they were at the mark."""
+        epoch, pos = mark
+        if epoch != self.edit_epoch:
+            return None
+        ends, changed = self.edits, self.edit_nodes
+        return [changed[i] for i in range(pos, len(ends)) if ends[i] > t]
+
     def is_full(self, t: int) -> bool:
         """No CPU free anywhere at t."""
         return self.total.at(t)[self.cpu] >= self.total_cap[self.cpu]

@@ -19,7 +19,7 @@ from optlease.scheduling.records import SHUTDOWN
 from optlease.scheduling.slotqueries import SlotQueries
 
 EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
-EDIT_NODES_MOST = 64     # a change to more nodes than this is noted as a change to every node (`edit_nodes`)
+EDIT_NODES_HELD = 1_000_000   # nodes the changes in `edits` may name at once before it is emptied, as when long
 TOUCHED_MOST = 100_000   # nodes noted in `touched` before it is emptied (its readers then start afresh)
 
 
@@ -147,9 +147,11 @@ class SlotTable(NodeClasses, SlotQueries):
         # cut gives back ends at the old end) and the nodes it changes (`edit_nodes`; None: too many to keep, taken
         # as every node): from an instant that no change since a mark reaches, every question about the table
         # (about those nodes) has the answer it had at the mark (`unchanged_from`, `untouched_from`). Emptied when
-        # long, with `edit_epoch` bumped; bumped too when a node leaves or re-enters planning.
+        # long or naming many nodes (`EDIT_NODES_HELD`: what a wide lease's cancelled bookings keep alive is
+        # bounded), with `edit_epoch` bumped; bumped too when a node leaves or re-enters planning.
         self.edits: list[int] = []
         self.edit_nodes: list = []
+        self._edit_held = 0
         self.edit_epoch = 0
         self._seq = count()
         # the reservation `cut` has just cut short and pruned at its new end (its `forget` then prunes nothing)
@@ -218,18 +220,19 @@ class SlotTable(NodeClasses, SlotQueries):
         if epoch != self.edit_epoch:
             return False
         ends, changed = self.edits, self.edit_nodes
-        return all(ends[i] <= t or (changed[i] is not None and nodes.isdisjoint(changed[i]))
-                   for i in range(pos, len(ends)))
+        return all(ends[i] <= t or nodes.isdisjoint(changed[i]) for i in range(pos, len(ends)))
 
     def _edit(self, end, nodes) -> None:
         edits = self.edits
-        if len(edits) >= EDITS_MOST:
+        if len(edits) >= EDITS_MOST or self._edit_held >= EDIT_NODES_HELD:
             edits.clear()
             self.edit_nodes.clear()
             self.edit_epoch += 1
+            self._edit_held = 0
         edits.append(end)
-        # (the reservation's own demand, not a copy; a wide one's is not kept alive once the reservation is gone)
-        self.edit_nodes.append(nodes if len(nodes) <= EDIT_NODES_MOST else None)
+        # (the reservation's own demand, not a copy: its nodes)
+        self.edit_nodes.append(nodes)
+        self._edit_held += len(nodes)
 
     def add(self, rr) -> None:
         if self.changed is not None:

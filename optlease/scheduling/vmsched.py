@@ -151,12 +151,25 @@ class VMScheduler:
                 continue
             if t not in firsts:
                 vmrr.backfill = True   # a start found among later ends (Haizea's "in the future")
+                if fixed is None:
+                    self._note_walk(lease, vmrr, t)
             if self.log.info_on:
                 self.log.info("VMSCHED", "Lease #%i can be scheduled on nodes %s from %s%s to %s%s" % (
                     lease.id, vmrr.nodes(), self.log.t(t), " (resuming)" if resuming else "",
                     self.log.t(actualend), " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
             return vmrr
         raise NotSchedulable("Could not find enough resources for this request")
+
+    def _note_walk(self, lease: Lease, vmrr: RR, t: int) -> None:
+        """Where the mapper's walk at t ended for a booking made for the future (what a premature end asks,
+        `Replanning._passed_over`): the key of the node that took its last VM in the host policy's order (-score,
+        rank), by the booking's number. A node whose key comes after it was never reached."""
+        if not self.policies.builtin_hosts:
+            return
+        mapping = vmrr.mapping
+        last = mapping.pnodes[-1] if type(mapping) is Placement else mapping[max(mapping)]
+        ((score, _),) = self.policies.score_hosts([last], t, lease, self.table)
+        lease.cache["walked"] = (vmrr.seq, (-score, self.table.rank[last]))
 
     def _too_few_hold(self, lease: Lease, t: int, window: int) -> bool:
         """Whether no placement from t that the search keeps exists for a lease whose VMs ask alike: a kept one
