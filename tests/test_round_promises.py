@@ -109,3 +109,29 @@ def test_a_promised_lease_that_lost_its_booking_is_booked_again_before_younger_w
     leases, log = simulate(reqs, dataclasses.replace(ROUNDS, backfilling="aggressive"), 4)
     assert leases[39].first_start == 24759 and leases[39].preemptions == 0
     assert "Lease #39's promise is booked again from 2006-11-25 19:52:39.00." in log
+
+
+def test_a_promised_booking_found_no_sooner_fit_for_is_searched_again_once_room_opens(monkeypatch):
+    """As above, with lease 6 arriving at 1,950 s: at that step the promised lease 4 is searched for a sooner fit and
+    none is found (the site is held to 10,000 s), so later steps skip that search while nothing on the slot table
+    from their instant on has changed. The premature ends at 2,000 s change it: lease 4 is searched again and moves
+    up as before (a skip that outlived the change would leave it at 10,100 s)."""
+    def be(i, arrival, vms, asks, runs):
+        return LeaseRequest(i, LeaseKind.BEST_EFFORT, arrival, asks, (VMSPEC,) * vms, preemptible=True,
+                            real_duration=runs)
+
+    reqs = [be(1, 0, 1, 10000, 2000), be(2, 0, 1, 10000, 2000), be(3, 10, 2, 100, 100), be(4, 20, 2, 50, 50),
+            be(5, 1900, 1, 100, 100), be(6, 1950, 1, 100, 100)]
+    opts = dataclasses.replace(ROUNDS, solver_suspend="no")
+    skipped = []
+    move_up = CpsatRound._move_up
+
+    def watched(self, now):
+        move_up(self, now)
+        skipped.append((now, dict(self._no_sooner)))
+
+    monkeypatch.setattr(CpsatRound, "_move_up", watched)
+    leases, log = simulate(reqs, opts, 2)
+    assert any(now == 1950 and 4 in seen for now, seen in skipped)   # found no sooner fit at 1,950
+    assert "Lease #4's promised booking moves up from 2006-11-25 15:48:20.00" in log
+    assert leases[4].first_start < 10000

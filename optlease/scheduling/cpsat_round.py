@@ -103,6 +103,7 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundPromises, Round
         self._announced: dict[int, int] = {}   # lease id -> seq of the VM reservation the last round ended with
         self._seen: tuple[dict, dict] | None = None   # movable bookings and fixed ends the last round ended with
         self._next_solve = 0   # no round is solved before this time (INTERVAL)
+        self._no_sooner = {}   # promised bookings `_move_up` found no sooner fit for, and when (round_promise)
 
     @property
     def stats(self) -> list[RoundStats]:

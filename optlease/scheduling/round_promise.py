@@ -18,6 +18,8 @@ class RoundPromises:
 
     _promised: Mapping[int, int] = MappingProxyType({})   # none until a round promises (`_promise` makes its own)
     _promises_made: int = 0
+    # lease id -> (its booking and booked run, the table's mark) where `_move_up` found nothing sooner (CpsatRound's own)
+    _no_sooner: dict[int, tuple]
 
     def _promise_after(self, lease: Lease) -> int:
         """How long a lease waits before it is promised: the run its booking asks for (its run-time estimate, or
@@ -99,9 +101,19 @@ class RoundPromises:
         if not self._promised or self.images is not None:
             return
         kept = [lease for lease in self._movable(now) if lease.state in BOOKED and not lease.last_vmrr().backfill]
+        table, booked_run = self.sched.table, self.sched.vm.estimates.booked_run
+        tried = self._no_sooner
+        failed: list[Lease] = []   # tried since the last move, nothing sooner found (their searches left the
+        # table as it was: each booking taken out is put back)
         for lease in self._promise_line(kept):
             start = self._greedy_start(lease)
             if start is None or start <= now or lease.is_suspended():
+                continue
+            # its earliest fit began no sooner than its booking, and since then nothing on the table from now on
+            # changed (nor its booking or run): a search from now finds nothing sooner either
+            key = (lease.last_vmrr().seq, booked_run(lease))
+            seen = tried.get(lease.id)
+            if seen is not None and seen[0] == key and table.unchanged_from(seen[1], now):
                 continue
             saved = self._withdraw(lease)
             try:
@@ -115,10 +127,16 @@ class RoundPromises:
                 vmrr = self._build(lease, plan, now)
             if vmrr is None:
                 self._restore(lease, saved)
+                if found is None or found.begin() >= start:
+                    failed.append(lease)
                 continue
+            failed.clear()   # the table changed: what the leases before it found no longer holds
             self._kept = {lease.id}
             self._commit(lease, vmrr, now)
             self._kept = set()
             if self.sched.log.info_on:
                 self.sched.log.info("LSCHED", "Lease #%i's promised booking moves up from %s to %s." % (
                     lease.id, self.sched.log.t(start), self.sched.log.t(vmrr.begin())))
+        mark = table.mark()
+        for lease in failed:
+            tried[lease.id] = ((lease.last_vmrr().seq, booked_run(lease)), mark)
