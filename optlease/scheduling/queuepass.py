@@ -6,6 +6,7 @@ from __future__ import annotations
 from optlease.scheduling.records import Lease, NotSchedulable
 from optlease.scheduling.roomahead import RoomAhead
 from optlease.scheduling.slottable import fits
+from optlease.scheduling.waitindex import WaitIndex, order, position
 from optlease.scheduling.waitkeys import PLAIN, QUEUED, SUSPENDED, WaitKeys
 
 __all__ = ["PLAIN", "QUEUED", "SUSPENDED", "QueuePass"]
@@ -16,23 +17,40 @@ class QueuePass(WaitKeys):
     options, log, `queue`, `schedule_lease` and the resume tests of `Resumes`; the wait classes' keys are
     `WaitKeys`')."""
 
+    _windex: WaitIndex | None = None    # the waiting leases as a tree (made by the first sweep: `_could_start`)
+
     def process_queue(self, now: int) -> None:
         """One pass over the queue in its order: each lease is tried where what its try depends on changed since it
         last did not fit, and booked where it fits (FCFS: the pass stops at the first lease that does not)."""
         queue = self.queue
+        if self._windex is not None and len(self._windex) != len(queue):
+            self._windex.rebuild(queue)     # (leases left the queue elsewhere: a cancel, a CP-SAT round's commit)
         kept: list[Lease] = []      # the leases passed over, in order (put back in front of the queue at the end)
         whole = True                # no lease was passed over or placed yet in this pass
+        fresh = True                # what the pass asked of the table is to be asked again (a lease was placed)
         while queue:
             # What every lease's try starts from changes only when one is placed (a try that fails books nothing):
             # asked again only then, not for each of the queue's leases.
-            self._room, self._ready = {}, {}
+            if fresh:
+                self._room, self._ready = {}, {}
             if not self.vm.can_schedule_in_future() and self.prep is None and not self.log.info_on:
                 start = self._sweep(now, whole)
                 if start is None:
                     break
-                kept += queue[:start]
-                del queue[:start]
+                self._swept = None
+                # the lease the sweep found is tried; where it is not booked, the sweep goes on after it, with what
+                # the pass asked of the table (as `_visit_quiet` would go on)
+                lease = queue[start]
+                cls, attempt, _ = self._attempt(lease, now, False)
+                whole = False
+                fresh = self._try(lease, now, kept, queue, start + 1)
+                if not fresh:
+                    lease.cache["failed"], lease.cache["wait"] = attempt, cls
+                    if self.opts.backfilling == "off":
+                        break   # (FCFS: the queue's first lease alone)
+                continue
             self._swept = None
+            fresh = True
             if not (self._visit(now, kept) if self.log.info_on else self._visit_quiet(now, kept)):
                 break
             whole = False
@@ -85,6 +103,8 @@ class QueuePass(WaitKeys):
                     except NotSchedulable:
                         placed = False
                 if placed:
+                    if self._windex is not None:
+                        self._windex.remove(lease)
                     return True
                 cache["failed"], cache["wait"] = attempt, cls
             kept.append(lease)
@@ -140,17 +160,20 @@ class QueuePass(WaitKeys):
         del queue[:i]
         try:
             self.schedule_lease(lease, now)
-            return True
         except NotSchedulable:
             kept.append(lease)
             return False
+        if self._windex is not None:
+            self._windex.remove(lease)
+        return True
 
     def _sweep(self, now: int, whole: bool) -> int | None:
-        """The first lease left in the queue that the pass would try to book (None: none), found with the pass's
-        own tests and marked as the pass marks them, where every lease is of the plain wait class and must start
-        now (images not managed, no booking for the future allowed) and no log line is written: what `_visit` does
-        up to that lease, in a plain loop with the site's free room read once. `whole`: the queue is whole (no
-        lease was passed over or placed in this pass yet)."""
+        """Where the first lease left in the queue that the pass would try to book stands in it (None: none), found
+        with the pass's own tests, where every queued lease is of the plain wait class and must start now (images
+        not managed, no booking for the future allowed) and no log line is written: what `_visit` does up to that
+        lease, with the site's free room read once and (with backfilling) only the leases that could pass the
+        quick tests looked at (`WaitIndex`). `whole`: the queue is whole (no lease was passed over or placed in this
+        pass yet)."""
         table = self.table
         key = (table.released, False, self._began_key(now))
         if whole and self._swept == (key, self._enqueued):
@@ -160,32 +183,48 @@ class QueuePass(WaitKeys):
         key = self._kept_key(PLAIN, key)
         self._ready[PLAIN] = (key, None)
         free = self._room["total"] = table.total_free(now)
+        queue = self.queue
         once = self.opts.backfilling == "off"
         pair = len(free) == 2       # (most sites: CPU and memory, compared inline)
         first, second = free[0], free[-1]
         resumes = False     # a suspended lease of a class of its own was passed over (its key is not `key`)
-        for i, lease in enumerate(self.queue):
+        for lease in queue[:1] if once else self._could_start(now, queue[0]):
             cache = lease.cache
-            if cache.get("failed") != key:
-                if lease.state in SUSPENDED:
-                    # (one that must wait for copies of its memory images resumes later than now: its own class)
-                    cls, attempt, ready_at = self._attempt(lease, now, False)
-                    resumes = resumes or cls is not PLAIN
-                    if cache.get("failed") != attempt and (
-                            self.room_now(lease, now) if ready_at is None else self._room_when_ready(lease, *ready_at)):
-                        return i
-                    cache["failed"], cache["wait"] = attempt, cls
-                else:
-                    need = lease.total_demand
-                    if ((need[0] <= first and need[1] <= second) if pair else fits(need, free)) \
-                            and self._room_over_window(lease, now, True):
-                        return i
-                    cache["failed"], cache["wait"] = key, PLAIN
-            if once:
-                return None     # (FCFS: the queue's first lease alone)
+            if cache.get("failed") == key:
+                continue
+            if lease.state in SUSPENDED:
+                # (one that must wait for copies of its memory images resumes later than now: its own class)
+                cls, attempt, ready_at = self._attempt(lease, now, False)
+                resumes = resumes or cls is not PLAIN
+                if cache.get("failed") != attempt and (
+                        self.room_now(lease, now) if ready_at is None else self._room_when_ready(lease, *ready_at)):
+                    return 0 if once else position(queue, lease)
+                cache["failed"], cache["wait"] = attempt, cls
+            else:
+                need = lease.total_demand
+                if ((need[0] <= first and need[1] <= second) if pair else fits(need, free)) \
+                        and self._room_over_window(lease, now, True):
+                    return 0 if once else position(queue, lease)
+                cache["failed"], cache["wait"] = key, PLAIN
         if whole and not resumes:
             self._swept = (key, self._enqueued)
         return None
+
+    def _could_start(self, now: int, head: Lease):
+        """The leases of the queue from `head` on, in its order, that could pass the quick tests now (`WaitIndex`:
+        their need within the site's room over their window from now), and the suspended ones."""
+        index = self._windex
+        if index is None:
+            index = self._windex = WaitIndex(self._bound)
+            index.rebuild(self.queue)
+        return index.candidates(order(head), self._ahead(now).room)
+
+    def _bound(self, lease: Lease) -> tuple | None:
+        """What a waiting lease needs at the least to pass the sweep's quick tests: its need, over its window from
+        now (none where an estimate may change its window); None for a suspended lease (tests of its own)."""
+        if lease.state in SUSPENDED:
+            return None
+        return lease.total_demand, (0 if self.vm.estimates.enabled else self._window(lease))
 
     def _room_when_ready(self, lease: Lease, t: int, ways: tuple | None) -> bool:
         """A necessary condition for a lease that must start at `t`, as soon as its image (or its memory image) can
@@ -256,16 +295,22 @@ class QueuePass(WaitKeys):
         """Whether the site as a whole has room for the lease over its window from `t`, and (`placed`: the mapper
         places it) its nodes could hold its VMs alike over it (`RoomAhead`: one walk for the pass, until something
         is placed, that every lease asking about `t` shares)."""
+        return self._ahead(t).admits(lease, self._window(lease), placed)
+
+    def _ahead(self, t: int) -> RoomAhead:
+        """The site's room from `t` on, one walk for the pass until something is placed."""
         ahead = self._room.get(("ahead", t))
         if ahead is None:
             ahead = self._room[("ahead", t)] = RoomAhead(self.table, t)
-        return ahead.admits(lease, self._window(lease), placed)
+        return ahead
 
     def enqueue(self, lease: Lease) -> None:
         """Insert in arrival order (requeued and suspended leases go back to their place)."""
         lease.cache.pop("failed", None)
         lease.cache.pop("wait", None)
         self._enqueued += 1
+        if self._windex is not None:
+            self._windex.add(lease)
         key = (lease.req.arrival, lease.id)
         i = len(self.queue)
         while i > 0 and (self.queue[i - 1].req.arrival, self.queue[i - 1].id) > key:
