@@ -1,5 +1,5 @@
 """The queue's index (`WaitIndex`): after random arrivals (at the end and in the middle), departures (some of leases
-it does not hold) and rebuilds, it holds the queue's leases in order, and the leases it walks to from any lease for
+it does not hold), leases going back to where they stood, and rebuilds, it holds the queue's leases in order, and the leases it walks to from any lease for
 a random room are exactly those of the queue from there on that a lease-by-lease walk keeps: the suspended ones and
 those whose need is within the room over their window."""
 from __future__ import annotations
@@ -43,12 +43,13 @@ rooms_st = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12), st.integer
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "add", "remove", "stray", "rebuild"]),
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "add", "remove", "back", "stray", "rebuild"]),
                               st.integers(0, 40), bounds_st), max_size=90), rooms=rooms_st)
 def test_the_index_walks_to_exactly_the_leases_that_could_pass(ops, rooms):
     bounds: dict = {}
     index = WaitIndex(lambda x: bounds[x.id])
     held: dict = {}
+    gone: dict = {}
     for n, (op, arrival, bound) in enumerate(ops):
         if op == "add":
             x = lease(n, arrival)
@@ -56,7 +57,13 @@ def test_the_index_walks_to_exactly_the_leases_that_could_pass(ops, rooms):
             held[n] = x
             index.add(x)
         elif op == "remove" and held:
-            index.remove(held.pop(sorted(held)[arrival % len(held)]))
+            x = held.pop(sorted(held)[arrival % len(held)])
+            gone[x.id] = x
+            index.remove(x)
+        elif op == "back" and gone:
+            x = gone.pop(sorted(gone)[arrival % len(gone)])     # (a lease suspended, requeued: to its place)
+            held[x.id] = x
+            index.add(x)
         elif op == "stray":
             index.remove(lease(n, arrival))     # (one it never held: nothing changes)
         elif op == "rebuild":

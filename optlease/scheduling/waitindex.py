@@ -27,6 +27,10 @@ def position(queue: list, lease) -> int:
     return bisect_left(queue, order(lease), key=order)
 
 
+def _first_of(item: tuple):
+    return item[0]
+
+
 def _join(a, b):
     """A node's bound from its two halves' (None: no lease under it; a half holding a lease looked at whatever the
     room makes the node one too)."""
@@ -51,8 +55,8 @@ class WaitIndex:
     def __len__(self) -> int:
         return self.size
 
-    def rebuild(self, leases: list) -> None:
-        """The index of these leases (in the queue's order) alone."""
+    def rebuild(self, leases: list, leaves: list | None = None) -> None:
+        """The index of these leases (in the queue's order) alone (`leaves`: their bounds, where known)."""
         n = 1
         while n < len(leases) + 8:
             n *= 2
@@ -61,13 +65,23 @@ class WaitIndex:
         self.orders: list = [order(lease) for lease in leases]
         self.used = len(leases)     # slots filled so far (each later one empty)
         self.size = len(leases)
-        bound = self.bound
         tree = self.tree = [None] * (2 * n)
-        for i, lease in enumerate(leases):
-            found = bound(lease)
-            tree[n + i] = ALWAYS if found is None else (found[0], found[1], False)
+        tree[n:n + len(leases)] = [self._leaf(lease) for lease in leases] if leaves is None else leaves
         for k in range(n - 1, 0, -1):
             tree[k] = _join(tree[2 * k], tree[2 * k + 1])
+
+    def _leaf(self, lease) -> tuple:
+        found = self.bound(lease)
+        return ALWAYS if found is None else (found[0], found[1], False)
+
+    def _compact(self, lease=None) -> None:
+        """The tree made again from the leases it holds (and `lease`, at its place), their bounds kept."""
+        n, used = self.width, self.used
+        held = [(self.orders[i], x, self.tree[n + i]) for i, x in enumerate(self.slots[:used]) if x is not None]
+        if lease is not None:
+            key = order(lease)
+            held.insert(bisect_left(held, key, key=_first_of), (key, lease, self._leaf(lease)))
+        self.rebuild([x for _, x, _ in held], [leaf for _, _, leaf in held])
 
     def _set(self, i: int, leaf) -> None:
         tree = self.tree
@@ -80,20 +94,25 @@ class WaitIndex:
 
     def add(self, lease) -> None:
         """A lease joins the queue at its place: at the next slot where it comes after every lease (most arrivals),
-        else the tree is made again with it."""
+        at an empty slot at its place (a lease going back to where it stood), else the tree is made again with it."""
         key = order(lease)
-        if self.used < self.width and (not self.orders or self.orders[-1] < key):
-            i = self.used
+        orders = self.orders
+        used = self.used
+        i = bisect_left(orders, key)
+        if i == used and used < self.width:
             self.used += 1
-            self.size += 1
-            self.slots[i] = lease
-            self.orders.append(key)
-            found = self.bound(lease)
-            self._set(i, ALWAYS if found is None else (found[0], found[1], False))
+            orders.append(key)
+        elif i < used and self.slots[i] is None:
+            orders[i] = key     # (orders[i - 1] < key <= the old orders[i] < orders[i + 1])
+        elif i > 0 and self.slots[i - 1] is None:
+            i -= 1
+            orders[i] = key     # (orders[i - 1] <= the old orders[i] < key < orders[i + 1])
+        else:
+            self._compact(lease)
             return
-        leases = [x for x in self.slots[:self.used] if x is not None]
-        leases.insert(bisect_left(leases, key, key=order), lease)
-        self.rebuild(leases)
+        self.size += 1
+        self.slots[i] = lease
+        self._set(i, self._leaf(lease))
 
     def remove(self, lease) -> None:
         """A lease leaves the queue (nothing happens where the index does not hold it: the queue and the index then
@@ -105,31 +124,34 @@ class WaitIndex:
         self.size -= 1
         self._set(i, None)
         if self.size * 4 < self.used and self.used > 64:
-            self.rebuild([x for x in self.slots[:self.used] if x is not None])
+            self._compact()
 
     def candidates(self, key: tuple, room):
         """The leases from the first at or after `key` in the queue's order on, in that order, that could pass the
-        quick tests (`room(window)`: what the site has free over a window from now) or are looked at whatever the
-        room. A lease that leaves the index meanwhile is not yielded."""
-        i = bisect_left(self.orders, key)
+        quick tests (`room(window)`: what the site has free over a window from now, never more for a longer one)
+        or are looked at whatever the room."""
+        tree, slots, n = self.tree, self.slots, self.width
+        rooms: dict = {}
+        k = n + bisect_left(self.orders, key)
         while True:
-            i = self._first(1, 0, self.width, i, room)
-            if i is None:
+            node = tree[k]
+            if node is not None:
+                if node[2]:
+                    ok = True
+                else:
+                    free = rooms.get(node[1])
+                    if free is None:
+                        free = rooms[node[1]] = room(node[1])
+                    ok = fits(node[0], free)
+                if ok:
+                    if k >= n:
+                        yield slots[k - n]
+                    else:
+                        k *= 2      # (the left half first)
+                        continue
+            # on to the next stretch of slots to the right
+            while k & 1:
+                k >>= 1
+            if not k:
                 return
-            lease = self.slots[i]
-            if lease is not None:
-                yield lease
-            i += 1
-
-    def _first(self, k: int, lo: int, hi: int, at: int, room) -> int | None:
-        """The first slot at or after `at` in node k (slots lo..hi-1) whose lease could pass (None: none)."""
-        if hi <= at:
-            return None
-        node = self.tree[k]
-        if node is None or not (node[2] or fits(node[0], room(node[1]))):
-            return None
-        if hi - lo == 1:
-            return lo
-        mid = (lo + hi) // 2
-        found = self._first(2 * k, lo, mid, at, room)
-        return found if found is not None else self._first(2 * k + 1, mid, hi, at, room)
+            k += 1
