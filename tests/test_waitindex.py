@@ -47,7 +47,7 @@ rooms_st = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12), st.integer
                               st.integers(0, 40), bounds_st), max_size=90), rooms=rooms_st)
 def test_the_index_walks_to_exactly_the_leases_that_could_pass(ops, rooms):
     bounds: dict = {}
-    index = WaitIndex(lambda x: bounds[x.id])
+    index, bound_of = WaitIndex(), (lambda x: bounds[x.id])
     held: dict = {}
     gone: dict = {}
     for n, (op, arrival, bound) in enumerate(ops):
@@ -55,7 +55,7 @@ def test_the_index_walks_to_exactly_the_leases_that_could_pass(ops, rooms):
             x = lease(n, arrival)
             bounds[n] = bound
             held[n] = x
-            index.add(x)
+            index.add(x, bound_of)
         elif op == "remove" and held:
             x = held.pop(sorted(held)[arrival % len(held)])
             gone[x.id] = x
@@ -63,20 +63,20 @@ def test_the_index_walks_to_exactly_the_leases_that_could_pass(ops, rooms):
         elif op == "back" and gone:
             x = gone.pop(sorted(gone)[arrival % len(gone)])     # (a lease suspended, requeued: to its place)
             held[x.id] = x
-            index.add(x)
+            index.add(x, bound_of)
         elif op == "stray":
             index.remove(lease(n, arrival))     # (one it never held: nothing changes)
         elif op == "rebuild":
-            index.rebuild(sorted(held.values(), key=order))
+            index.rebuild(sorted(held.values(), key=order), bound_of)
         check(index, held, bounds, rooms)
 
 
 def test_the_walk_passes_over_leases_short_of_room_and_stops_at_suspended_ones():
     bounds = {1: ((5, 5), 0), 2: ((1, 1), 4), 3: None, 4: ((2, 2), 1)}
-    index = WaitIndex(lambda x: bounds[x.id])
+    index, bound_of = WaitIndex(), (lambda x: bounds[x.id])
     leases = [lease(i, i) for i in (1, 2, 3, 4)]
     for x in leases:
-        index.add(x)
+        index.add(x, bound_of)
     room = room_of((3, 3, 1, 1))     # 3 free now, 2 over a window of 1, none from a window of 3 on
     assert [x.id for x in index.candidates(order(leases[0]), room)] == [3, 4]
     index.remove(leases[2])

@@ -24,7 +24,7 @@ class QueuePass(WaitKeys):
         last did not fit, and booked where it fits (FCFS: the pass stops at the first lease that does not)."""
         queue = self.queue
         if self._windex is not None and len(self._windex) != len(queue):
-            self._windex.rebuild(queue)     # (leases left the queue elsewhere: a cancel, a CP-SAT round's commit)
+            self._windex.rebuild(queue, self._bound)    # (leases left the queue elsewhere: a cancel, a CP-SAT commit)
         kept: list[Lease] = []      # the leases passed over, in order (put back in front of the queue at the end)
         whole = True                # no lease was passed over or placed yet in this pass
         fresh = True                # what the pass asked of the table is to be asked again (a lease was placed)
@@ -215,8 +215,8 @@ class QueuePass(WaitKeys):
         their need within the site's room over their window from now), and the suspended ones."""
         index = self._windex
         if index is None:
-            index = self._windex = WaitIndex(self._bound)
-            index.rebuild(self.queue)
+            index = self._windex = WaitIndex()
+            index.rebuild(self.queue, self._bound)
         return index.candidates(order(head), self._ahead(now).room)
 
     def _bound(self, lease: Lease) -> tuple | None:
@@ -310,7 +310,7 @@ class QueuePass(WaitKeys):
         lease.cache.pop("wait", None)
         self._enqueued += 1
         if self._windex is not None:
-            self._windex.add(lease)
+            self._windex.add(lease, self._bound)
         key = (lease.req.arrival, lease.id)
         i = len(self.queue)
         while i > 0 and (self.queue[i - 1].req.arrival, self.queue[i - 1].id) > key:

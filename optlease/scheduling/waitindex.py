@@ -31,6 +31,12 @@ def _first_of(item: tuple):
     return item[0]
 
 
+def _leaf(lease, bound) -> tuple:
+    """A lease's leaf: its bound, or ALWAYS."""
+    found = bound(lease)
+    return ALWAYS if found is None else (found[0], found[1], False)
+
+
 def _join(a, b):
     """A node's bound from its two halves' (None: no lease under it; a half holding a lease looked at whatever the
     room makes the node one too)."""
@@ -45,17 +51,16 @@ def _join(a, b):
 
 class WaitIndex:
     """The waiting leases in the queue's order, at slots of a tree (a slot whose lease left stays empty until the
-    tree is made again). `bound(lease)`: (its need, its window), or None where the pass looks at it whatever the
-    room."""
+    tree is made again). `bound(lease)`, given where leases come in: (its need, its window), or None where the pass
+    looks at it whatever the room (given, not kept: a daemon's checkpoint pickles the index with its scheduler)."""
 
-    def __init__(self, bound) -> None:
-        self.bound = bound
-        self.rebuild([])
+    def __init__(self) -> None:
+        self.rebuild([], None)
 
     def __len__(self) -> int:
         return self.size
 
-    def rebuild(self, leases: list, leaves: list | None = None) -> None:
+    def rebuild(self, leases: list, bound, leaves: list | None = None) -> None:
         """The index of these leases (in the queue's order) alone (`leaves`: their bounds, where known)."""
         n = 1
         while n < len(leases) + 8:
@@ -66,22 +71,18 @@ class WaitIndex:
         self.used = len(leases)     # slots filled so far (each later one empty)
         self.size = len(leases)
         tree = self.tree = [None] * (2 * n)
-        tree[n:n + len(leases)] = [self._leaf(lease) for lease in leases] if leaves is None else leaves
+        tree[n:n + len(leases)] = [_leaf(lease, bound) for lease in leases] if leaves is None else leaves
         for k in range(n - 1, 0, -1):
             tree[k] = _join(tree[2 * k], tree[2 * k + 1])
 
-    def _leaf(self, lease) -> tuple:
-        found = self.bound(lease)
-        return ALWAYS if found is None else (found[0], found[1], False)
-
-    def _compact(self, lease=None) -> None:
+    def _compact(self, lease=None, bound=None) -> None:
         """The tree made again from the leases it holds (and `lease`, at its place), their bounds kept."""
         n, used = self.width, self.used
         held = [(self.orders[i], x, self.tree[n + i]) for i, x in enumerate(self.slots[:used]) if x is not None]
         if lease is not None:
             key = order(lease)
-            held.insert(bisect_left(held, key, key=_first_of), (key, lease, self._leaf(lease)))
-        self.rebuild([x for _, x, _ in held], [leaf for _, _, leaf in held])
+            held.insert(bisect_left(held, key, key=_first_of), (key, lease, _leaf(lease, bound)))
+        self.rebuild([x for _, x, _ in held], bound, [leaf for _, _, leaf in held])
 
     def _set(self, i: int, leaf) -> None:
         tree = self.tree
@@ -92,7 +93,7 @@ class WaitIndex:
             tree[k] = _join(tree[2 * k], tree[2 * k + 1])
             k //= 2
 
-    def add(self, lease) -> None:
+    def add(self, lease, bound) -> None:
         """A lease joins the queue at its place: at the next slot where it comes after every lease (most arrivals),
         at an empty slot at its place (a lease going back to where it stood), else the tree is made again with it."""
         key = order(lease)
@@ -108,11 +109,11 @@ class WaitIndex:
             i -= 1
             orders[i] = key     # (orders[i - 1] <= the old orders[i] < key < orders[i + 1])
         else:
-            self._compact(lease)
+            self._compact(lease, bound)
             return
         self.size += 1
         self.slots[i] = lease
-        self._set(i, self._leaf(lease))
+        self._set(i, _leaf(lease, bound))
 
     def remove(self, lease) -> None:
         """A lease leaves the queue (nothing happens where the index does not hold it: the queue and the index then
