@@ -1,6 +1,7 @@
-"""The pass over the queue where no log line is written (`QueuePass._visit_quiet`) decides as the pass that writes
-Haizea's log (`_visit`) and as trying every lease in full at every pass: random workloads with images (unicast and
-multicast, caches, piggybacking), suspensions and resumes elsewhere over the link, premature ends."""
+"""The pass over the queue where no log line is written (`QueuePass._visit_quiet`, and its sweep through the index of
+waiting leases, `WaitIndex`) decides as the pass that writes Haizea's log (`_visit`), as the sweep that visits every
+waiting lease, and as trying every lease in full at every pass: random workloads with images (unicast and multicast,
+caches, piggybacking), suspensions and resumes elsewhere over the link, premature ends."""
 from __future__ import annotations
 
 import io
@@ -13,6 +14,8 @@ from optlease.domain.lease import LeaseKind, LeaseRequest
 from optlease.domain.site import Site
 from optlease.engine.simulator import Simulator
 from optlease.eventlog import EventLog
+from optlease.scheduling import waitindex
+from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.options import SchedulingOptions
 from optlease.scheduling.policies import Policies
 from optlease.scheduling.preparation import PreparationOptions
@@ -47,6 +50,14 @@ def run(reqs, prep, nodes: int, logged: bool, **opts):
     return document(Simulator(site, reqs, options, policies, log).run())
 
 
+def every_lease_visited(runner, *args, **opts):
+    """`runner(*args, **opts)` with the sweep visiting every waiting lease from the queue's head, in its order (no
+    index: what the sweep did before `WaitIndex`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LeaseScheduler, "_could_start", lambda self, now, head: list(self.queue))
+        return runner(*args, **opts)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=workloads(), prep=st.one_of(preparations, st.just(PreparationOptions("unmanaged"))),
        migration=st.sampled_from(["no", "yes"]),
@@ -56,6 +67,41 @@ def test_the_quiet_pass_decides_as_the_logged_pass_and_as_trying_every_lease(req
     quiet = run(reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
     assert quiet == run(reqs, prep, nodes, True, migration=migration, backfilling=backfilling)
     assert quiet == every_lease_tried(run, reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
+    assert quiet == every_lease_visited(run, reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
+
+
+@st.composite
+def queues(draw):
+    """Longer queues for the sweep: best-effort leases of one to six VMs of mixed sizes (the wide ones asked whether
+    the nodes could hold them), most preemptible, lasting minutes to hours, with ARs that preempt them."""
+    out = []
+    for i in range(1, draw(st.integers(4, 30)) + 1):
+        kind = draw(st.sampled_from([LeaseKind.BEST_EFFORT] * 6 + [LeaseKind.AR, LeaseKind.IMMEDIATE]))
+        arrival = draw(st.integers(0, 30)) * 60
+        duration = draw(st.sampled_from([1, 2, 5, 20, 60, 240])) * 60
+        real = draw(st.one_of(st.none(), st.integers(1, duration)))
+        start = arrival + draw(st.integers(0, 30)) * 60 if kind is LeaseKind.AR else None
+        size = draw(st.sampled_from([QUARTER, HALF, WHOLE]))
+        vms = (size,) * draw(st.integers(1, 6)) if draw(st.booleans()) else tuple(
+            draw(st.lists(st.sampled_from([QUARTER, HALF, WHOLE]), min_size=1, max_size=4)))
+        out.append(LeaseRequest(i, kind, arrival, duration, vms, preemptible=draw(st.booleans()), start=start,
+                                real_duration=real))
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=queues(), migration=st.sampled_from(["no", "yes"]), wide=st.sampled_from([1, 16]),
+       nodes=st.integers(2, 6))
+def test_the_sweep_through_the_index_finds_the_lease_that_visiting_every_lease_finds(reqs, migration, wide, nodes):
+    """Aggressive backfilling, images not managed: the sweep that walks the index (`WaitIndex`) to the leases that
+    could start books what the sweep that visits every waiting lease books, lease for lease (the nodes' count asked
+    of every lease, or of wide ones alone)."""
+    prep = PreparationOptions("unmanaged")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("optlease.scheduling.roomahead.WIDE", wide)
+        indexed = run(reqs, prep, nodes, False, migration=migration, backfilling="aggressive")
+        assert indexed == every_lease_visited(run, reqs, prep, nodes, False, migration=migration,
+                                              backfilling="aggressive")
 
 
 @pytest.mark.parametrize("preparation", ["unmanaged", "imagetransfer"])
