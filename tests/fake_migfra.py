@@ -38,9 +38,10 @@ class FakeMigfra:
         self.lock = threading.Lock()
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"migfra-{host}-{uuid.uuid4().hex[:6]}")
         self.client.reconnect_delay_set(1, 2)
-        subscribed = threading.Event()
+        self.subscribed = subscribed = threading.Event()     # cleared while it is away from the broker
         self.client.on_connect = lambda c, *_: c.subscribe(f"fast/migfra/{host}/task", 2)
         self.client.on_subscribe = lambda *_: subscribed.set()
+        self.client.on_disconnect = lambda *_: subscribed.clear()
         self.client.on_message = lambda _c, _u, msg: threading.Thread(target=self._task, args=(msg.payload,),
                                                                       daemon=True).start()
         self.client.connect(broker.host, broker.port, keepalive=10)
