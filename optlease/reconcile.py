@@ -146,7 +146,8 @@ class Buckets:
         return [t for wave in self.waves for t in wave]
 
 
-def _placement(value, desired: VmPlacement | None) -> VmPlacement:
+def placement(value, desired: VmPlacement | None) -> VmPlacement:
+    """A reported (host, state) as a placement, of the size the plan gives the VM."""
     if isinstance(value, VmPlacement):
         return value
     host, state = value
@@ -171,7 +172,7 @@ def reconcile(actual: Mapping[str, tuple[str, str] | VmPlacement], desired: Mapp
     now_on: dict[str, VmPlacement] = {}
     for vm in sorted(set(actual) | set(desired)):
         want = desired.get(vm, VmPlacement(None, ABSENT))
-        have = _placement(actual[vm], desired.get(vm)) if vm in actual else VmPlacement(None, ABSENT)
+        have = placement(actual[vm], desired.get(vm)) if vm in actual else VmPlacement(None, ABSENT)
         ids = parse_vm_name(vm)
         if ids is None:
             b.ignore.append(vm)      # not an optlease VM: never touched

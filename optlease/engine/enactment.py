@@ -11,7 +11,7 @@ from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.enact.base import TaskOutcome, parse_vm_name
 from optlease.engine.atomic import Stopped
 from optlease.engine.loop import leases_on, node_down, node_up, on_node
-from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, reconcile
+from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, placement, reconcile
 from optlease.scheduling.records import Lease
 
 S = LeaseState
@@ -70,8 +70,12 @@ class Enactment:
         concerned = set().union(*(where[vm] for vm in todo))
         actual = {vm: (host, state) for vm, (host, state) in self._reports.on(concerned, running)
                   if host not in down and state.lower() in REPORTED_STATES}
-        wanted = {vm: desired[vm] for host in concerned for vm in self.view.on_host.get(host, ())}
-        wanted.update((vm, desired[vm]) for vm in todo if vm in desired)
+        # Tasks are for `todo` alone. Every other VM the step sees stays as its host reports it, weighing on that
+        # host's room: one with a task under way, or whose other host has one, is a later pass's (planned from a
+        # report that is about to change, it could look lost, or be sent a second task).
+        wanted = {vm: desired[vm] for vm in todo if vm in desired}
+        todo_set = set(todo)
+        wanted.update((vm, placement(have, desired.get(vm))) for vm, have in actual.items() if vm not in todo_set)
         if self.indexed:        # every host the reconcile step looks at is a concerned one
             hosts = {host: hosts[host] for host in concerned if host in hosts}
         buckets = reconcile(actual, wanted, hosts, self.migration_type)
