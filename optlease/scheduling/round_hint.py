@@ -5,6 +5,7 @@ from __future__ import annotations
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.cpsat.prepare import wait_weight
 from optlease.scheduling.roomindex import RoomIndex
+from optlease.scheduling.round_fit import OneEachFits
 from optlease.scheduling.records import BOOKED, RR, WAITING, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
@@ -12,6 +13,10 @@ from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
 class HintCompletion:
     """The hint half of CpsatRound (a mixin: it needs `self.sched`, `self.policy` and `_expected`)."""
+
+    # the completion's earliest fits from the nodes' free intervals where they apply (round_fit); False: the VM
+    # scheduler's search for every lease (what the tests compare them with)
+    fast_fits = True
 
     def _latest_start(self, lease: Lease, hint: LeasePlan, head: bool, now: int) -> int | None:
         """The head's guard (models/cpsat-round.md, step 3): the oldest movable lease never starts later than the hint
@@ -75,9 +80,11 @@ class HintCompletion:
                     added.append(rr)
                 first = LeasePlan(new.id, Outcome.ACCEPTED, start=vmrr.start,
                                   nodes=tuple(vmrr.mapping[v] for v in sorted(new.demands)), end=vmrr.end)
+            # the earliest fits from the nodes' free intervals, where each node holds one of a lease's VMs
+            fast = OneEachFits(sched, now) if self.fast_fits and OneEachFits.applies(sched, self.images) else None
             for lease in rebook:
                 try:
-                    vmrr = self._asap(lease, now)
+                    vmrr = self._asap(lease, now, fast)
                 except NotSchedulable:
                     if new is not None:
                         out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="no room after the new lease")
@@ -85,6 +92,8 @@ class HintCompletion:
                 for rr in (*vmrr.pre, vmrr, *vmrr.post):
                     sched.table.add(rr)
                     added.append(rr)
+                if fast is not None:
+                    fast.changed(vmrr.nodes())
                 if self.images is not None:
                     self.images.hint_booked(lease, vmrr, now)
                 start = vmrr.begin()
@@ -121,11 +130,17 @@ class HintCompletion:
         rest.sort(key=lambda lease: (smith(lease), lease.req.arrival, lease.id))
         return promised + head + rest
 
-    def _asap(self, lease: Lease, now: int) -> RR:
+    def _asap(self, lease: Lease, now: int, fast: OneEachFits | None = None) -> RR:
         """The lease's earliest whole booking from now, not added to the slot table: a suspended lease resumes where
         its image is or, where `migration` allows, anywhere once its image is copied, whichever begins first (the
-        booking holds no copy: `_build` adds it)."""
+        booking holds no copy: `_build` adds it). `fast`: the same booking from the nodes' free intervals, where
+        it applies (round_fit)."""
         vm = self.sched.vm
+        shape = fast.shape_of(lease) if fast is not None else None
+        if shape is not None:
+            found = fast.asap(lease, shape)
+            if found is not None:
+                return found
         if not lease.is_suspended():   # from now, or (disk images managed) when its image can be on each node
             if self.images is not None:
                 return self.images.asap(lease, now)
