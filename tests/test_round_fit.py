@@ -21,15 +21,15 @@ from optlease.scheduling.records import Lease
 
 CAP = {"CPU": 100, "Memory": 1024}
 # one VM per node, one per node with room left beside it, two and three per node (where the fast search does not
-# apply; beside the second, a node's room is not idle)
+# apply; beside the second, a node's room is not idle), and two shapes of one VM per node that fit beside each other
 SHAPES = [{"CPU": 100, "Memory": 1024}, {"CPU": 60, "Memory": 512}, {"CPU": 50, "Memory": 512},
-          {"CPU": 30, "Memory": 256}]
+          {"CPU": 30, "Memory": 256}, {"CPU": 70, "Memory": 200}, {"CPU": 30, "Memory": 600}]
 NOW = 60
 
-running = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 30)), max_size=10)          # shape, minutes
-ars = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(2, 20), st.integers(1, 20)),
+running = st.lists(st.tuples(st.integers(0, 5), st.integers(1, 30)), max_size=10)          # shape, minutes
+ars = st.lists(st.tuples(st.integers(0, 5), st.integers(1, 3), st.integers(2, 20), st.integers(1, 20)),
                max_size=2)                                            # shape, VMs, start and length (minutes)
-queued = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.integers(1, 30), st.integers(0, 3)),
+queued = st.lists(st.tuples(st.integers(0, 5), st.integers(1, 4), st.integers(1, 30), st.integers(0, 5)),
                   min_size=1, max_size=10)                            # shape, VMs, minutes, waited (minutes)
 
 

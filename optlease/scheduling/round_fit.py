@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
+from types import SimpleNamespace
 
 from optlease.formats.timefmt import MAX_SECONDS
 from optlease.scheduling.mapper import vms_of
 from optlease.scheduling.policies import GreedyHosts
-from optlease.scheduling.records import AlikeVMs, RR, Lease, NotSchedulable
+from optlease.scheduling.records import SHUTDOWN, AlikeVMs, RR, Lease, NotSchedulable
 from optlease.scheduling.roomindex import room_intervals
+from optlease.scheduling.slotqueries import SlotQueries
 from optlease.scheduling.slottable import INF, fits, vadd, vsub
+from optlease.scheduling.vmsched import VMScheduler
 
 # (a node's room for one VM: (begin, end); `begin` never before now)
 Room = tuple[float, float]
@@ -31,6 +34,8 @@ class OneEachFits:
     def __init__(self, sched, now: int) -> None:
         self.sched, self.table, self.now = sched, sched.table, now
         self.rooms: dict[tuple, _Rooms] = {}   # one VM's demand -> every node's room for it
+        # the slot table with the bookings made here, which go into it only when the VM scheduler searches it
+        self.view = _Overlay(sched.table)
 
     @staticmethod
     def applies(sched, images) -> bool:
@@ -50,15 +55,30 @@ class OneEachFits:
             return None
         return shape
 
+    def book(self, lease: Lease) -> RR | None:
+        """The lease's booking, as `VMScheduler.asap(lease, now, None, True, False, None, strict=True)` would give
+        it with every booking made so far in the slot table, kept here (None: this search does not apply, and the
+        caller adds what is kept here to the table, `flush`, before it asks the VM scheduler)."""
+        shape = self.shape_of(lease)
+        vmrr = self.asap(lease, shape) if shape is not None else None
+        if vmrr is not None:
+            for rr in (*vmrr.pre, vmrr, *vmrr.post):
+                self.view.add(rr)
+            self.changed(vmrr.nodes())
+        return vmrr
+
+    def flush(self) -> list[RR]:
+        """Add the bookings kept here to the slot table, in the order they were made: the reservations added."""
+        return self.view.flush()
+
     def asap(self, lease: Lease, shape: tuple) -> RR | None:
-        """The lease's booking (not added to the slot table), as `VMScheduler.asap(lease, now, None, True, False,
-        None, strict=True)` gives it (None: a node idle for good does not score the most, and that search is
-        asked instead)."""
+        """The lease's booking (not kept), as `VMScheduler.asap(lease, now, None, True, False, None, strict=True)`
+        gives it (None: a node idle for good does not score the most, and that search is asked instead)."""
         vm, now = self.sched.vm, self.now
         remaining, shutdown, duration, _, _, window = vm.shape(lease, False, True)
         rooms = self.rooms.get(shape)
         if rooms is None:
-            rooms = self.rooms[shape] = _Rooms(self.table, vsub(self.table.one_cap, shape), now)
+            rooms = self.rooms[shape] = _Rooms(self.view, vsub(self.table.one_cap, shape), now)
         k = len(lease.demands)
         t = rooms.earliest(k, window)
         if t > now + MAX_SECONDS:   # (the VM scheduler's horizon)
@@ -70,13 +90,14 @@ class OneEachFits:
         vmrr = vm.build(lease, t, t + duration + shutdown, dict(zip(vnodes, nodes)), False, remaining, shutdown)
         if t != now:
             vmrr.backfill = True   # a start found among later ends (VMScheduler.asap)
-            vm._note_walk(lease, vmrr, t)
+            # (its note of the walk, read from the table with the bookings kept here)
+            VMScheduler._note_walk(SimpleNamespace(policies=vm.policies, table=self.view), lease, vmrr, t)
         return vmrr
 
     def _first(self, rooms: "_Rooms", lease: Lease, t: int, window: int, k: int) -> list[int] | None:
         """The first k nodes with room over [t, t + window) in the host policy's order: (-score, node order); of
         the nodes idle for good by t, the first k in node order (None: one of them does not score the most)."""
-        table, score, rank = self.table, self.sched.policies.hosts.score, self.table.rank
+        table, score, rank = self.view, self.sched.policies.hosts.score, self.table.rank
         keyed = [(-score(n, t, lease, table), rank[n], n) for n in rooms.idle_from(t, k)]
         if any(key != -1.0 for key, _, _ in keyed):
             return None
@@ -89,6 +110,56 @@ class OneEachFits:
         for rooms in self.rooms.values():
             for n in set(nodes):
                 rooms.refile(n)
+
+
+class _Overlay:
+    """The slot table as the host policy and the rooms read it (each node's profile and reservations), with the
+    reservations `add` kept here (usage added to copies of their nodes' profiles) until `flush` adds them to it."""
+
+    def __init__(self, table) -> None:
+        self.table, self.nodes, self.rank = table, table.nodes, table.rank
+        self.own_profiles: dict = {}
+        self.own_rrs: dict = {}
+        self.pending: list[RR] = []
+        self.profiles = _Either(self.own_profiles, table.profiles)
+        self.by_node = _Either(self.own_rrs, table.by_node)
+
+    count_leases_at = SlotQueries.count_leases_at
+
+    def add(self, rr: RR) -> None:
+        """As `SlotTable.add` changes a node's reservations and profile (a shutdown of no length is in neither)."""
+        self.pending.append(rr)
+        start, end, demand = rr.start, rr.end, rr.demand
+        if start < end or rr.kind != SHUTDOWN:
+            for n in demand:
+                self.own_rrs[n] = self.by_node[n].union((rr,))
+        if start < end:
+            for n, d in demand.items():
+                prof = self.own_profiles.get(n)
+                if prof is None:
+                    prof = self.own_profiles[n] = self.table.profiles[n].copy()
+                prof.add(start, end, d)
+
+    def flush(self) -> list[RR]:
+        added, self.pending = self.pending, []
+        for rr in added:
+            self.table.add(rr)
+        self.own_profiles.clear()
+        self.own_rrs.clear()
+        return added
+
+
+class _Either:
+    """A node's own entry where it has one, else the slot table's."""
+
+    __slots__ = ("own", "base")
+
+    def __init__(self, own: dict, base) -> None:
+        self.own, self.base = own, base
+
+    def __getitem__(self, n: int):
+        found = self.own.get(n)
+        return self.base[n] if found is None else found
 
 
 class _Rooms:

@@ -84,16 +84,22 @@ class HintCompletion:
             fast = OneEachFits(sched, now) if self.fast_fits and OneEachFits.applies(sched, self.images) else None
             for lease in rebook:
                 try:
-                    vmrr = self._asap(lease, now, fast)
+                    vmrr = fast.book(lease) if fast is not None else None
+                    kept = vmrr is not None   # (booked by `fast`, which keeps it)
+                    if not kept:
+                        if fast is not None:
+                            added.extend(fast.flush())   # the VM scheduler searches a table with every booking
+                        vmrr = self._asap(lease, now)
                 except NotSchedulable:
                     if new is not None:
                         out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="no room after the new lease")
                     continue
-                for rr in (*vmrr.pre, vmrr, *vmrr.post):
-                    sched.table.add(rr)
-                    added.append(rr)
-                if fast is not None:
-                    fast.changed(vmrr.nodes())
+                if not kept:
+                    for rr in (*vmrr.pre, vmrr, *vmrr.post):
+                        sched.table.add(rr)
+                        added.append(rr)
+                    if fast is not None:
+                        fast.changed(vmrr.nodes())
                 if self.images is not None:
                     self.images.hint_booked(lease, vmrr, now)
                 start = vmrr.begin()
@@ -130,17 +136,11 @@ class HintCompletion:
         rest.sort(key=lambda lease: (smith(lease), lease.req.arrival, lease.id))
         return promised + head + rest
 
-    def _asap(self, lease: Lease, now: int, fast: OneEachFits | None = None) -> RR:
+    def _asap(self, lease: Lease, now: int) -> RR:
         """The lease's earliest whole booking from now, not added to the slot table: a suspended lease resumes where
         its image is or, where `migration` allows, anywhere once its image is copied, whichever begins first (the
-        booking holds no copy: `_build` adds it). `fast`: the same booking from the nodes' free intervals, where
-        it applies (round_fit)."""
+        booking holds no copy: `_build` adds it)."""
         vm = self.sched.vm
-        shape = fast.shape_of(lease) if fast is not None else None
-        if shape is not None:
-            found = fast.asap(lease, shape)
-            if found is not None:
-                return found
         if not lease.is_suspended():   # from now, or (disk images managed) when its image can be on each node
             if self.images is not None:
                 return self.images.asap(lease, now)
