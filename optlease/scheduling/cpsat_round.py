@@ -27,6 +27,7 @@ from optlease.domain.lease import LeaseKind
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.records import BOOKED, SHUTDOWN, Lease, NotSchedulable
 from optlease.scheduling.round_commit import PlanCommit
+from optlease.scheduling.round_gc import young_only
 from optlease.scheduling.round_hint import HintCompletion
 from optlease.scheduling.round_immediate import ImmediateRoom
 from optlease.scheduling.round_images import RoundImages
@@ -113,13 +114,15 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundPromises, Round
     def plan(self, now: int) -> None:
         """The greedy pass, then the CP-SAT round over its plan. A promised lease that lost its booking is booked
         again first (`_book_promised`); where a booking the last round made was lost since (`_unbooked`), the round
-        first books again before the greedy pass starts younger leases in its room."""
-        self._book_promised(now)
-        if self._unbooked(self._movable(now)):
-            self.round(now, rebooking=True)
-        self._move_up(now)
-        self.sched.schedule(now)
-        self.round(now)
+        first books again before the greedy pass starts younger leases in its room. The collector walks only
+        what the round makes (round_gc)."""
+        with young_only():
+            self._book_promised(now)
+            if self._unbooked(self._movable(now)):
+                self.round(now, rebooking=True)
+            self._move_up(now)
+            self.sched.schedule(now)
+            self.round(now)
 
     def round(self, now: int, rebooking: bool = False) -> None:
         wall = time.perf_counter()   # measured for the record only: no decision reads the clock

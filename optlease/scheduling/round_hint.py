@@ -5,6 +5,7 @@ from __future__ import annotations
 from optlease.scheduling import overheads as oh
 from optlease.scheduling.cpsat.prepare import wait_weight
 from optlease.scheduling.roomindex import RoomIndex
+from optlease.scheduling.round_fit import OneEachFits
 from optlease.scheduling.records import BOOKED, RR, WAITING, Lease, NotSchedulable
 from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
@@ -12,6 +13,10 @@ from optlease.scheduling.snapshot import LeasePlan, Migration, Outcome
 
 class HintCompletion:
     """The hint half of CpsatRound (a mixin: it needs `self.sched`, `self.policy` and `_expected`)."""
+
+    # the completion's earliest fits from the nodes' free intervals where they apply (round_fit); False: the VM
+    # scheduler's search for every lease (what the tests compare them with)
+    fast_fits = True
 
     def _latest_start(self, lease: Lease, hint: LeasePlan, head: bool, now: int) -> int | None:
         """The head's guard (models/cpsat-round.md, step 3): the oldest movable lease never starts later than the hint
@@ -75,16 +80,26 @@ class HintCompletion:
                     added.append(rr)
                 first = LeasePlan(new.id, Outcome.ACCEPTED, start=vmrr.start,
                                   nodes=tuple(vmrr.mapping[v] for v in sorted(new.demands)), end=vmrr.end)
+            # the earliest fits from the nodes' free intervals, where each node holds one of a lease's VMs
+            fast = OneEachFits(sched, now) if self.fast_fits and OneEachFits.applies(sched, self.images) else None
             for lease in rebook:
                 try:
-                    vmrr = self._asap(lease, now)
+                    vmrr = fast.book(lease) if fast is not None else None
+                    kept = vmrr is not None   # (booked by `fast`, which keeps it)
+                    if not kept:
+                        if fast is not None:
+                            added.extend(fast.flush())   # the VM scheduler searches a table with every booking
+                        vmrr = self._asap(lease, now)
                 except NotSchedulable:
                     if new is not None:
                         out[lease.id] = LeasePlan(lease.id, Outcome.DEFERRED, reason="no room after the new lease")
                     continue
-                for rr in (*vmrr.pre, vmrr, *vmrr.post):
-                    sched.table.add(rr)
-                    added.append(rr)
+                if not kept:
+                    for rr in (*vmrr.pre, vmrr, *vmrr.post):
+                        sched.table.add(rr)
+                        added.append(rr)
+                    if fast is not None:
+                        fast.changed(vmrr.nodes())
                 if self.images is not None:
                     self.images.hint_booked(lease, vmrr, now)
                 start = vmrr.begin()
