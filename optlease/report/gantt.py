@@ -21,7 +21,7 @@ BINS = 480            # time bins of the occupancy image, about one per pixel co
 MARKS = {"suspend": ("v", "suspend"), "resume": ("^", "resume"), "migrate": (">", "migration")}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # a large schedule's zoomed window holds a million or more
 class Bar:
     row: int          # the node's row in the chart
     start: int        # seconds since the schedule's start time
@@ -191,8 +191,7 @@ def _detail(ax, bars: list[Bar], begin: int, end: int, scale: float) -> None:
     vms = [b for b in bars if b.kind == "vm"]
     many = len(vms) > DETAIL_BARS
     for kind in dict.fromkeys(b.lease_kind for b in vms):
-        boxes = [[(b.start / scale, b.row - 0.4), (b.end / scale, b.row - 0.4), (b.end / scale, b.row + 0.4),
-                  (b.start / scale, b.row + 0.4)] for b in vms if b.lease_kind == kind]
+        boxes = _boxes([b for b in vms if b.lease_kind == kind], scale)
         # thousands of boxes are an image inside the SVG (one pixel each would weigh a megabyte as paths)
         ax.add_collection(PolyCollection(boxes, facecolors=KIND_COLOURS.get(kind, "grey"),
                                          edgecolors="none" if many else "white", linewidths=0.3, rasterized=many))
@@ -203,6 +202,16 @@ def _detail(ax, bars: list[Bar], begin: int, end: int, scale: float) -> None:
             ax.scatter(xs, ys, marker=marker, s=5 if many else 18, color="black", linewidths=0, zorder=3)
     ax.set_xlim(begin / scale, end / scale)
     _legend(ax, marks=True)
+
+
+def _boxes(vms: list[Bar], scale: float) -> np.ndarray:
+    """[box, corner, x or y]: each bar's box, corners from its start's bottom, counter-clockwise."""
+    x0 = np.array([b.start for b in vms], dtype=float) / scale
+    x1 = np.array([b.end for b in vms], dtype=float) / scale
+    row = np.array([b.row for b in vms], dtype=float)
+    low, high = row - 0.4, row + 0.4
+    return np.stack([np.stack([x0, low], 1), np.stack([x1, low], 1), np.stack([x1, high], 1),
+                     np.stack([x0, high], 1)], 1)
 
 
 def _frame(ax, nodes: list[str], unit: str, title: str) -> None:

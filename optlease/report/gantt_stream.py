@@ -115,7 +115,7 @@ class Occupancy:
         self.width = self.edges[1] - self.edges[0]
         self.begin, self.bins, self.kinds = begin, bins, list(KIND_COLOURS)
         self.part = np.zeros((len(self.kinds) + 1, rows, bins))           # bins a bar covers in part
-        self.whole = np.zeros((len(self.kinds) + 1, rows, bins + 1), dtype=np.int64)   # bars covering a bin whole
+        self.whole = np.zeros((len(self.kinds) + 1, rows, bins + 1), dtype=np.int32)   # bars covering a bin whole
         self.pending: list[Bar] = []
 
     def add(self, bars: list[Bar]) -> None:
@@ -148,6 +148,9 @@ class Occupancy:
         np.add.at(self.whole, (k[inner], row[inner], last[inner]), -1)
 
     def busy(self) -> np.ndarray:
+        """The occupancy (its arrays are taken: worked out in place, a kind at a time, on the site's rows)."""
         self._flush()
-        full = np.cumsum(self.whole, axis=2)[:, :, :self.bins]
-        return self.part + full * (np.diff(self.edges) / self.width)
+        busy, whole, share = self.part, self.whole, np.diff(self.edges) / self.width
+        for k in range(len(busy)):
+            busy[k] += np.cumsum(whole[k], axis=1)[:, :self.bins] * share
+        return busy
