@@ -11,6 +11,8 @@ from array import array
 from itertools import groupby
 from typing import Any
 
+import numpy as np
+
 from optlease.checker import EPSILON, _overload
 from optlease.checker_read import CheckedLease, CheckedSite, Violation
 
@@ -98,14 +100,52 @@ class CapacitySweep:
     def violations(self) -> list[Violation]:
         found: list[tuple[int, int, int, int, Violation]] = []
         try:
+            exact = self._exact()
             for b in range(self.count):
-                found.extend(self._sweep(self._bucket(b), len(found)))
+                records = self._bucket(b)
+                found.extend(self._sweep(self._suspects(records, *exact) if exact else records, len(found)))
         finally:
             if self.dir is not None:
                 self.dir.cleanup()
                 self.dir = None
         found.sort(key=lambda f: f[:4])
         return [f[4] for f in found]
+
+    def _exact(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(demand per resource of each demand number, capacity per resource of each node), when the usage summed in
+        numpy is the sweep's exactly: every amount a whole number up to 2^20 (sums stay under 2^53); else None."""
+        rtypes = sorted({rtype for demand in self.demands for rtype, _ in demand})
+        column = {rtype: i for i, rtype in enumerate(rtypes)}
+        table = np.zeros((len(self.demands), len(rtypes)), dtype=np.int64)
+        for d, demand in enumerate(self.demands):
+            for rtype, amount in demand:
+                if not (float(amount).is_integer() and 0 <= amount <= 1 << 20):
+                    return None
+                table[d, column[rtype]] = int(amount)
+        capacity = np.array([[float(self.site.nodes[name].get(rtype, 0)) for rtype in rtypes] for name in self.names],
+                            dtype=float).reshape(len(self.names), len(rtypes))
+        return table, capacity
+
+    def _suspects(self, records: array, table: np.ndarray, capacity: np.ndarray) -> array:
+        """The records of the nodes whose usage goes over their capacity after some instant (usage rises only where
+        a reservation starts, so the sweep flags exactly these nodes); a node's usage is its own reservations'."""
+        if not records:
+            return records
+        rec = np.frombuffer(records, dtype=np.int64).reshape(-1, FIELDS)
+        node = np.concatenate([rec[:, 3], rec[:, 3]])
+        now = np.concatenate([rec[:, 0] >> 1, rec[:, 1] >> 1])
+        delta = np.concatenate([table[rec[:, 5]], -table[rec[:, 5]]])
+        order = np.lexsort((now, node))
+        node, now = node[order], now[order]
+        usage = np.cumsum(delta[order], axis=0)     # each node's events add up to nothing: no carry between nodes
+        last = np.ones(len(node), dtype=bool)       # the last event of each (node, instant): usage after it
+        last[:-1] = (node[1:] != node[:-1]) | (now[1:] != now[:-1])
+        over = (usage[last] > capacity[node[last]] + EPSILON).any(axis=1)
+        suspects = np.unique(node[last][over])
+        kept = array("q")
+        if len(suspects):
+            kept.frombytes(rec[np.isin(rec[:, 3], suspects)].tobytes())
+        return kept
 
     def _sweep(self, records: array, base: int) -> list[tuple[int, int, int, int, Violation]]:
         """One bucket's nodes swept over time, as `checker._check_capacity` sweeps them all; each violation keyed by
