@@ -79,10 +79,12 @@ def test_allowed_variations_pass_alike(tmp_path, mutate):
     assert assert_same(write(tmp_path, doc)) == ("ok", [])
 
 
-def test_the_capacity_sweep_in_buckets_written_out_is_the_sweep_in_memory():
+@pytest.mark.parametrize("cpu", [90, 90.5, 1 << 21], ids=["whole", "fraction", "past-2^20"])
+def test_the_capacity_sweep_in_buckets_written_out_is_the_sweep_in_memory(cpu):
+    # whole numbers up to 2^20: the nodes to sweep are found by sums in numpy; else every node is swept
     doc = big_schedule(2_000, 40)
     for lease in doc["leases"][::97]:      # overloads on a few nodes, some at once
-        lease["vms"]["1"]["CPU"] = 90
+        lease["vms"]["1"]["CPU"] = cpu
     reader = Reader()
     site = reader.site(doc["site"])
     leases = [reader.lease(i, raw, site) for i, raw in enumerate(doc["leases"])]
