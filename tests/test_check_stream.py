@@ -262,3 +262,18 @@ def test_leases_before_the_site_are_read_in_a_second_pass(tmp_path):
 def test_counts_are_the_documents(tmp_path):
     checked = check_file(write(tmp_path, quickstart()))
     assert (checked.violations, checked.leases, checked.reservations) == ([], 2, 5)
+
+
+@pytest.mark.parametrize("field, value", [("transfer", [1, 2]), ("bandwidth", "fast"), ("cache_size", "x"),
+                                          ("start", {"at": 0}), ("kind", ["vm"])])
+def test_hostile_image_and_reservation_fields_are_violations_not_crashes(tmp_path, image_docs, field, value):
+    doc = copy.deepcopy(image_docs[0])
+    if field == "cache_size":
+        doc["images"]["cache_size"] = value
+    else:
+        transfer = next(r for lease in doc["leases"] for r in lease["reservations"] if r["kind"] == "transfer")
+        transfer[field] = value
+    verdict, lines = assert_same(write(tmp_path, doc))
+    assert verdict == "ok" and all("\n" not in line for line in lines)
+    # an id of any shape names a transfer, a rate that is not a number is the link's whole bandwidth: nothing wrong
+    assert lines or field in ("transfer", "bandwidth")
