@@ -162,6 +162,6 @@ def check_schedule(doc: dict) -> list[Violation]:
         out.extend(_check_lease(lease))
     if site is not None:
         out.extend(_check_capacity(leases, site))
-    out.extend(check_images(doc, contract_seconds, contract_time, Violation))
+    out.extend(check_images(doc.get("images"), lambda: raw_leases, contract_seconds, contract_time, Violation))
     return out
 

@@ -7,15 +7,15 @@ where a `disk-image` copy brought it, or in the node's cache), and no node's cac
 size."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 Flag = Callable[[int | None, str, str], Any]
 
 
-def check_images(doc: dict, seconds: Callable[[Any], int | None], when: Callable[[int], str],
-                 flag: Flag) -> Iterator[Any]:
-    """Violations (built by `flag(lease, rule, message)`) of the image rules; nothing when `doc` has no images."""
-    images = doc.get("images")
+def check_images(images: Any, leases: Callable[[], Iterable[Any]], seconds: Callable[[Any], int | None],
+                 when: Callable[[int], str], flag: Flag) -> Iterator[Any]:
+    """Violations (built by `flag(lease, rule, message)`) of the image rules of a document's `images` section (None:
+    images not managed, nothing to check); `leases()` gives the document's leases, read once, one at a time."""
     if images is None:
         return
     if not isinstance(images, dict) or not _number(images.get("bandwidth")):
@@ -26,11 +26,15 @@ def check_images(doc: dict, seconds: Callable[[Any], int | None], when: Callable
     if faults:
         yield from faults
         return
-    leases = [lease for lease in doc.get("leases", []) if isinstance(lease, dict)]
-    yield from _link(leases, images["bandwidth"], seconds, when, flag)
+    seen: dict[Any, tuple[int, int, float, int]] = {}
+    first: list[Any] = []      # each lease's image-ready violations, reported after the link's and the caches'
+    for lease in leases():
+        if isinstance(lease, dict):
+            _transfers(lease, images["bandwidth"], seconds, seen)
+            first.extend(_image_first(lease, spans, seconds, when, flag))
+    yield from _link(seen, images["bandwidth"], when, flag)
     yield from _cache_size(spans, images.get("cache_size"), when, flag)
-    for lease in leases:
-        yield from _image_first(lease, spans, seconds, when, flag)
+    yield from first
 
 
 def _number(value: Any) -> bool:
@@ -49,22 +53,26 @@ def _spans(images: dict, seconds, flag) -> Iterator[Any]:
         yield (str(raw.get("node")), raw.get("image"), raw["size"], start, end_s)
 
 
-def _link(leases: list[dict], bandwidth: float, seconds, when, flag) -> Iterator[Any]:
+def _transfers(lease: dict, bandwidth: float, seconds, seen: dict[Any, tuple[int, int, float, int]]) -> None:
     """Transfers are listed under every lease they feed: each one (by its `transfer` id) counts once. A copy of a
     lease's images over the link is listed under that lease alone."""
-    seen: dict[Any, tuple[int, int, float, int]] = {}
-    for lease in leases:
-        for r in lease.get("reservations") or []:
-            if not isinstance(r, dict):
+    for r in lease.get("reservations") or []:
+        if not isinstance(r, dict):
+            continue
+        copy = r.get("kind") == "migrate" and "bandwidth" in r
+        if r.get("kind") == "transfer" or copy:
+            start, end = seconds(r.get("start")), seconds(r.get("end"))
+            if start is None or end is None:
                 continue
-            copy = r.get("kind") == "migrate" and "bandwidth" in r
-            if r.get("kind") == "transfer" or copy:
-                start, end = seconds(r.get("start")), seconds(r.get("end"))
-                if start is None or end is None:
-                    continue
-                key = ("copy", lease.get("id"), r.get("start")) if copy \
-                    else r.get("transfer", (lease.get("id"), r.get("start")))
-                seen.setdefault(key, (start, end, r.get("bandwidth", bandwidth), lease.get("id")))
+            key = ("copy", lease.get("id"), r.get("start")) if copy \
+                else r.get("transfer", (lease.get("id"), r.get("start")))
+            rate = r.get("bandwidth", bandwidth)
+            # a hostile id or rate (a list, a string) is a transfer of its own at the link's whole bandwidth
+            seen.setdefault(repr(key), (start, end, rate if _number(rate) else bandwidth, lease.get("id")))
+
+
+def _link(seen: dict[Any, tuple[int, int, float, int]], bandwidth: float, when, flag) -> Iterator[Any]:
+    """The repository's link never carries more than its bandwidth, each transfer counted once."""
     events = sorted([(s, 1, b, lid) for s, e, b, lid in seen.values() if e > s]
                     + [(e, 0, b, lid) for s, e, b, lid in seen.values() if e > s])
     used, over = 0.0, False
@@ -80,6 +88,9 @@ def _link(leases: list[dict], bandwidth: float, seconds, when, flag) -> Iterator
 
 def _cache_size(spans: list[tuple], size: Any, when, flag) -> Iterator[Any]:
     if size is None:
+        return
+    if not (isinstance(size, (int, float)) and not isinstance(size, bool) and size >= 0):
+        yield flag(None, "format", f"images.cache_size {str(size)[:40]!r} is not a number of MB >= 0")
         return
     by_node: dict[str, list[tuple[int, int, float]]] = {}
     for node, _, mb, start, end in spans:

@@ -71,10 +71,15 @@ class CheckedLease:
     reservations: tuple[CheckedResv, ...]  # sorted by time
 
 
-@lru_cache(maxsize=1 << 16)
 def contract_seconds(text: Any) -> int | None:
-    """Seconds since 1970 of a contract time, None when it is not `YYYY-MM-DDTHH:MM:SS`."""
-    if not isinstance(text, str) or not _TIME.fullmatch(text):
+    """Seconds since 1970 of a contract time, None when it is not `YYYY-MM-DDTHH:MM:SS` (nor a string: a list or
+    an object there is no key for the cache)."""
+    return _seconds(text) if isinstance(text, str) else None
+
+
+@lru_cache(maxsize=1 << 16)
+def _seconds(text: str) -> int | None:
+    if not _TIME.fullmatch(text):
         return None
     try:
         return (datetime.fromisoformat(text) - _EPOCH) // timedelta(seconds=1)
@@ -207,7 +212,7 @@ class Reader:
             self.flag(lid, "format", f"{where} is not an object")
             return None
         kind = raw.get("kind")
-        if kind not in KINDS:
+        if not isinstance(kind, str) or kind not in KINDS:
             self.flag(lid, "kind", f"{where} kind {kind!r} is not one of {', '.join(sorted(KINDS))}")
         where = f"{where} ({kind})"
         start = self.time(lid, where, raw, "start")

@@ -82,3 +82,24 @@ def test_make_imagefile_writes_the_same_haizea_image_file_for_the_same_seed(tmp_
     images = read_imagefile(tmp_path / "a")
     assert len(images) == 400 and {i.size for i in images} == {700}
     assert {i.id for i in images} == {f"image_{n}" for n in range(1, 6)}   # uniform: 400 draws reach all five
+
+
+def test_bench_check_reads_a_schedule_as_a_stream_and_whole(tmp_path):
+    """`bench_check.py` times `optlease check`'s reading of a schedule file and the report's chart of it, by the
+    stream and by the whole document: the same verdict and chart either way."""
+    schedule = tmp_path / "quickstart.json"
+    subprocess.run([sys.executable, "-m", "optlease.cli.main", "simulate", "-c",
+                    str(REPO / "instances" / "quickstart" / "quickstart.conf"), "-q", "--schedule-out",
+                    str(schedule)], cwd=REPO, capture_output=True, check=True, timeout=300)
+    runs = {}
+    for whole in ([], ["--whole"]):
+        out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_check.py"), str(schedule), *whole],
+                             capture_output=True, text=True, check=True, timeout=300)
+        runs[bool(whole)] = {run["what"]: run for run in json.loads(out.stdout)}
+    for by in runs.values():
+        assert by["check"]["violations"] == 0 and by["check"]["peak_rss_mb"] > 0
+        assert by["chart"]["svg_bytes"] > 0 and by["chart"]["cpu_time_s"] >= 0
+    assert runs[False]["chart"]["svg_bytes"] == runs[True]["chart"]["svg_bytes"]
+    doc = json.loads(schedule.read_text())
+    assert (runs[False]["check"]["leases"], runs[False]["check"]["reservations"]) == (
+        len(doc["leases"]), sum(len(lease["reservations"]) for lease in doc["leases"]))

@@ -13,15 +13,6 @@ if TYPE_CHECKING:
     from optlease.checker_read import Violation
 
 
-def schedule_size(doc: dict) -> tuple[int, int]:
-    """(leases, reservations) in a document, counting only what sits where the contract puts it."""
-    leases = doc.get("leases")
-    if not isinstance(leases, list):
-        return 0, 0
-    return len(leases), sum(len(x["reservations"]) for x in leases
-                            if isinstance(x, dict) and isinstance(x.get("reservations"), list))
-
-
 def summary(violations: list[Violation], leases: int, reservations: int) -> str:
     if violations:
         return f"{len(violations)} violation{'' if len(violations) == 1 else 's'}"
@@ -39,12 +30,11 @@ def check(
     arrivals, durations, AR and immediate starts, suspension, rejection. Exit 0 when it obeys them all, 1 when it
     breaks some (one line each), 2 when the file cannot be read as a schedule."""
     # imported here: every command of the CLI loads this module, and only `check` needs the checker
-    from optlease.checker import check_schedule
-    from optlease.formats.schedule_json import load_schedule
+    from optlease.checker_stream import check_file
 
-    doc = load_schedule(schedule)
-    violations = check_schedule(doc)
-    leases, reservations = schedule_size(doc)
+    # read as a stream, a lease at a time: a year of a large site is a file of a few GB
+    checked = check_file(schedule)
+    violations, leases, reservations = checked.violations, checked.leases, checked.reservations
     if as_json:
         print(json.dumps({"schedule": str(schedule), "ok": not violations, "leases": leases,
                           "reservations": reservations, "violations": [v.as_dict() for v in violations]}, indent=2))

@@ -12,8 +12,6 @@ from optlease.errors import InputError
 SUFFIX = ".parquet"
 SCHEDULE_SUFFIX = ".schedule.json"
 MAX_RUNS = 10_000   # a report of more runs than this is a mistake in its arguments (a whole disk), not a study
-# a month on 144 nodes is under 2 MB; a schedule file past this is not one a chart can show
-MAX_SCHEDULE_BYTES = 256 * 2 ** 20
 
 
 @dataclass
@@ -47,12 +45,7 @@ def data_files(paths: list[Path]) -> list[Path]:
 def schedule_beside(path: Path) -> Optional[Path]:
     name = path.name[:-len(SUFFIX)] if path.name.endswith(SUFFIX) else path.stem
     candidate = path.with_name(name + SCHEDULE_SUFFIX)
-    if not candidate.is_file():
-        return None
-    if candidate.stat().st_size > MAX_SCHEDULE_BYTES:
-        raise InputError(f"a schedule of {candidate.stat().st_size / 2 ** 20:.0f} MB, more than the "
-                         f"{MAX_SCHEDULE_BYTES // 2 ** 20} MB a report draws", str(candidate))
-    return candidate
+    return candidate if candidate.is_file() else None
 
 
 def load_runs(paths: list[Path]) -> list[Run]:
@@ -63,13 +56,12 @@ def load_runs(paths: list[Path]) -> list[Run]:
 def write_report(paths: list[Path], out: Path, title: str = "optlease report", notes: tuple[str, ...] = ()) -> Path:
     """Reads the runs, writes `report.html`, `report.md` and the Markdown's SVG figures into `out` (made if need
     be); returns the HTML file's path."""
-    from optlease.formats.schedule_json import load_schedule
+    from optlease.report.gantt_stream import ScheduleFile
     from optlease.report.render import Source, build_report
 
-    sources = []
-    for run in load_runs(paths):
-        doc = load_schedule(run.schedule) if run.schedule else None
-        sources.append(Source(str(run.path), run.data, doc, str(run.schedule or "")))
+    # a schedule is read, as a stream, only if its chart is drawn (a year of a large site is a file of a few GB)
+    sources = [Source(str(run.path), run.data, ScheduleFile(run.schedule) if run.schedule else None,
+                      str(run.schedule or "")) for run in load_runs(paths)]
     report = build_report(sources, title, list(notes))
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", str(out))

@@ -21,7 +21,7 @@ BINS = 480            # time bins of the occupancy image, about one per pixel co
 MARKS = {"suspend": ("v", "suspend"), "resume": ("^", "resume"), "migrate": (">", "migration")}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # a large schedule's zoomed window holds a million or more
 class Bar:
     row: int          # the node's row in the chart
     start: int        # seconds since the schedule's start time
@@ -33,36 +33,51 @@ class Bar:
 def bars_of(doc: dict[str, Any], where: str) -> tuple[list[str], list[Bar]]:
     """The node names (rows) and every reservation on every node it holds; InputError naming the schedule file and
     lease when a field is not what the contract says."""
+    origin, nodes, row_of = header(doc, where)
     try:
-        origin = parse_iso(str(doc["starttime"]))
-        nodes = [str(n) for n in doc["site"]["nodes"]]
         leases = doc["leases"]
         if not isinstance(leases, list):
             raise TypeError("leases is not a list")
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"not a readable schedule: {exc}", where) from None
+    bars = []
+    for lease in leases:
+        bars.extend(lease_bars(lease, origin, row_of, where))
+    return nodes, bars
+
+
+def header(doc: dict[str, Any], where: str) -> tuple[datetime, list[str], dict[str, int]]:
+    """The schedule's start time, its node names in row order and each one's row."""
+    try:
+        origin = parse_iso(str(doc["starttime"]))
+        nodes = [str(n) for n in doc["site"]["nodes"]]
     except (KeyError, TypeError, TimeFormatError) as exc:
         raise InputError(f"not a readable schedule: {exc}", where) from None
     nodes.sort(key=lambda n: (0, int(n), n) if n.isdigit() else (1, 0, n))
-    row_of = {n: i for i, n in enumerate(nodes)}
+    return origin, nodes, {n: i for i, n in enumerate(nodes)}
+
+
+def lease_bars(lease: Any, origin: datetime, row_of: dict[str, int], where: str) -> list[Bar]:
+    """Every reservation of one lease on every node it holds."""
     bars = []
-    for lease in leases:
-        try:
-            for r in lease["reservations"]:
-                start, end = _seconds(r["start"], origin), _seconds(r["end"], origin)
-                # a migration holds the lease on the nodes it leaves as well as where it goes
-                held = [*r["mapping"].values(), *(r.get("from") or {}).values()]
-                kind = "migrate" if r["kind"] in ("migrate", "transfer") and r.get("from") else str(r["kind"])
-                for node in dict.fromkeys(str(n) for n in held):
-                    if node not in row_of:
-                        raise InputError(f"lease {_id(lease)}: a reservation on node {node[:20]!r}, which the site "
-                                         "does not have", where)
-                    bars.append(Bar(row_of[node], start, end, str(lease["type"]), kind))
-        except TimeFormatError as exc:
-            raise InputError(f"lease {_id(lease)}: {exc.message}", where) from None
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise InputError(f"lease {_id(lease)}: a reservation without a readable {exc} field" if isinstance(
-                exc, KeyError) else f"lease {_id(lease)}: not shaped as the schedule contract says ({exc})",
-                where) from None
-    return nodes, bars
+    try:
+        for r in lease["reservations"]:
+            start, end = _seconds(r["start"], origin), _seconds(r["end"], origin)
+            # a migration holds the lease on the nodes it leaves as well as where it goes
+            held = [*r["mapping"].values(), *(r.get("from") or {}).values()]
+            kind = "migrate" if r["kind"] in ("migrate", "transfer") and r.get("from") else str(r["kind"])
+            for node in dict.fromkeys(str(n) for n in held):
+                if node not in row_of:
+                    raise InputError(f"lease {_id(lease)}: a reservation on node {node[:20]!r}, which the site "
+                                     "does not have", where)
+                bars.append(Bar(row_of[node], start, end, str(lease["type"]), kind))
+    except TimeFormatError as exc:
+        raise InputError(f"lease {_id(lease)}: {exc.message}", where) from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"lease {_id(lease)}: a reservation without a readable {exc} field" if isinstance(
+            exc, KeyError) else f"lease {_id(lease)}: not shaped as the schedule contract says ({exc})",
+            where) from None
+    return bars
 
 
 def _id(lease: Any) -> str:
@@ -75,37 +90,62 @@ def _seconds(text: Any, origin: datetime) -> int:
 
 def gantt_svg(doc: dict[str, Any], where: str, title: str, prefix: str) -> Optional[str]:
     nodes, bars = bars_of(doc, where)
+    return draw(nodes, bars, title, prefix)
+
+
+def span(bars: list[Bar]) -> tuple[int, int]:
+    """From the schedule's start (schedules of the same workload line up) to the last bar's end."""
+    return min(0, min(b.start for b in bars)), max(b.end for b in bars)
+
+
+def detailed(nodes: int, vms: int) -> bool:
+    """Whether every reservation is drawn (else occupancy and a zoomed window)."""
+    return nodes <= DETAIL_NODES and vms <= DETAIL_BARS
+
+
+def draw(nodes: list[str], bars: list[Bar], title: str, prefix: str) -> Optional[str]:
     if not bars:
         return None
-    # from the schedule's start: schedules of the same workload line up
-    begin, end = min(0, min(b.start for b in bars)), max(b.end for b in bars)
+    begin, end = span(bars)
+    if detailed(len(nodes), sum(b.kind == "vm" for b in bars)):
+        return draw_detail(nodes, bars, begin, end, title, prefix)
+    window = window_of(sorted(b.start for b in bars if b.kind in MARKS), begin, end)
+    return draw_large(nodes, occupancy(bars, len(nodes), begin, end), begin, end, window,
+                      [b for b in bars if b.end > window[0] and b.start < window[1]], title, prefix)
+
+
+def draw_detail(nodes: list[str], bars: list[Bar], begin: int, end: int, title: str, prefix: str) -> str:
     scale, unit = time_unit(end - begin)
-    if len(nodes) <= DETAIL_NODES and sum(b.kind == "vm" for b in bars) <= DETAIL_BARS:
-        fig = new_figure(7.5, 1.2 + 0.18 * len(nodes))
-        ax = fig.add_subplot()
-        _detail(ax, bars, begin, end, scale)
-        _frame(ax, nodes, unit, f"{title}: every reservation")
-        return to_svg(fig, prefix)
-    window = _window(bars, begin, end)
+    fig = new_figure(7.5, 1.2 + 0.18 * len(nodes))
+    ax = fig.add_subplot()
+    _detail(ax, bars, begin, end, scale)
+    _frame(ax, nodes, unit, f"{title}: every reservation")
+    return to_svg(fig, prefix)
+
+
+def draw_large(nodes: list[str], busy: np.ndarray, begin: int, end: int, window: tuple[int, int],
+               shown: list[Bar], title: str, prefix: str) -> str:
+    """Occupancy (`busy`, as `occupancy` gives it) over the run, the window boxed, and the `shown` bars in it."""
+    scale, unit = time_unit(end - begin)
     fig = new_figure(7.5, 7.0)
     top, bottom = fig.subplots(2, 1, height_ratios=[1.2, 1])
-    _occupancy(top, bars, len(nodes), begin, end, scale)
+    _occupancy(top, busy, len(nodes), begin, end, scale)
     top.axvspan(window[0] / scale, window[1] / scale, fill=False, edgecolor="black", linewidth=1.2)
     _frame(top, nodes, unit, f"{title}: node occupancy (share of each time bin a VM ran), window boxed")
     wscale, wunit = time_unit(window[1] - window[0])
-    shown = [b for b in bars if b.end > window[0] and b.start < window[1]]
     _detail(bottom, shown, *window, wscale)
     _frame(bottom, nodes, wunit, f"zoomed window: {window[0] / scale:.1f}–{window[1] / scale:.1f} {unit}")
     return to_svg(fig, prefix)
 
 
-def _window(bars: list[Bar], begin: int, end: int) -> tuple[int, int]:
+def window_of(marks: Any, begin: int, end: int) -> tuple[int, int]:
     """A window a twentieth of the run long (at least six hours), placed where the most suspensions, resumes and
-    migrations happen (else at the start): where the schedule is most worth reading closely."""
+    migrations (`marks`: their starts, in order) happen (else at the start): where the schedule is most worth
+    reading closely."""
     length = max((end - begin) // 20, 6 * 3600)
     if length >= end - begin:
         return begin, end
-    events = np.array(sorted(b.start for b in bars if b.kind in MARKS))
+    events = np.asarray(marks, dtype=np.int64)
     if len(events) == 0:
         return begin, begin + length
     counts = np.searchsorted(events, events + length) - np.arange(len(events))
@@ -130,8 +170,7 @@ def occupancy(bars: list[Bar], rows: int, begin: int, end: int, bins: int = BINS
     return busy
 
 
-def _occupancy(ax, bars: list[Bar], rows: int, begin: int, end: int, scale: float) -> None:
-    busy = occupancy(bars, rows, begin, end)
+def _occupancy(ax, busy: np.ndarray, rows: int, begin: int, end: int, scale: float) -> None:
     # several VMs on one node in one bin count once: the pixel shows the share of time the node ran any VM
     total = busy.sum(axis=0)
     share = np.clip(total, 0, 1)
@@ -152,8 +191,7 @@ def _detail(ax, bars: list[Bar], begin: int, end: int, scale: float) -> None:
     vms = [b for b in bars if b.kind == "vm"]
     many = len(vms) > DETAIL_BARS
     for kind in dict.fromkeys(b.lease_kind for b in vms):
-        boxes = [[(b.start / scale, b.row - 0.4), (b.end / scale, b.row - 0.4), (b.end / scale, b.row + 0.4),
-                  (b.start / scale, b.row + 0.4)] for b in vms if b.lease_kind == kind]
+        boxes = _boxes([b for b in vms if b.lease_kind == kind], scale)
         # thousands of boxes are an image inside the SVG (one pixel each would weigh a megabyte as paths)
         ax.add_collection(PolyCollection(boxes, facecolors=KIND_COLOURS.get(kind, "grey"),
                                          edgecolors="none" if many else "white", linewidths=0.3, rasterized=many))
@@ -164,6 +202,16 @@ def _detail(ax, bars: list[Bar], begin: int, end: int, scale: float) -> None:
             ax.scatter(xs, ys, marker=marker, s=5 if many else 18, color="black", linewidths=0, zorder=3)
     ax.set_xlim(begin / scale, end / scale)
     _legend(ax, marks=True)
+
+
+def _boxes(vms: list[Bar], scale: float) -> np.ndarray:
+    """[box, corner, x or y]: each bar's box, corners from its start's bottom, counter-clockwise."""
+    x0 = np.array([b.start for b in vms], dtype=float) / scale
+    x1 = np.array([b.end for b in vms], dtype=float) / scale
+    row = np.array([b.row for b in vms], dtype=float)
+    low, high = row - 0.4, row + 0.4
+    return np.stack([np.stack([x0, low], 1), np.stack([x1, low], 1), np.stack([x1, high], 1),
+                     np.stack([x0, high], 1)], 1)
 
 
 def _frame(ax, nodes: list[str], unit: str, title: str) -> None:

@@ -25,7 +25,7 @@ class Source:
     """What the report needs of one run: its data file's contents, where it came from, its schedule if any."""
     name: str
     data: Any                              # optlease.accounting.datafile.RunData
-    schedule: Optional[dict] = None        # its parsed optlease-schedule/1 document
+    schedule: Any = None                   # its optlease-schedule/1 document, or its file (.chart(title, prefix))
     schedule_name: str = ""
 
 
@@ -51,8 +51,10 @@ def build_report(sources: list[Source], title: str, notes: list[str]) -> Report:
             continue
         shown += 1
         s = sources[first]
-        add(f"gantt-{shown}.svg", f"Schedule of {run_label(attrs[first])} ({s.schedule_name})",
-            gantt_svg(s.schedule, s.schedule_name, column, f"g{shown}"))
+        # a document in memory, or a file read as a stream when its chart is drawn (gantt_stream.ScheduleFile)
+        svg = gantt_svg(s.schedule, s.schedule_name, column, f"g{shown}") if isinstance(s.schedule, dict) \
+            else s.schedule.chart(column, f"g{shown}")
+        add(f"gantt-{shown}.svg", f"Schedule of {run_label(attrs[first])} ({s.schedule_name})", svg)
     series = {c: _counters(sources[ix[0]].data) for c, ix in columns.items()}
     add("timeline.svg", "CPU utilization and best-effort queue length over time (first run of each column)",
         timeline_svg(series, "t"))
