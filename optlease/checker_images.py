@@ -30,8 +30,9 @@ def check_images(images: Any, leases: Callable[[], Iterable[Any]], seconds: Call
     first: list[Any] = []      # each lease's image-ready violations, reported after the link's and the caches'
     for lease in leases():
         if isinstance(lease, dict):
-            _transfers(lease, images["bandwidth"], seconds, seen)
+            faults.extend(_transfers(lease, images["bandwidth"], seconds, seen, flag))
             first.extend(_image_first(lease, spans, seconds, when, flag))
+    yield from faults
     yield from _link(seen, images["bandwidth"], when, flag)
     yield from _cache_size(spans, images.get("cache_size"), when, flag)
     yield from first
@@ -53,9 +54,12 @@ def _spans(images: dict, seconds, flag) -> Iterator[Any]:
         yield (str(raw.get("node")), raw.get("image"), raw["size"], start, end_s)
 
 
-def _transfers(lease: dict, bandwidth: float, seconds, seen: dict[Any, tuple[int, int, float, int]]) -> None:
+def _transfers(lease: dict, bandwidth: float, seconds, seen: dict[Any, tuple[int, int, float, int]],
+               flag: Flag) -> list[Any]:
     """Transfers are listed under every lease they feed: each one (by its `transfer` id) counts once. A copy of a
-    lease's images over the link is listed under that lease alone."""
+    lease's images over the link is listed under that lease alone. Returns the format violations (a rate that is
+    not a number)."""
+    out = []
     for r in lease.get("reservations") or []:
         if not isinstance(r, dict):
             continue
@@ -67,8 +71,12 @@ def _transfers(lease: dict, bandwidth: float, seconds, seen: dict[Any, tuple[int
             key = ("copy", lease.get("id"), r.get("start")) if copy \
                 else r.get("transfer", (lease.get("id"), r.get("start")))
             rate = r.get("bandwidth", bandwidth)
-            # a hostile id or rate (a list, a string) is a transfer of its own at the link's whole bandwidth
+            if not _number(rate):
+                out.append(flag(lease.get("id"), "format", f"a {r.get('kind')} reservation's bandwidth is not a "
+                                                           f"positive number: {str(rate)[:40]}"))
+            # a hostile id (a list, a string) is a transfer of its own; a rate that is not a number, the whole link
             seen.setdefault(repr(key), (start, end, rate if _number(rate) else bandwidth, lease.get("id")))
+    return out
 
 
 def _link(seen: dict[Any, tuple[int, int, float, int]], bandwidth: float, when, flag) -> Iterator[Any]:
