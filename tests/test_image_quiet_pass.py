@@ -13,6 +13,7 @@ from optlease.scheduling.leasesched import LeaseScheduler
 from optlease.scheduling.profile import fits
 from optlease.scheduling.roomahead import RoomAhead
 from tests.test_image_transfers import IMAGES, every_lease_tried, preparations
+from optlease.scheduling.preparation import PreparationOptions
 from tests.test_queue_quiet import HALF, QUARTER, WHOLE, run
 
 
@@ -70,3 +71,20 @@ def test_an_image_class_lease_is_tested_as_computed_afresh(reqs, prep, migration
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LeaseScheduler, "_image_ready", checked)
         run(reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
+
+
+@pytest.mark.xfail(strict=True, reason="skipping differs from trying every lease here; present in main at 33d9ac1")
+def test_a_workload_where_skipping_differs_from_trying_every_lease():
+    """Found by `tests/test_queue_quiet.py`'s property (transfers managed, none of the leases has an image, three
+    nodes, aggressive backfilling): the quiet and the logged pass agree with each other, not with trying every
+    lease in full. Kept as an expected failure until it is explained."""
+    be, ar = LeaseKind.BEST_EFFORT, LeaseKind.AR
+    reqs = [LeaseRequest(1, be, 120, 420, (QUARTER, WHOLE), preemptible=True),
+            LeaseRequest(2, be, 0, 360, (QUARTER,)), LeaseRequest(3, ar, 180, 60, (QUARTER,), start=360),
+            LeaseRequest(4, be, 60, 60, (QUARTER, QUARTER, WHOLE)), LeaseRequest(5, ar, 0, 60, (QUARTER,), start=0),
+            LeaseRequest(6, be, 0, 900, (QUARTER,)),
+            *(LeaseRequest(i, be, 0, 60, (QUARTER,)) for i in (7, 8, 9))]
+    prep = PreparationOptions("imagetransfer", bandwidth=10, mechanism="unicast", avoid_redundant=False)
+    quiet = run(reqs, prep, 3, False, migration="no", backfilling="aggressive")
+    assert quiet == run(reqs, prep, 3, True, migration="no", backfilling="aggressive")
+    assert quiet == every_lease_tried(run, reqs, prep, 3, False, migration="no", backfilling="aggressive")
