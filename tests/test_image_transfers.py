@@ -238,6 +238,7 @@ def every_lease_tried(runner, *args, **opts):
         patch.setattr(LeaseScheduler, "process_queue", every_lease)
         patch.setattr(LeaseScheduler, "room_now", lambda self, lease, now: True)
         patch.setattr(LeaseScheduler, "_room_when_ready", lambda self, lease, t, ways: True)
+        patch.setattr(LeaseScheduler, "_image_ready", lambda self, lease, t, ways: True)
         return runner(*args, **opts)
 
 

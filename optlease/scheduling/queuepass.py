@@ -125,6 +125,7 @@ class QueuePass(WaitKeys):
             return False
         once = self.opts.backfilling == "off"
         room_when_ready = self._room_when_ready
+        image_ready = self._image_ready
         i, n = 0, len(queue)
         while i < n:
             lease = queue[i]
@@ -133,14 +134,24 @@ class QueuePass(WaitKeys):
             found = ready.get(cache.get("wait"))
             failed = cache.get("failed")
             if found is None or failed is not found[0]:
-                if found is not None and (len(found) == 3 or found[1] is not None):
-                    # (an image's class with its start, or suspended leases' resume: what `_attempt` would answer)
+                if found is not None and len(found) == 2 and found[1] is not None and not future \
+                        and failed != found[0]:
+                    # (a queued lease of an image's class: its quick tests at the class's start, without the
+                    # layers `_attempt` and `_room_when_ready` go through for every class)
                     cls, attempt = cache["wait"], found[0]
-                    first = found[1] if len(found) == 2 else (found[1], self._image_ways(lease) if found[2] else None)
+                    ok = image_ready(lease, *found[1])
                 else:
-                    cls, attempt, first = self._attempt(lease, now, future)
-                if failed == attempt or not (
-                        future or (self.room_now(lease, now) if first is None else room_when_ready(lease, *first))):
+                    if found is not None and (len(found) == 3 or found[1] is not None):
+                        # (suspended leases' resume, or an image's class where the future may be booked or the
+                        # lease's mark equals its key: what `_attempt` would answer)
+                        cls, attempt = cache["wait"], found[0]
+                        first = found[1] if len(found) == 2 else (found[1],
+                                                                  self._image_ways(lease) if found[2] else None)
+                    else:
+                        cls, attempt, first = self._attempt(lease, now, future)
+                    ok = failed != attempt and (
+                        future or (self.room_now(lease, now) if first is None else room_when_ready(lease, *first)))
+                if not ok:
                     cache["failed"], cache["wait"] = attempt, cls
                 elif self._try(lease, now, kept, queue, i):
                     return True
@@ -233,13 +244,31 @@ class QueuePass(WaitKeys):
         a suspended lease may resume on then; None: every node) have room for it at `t`."""
         if t is None:
             return True     # (several tries, each on the nodes ready by then: `_image_attempt`)
-        if not self._room_over_window(lease, t):
+        if not fits(lease.total_demand, self._room_within(t, self._window(lease))):
             return False
         # then the nodes its image reaches first (shared by the leases of that image in this pass), or the nodes
         # its images are on (a suspended lease's own)
         if isinstance(ways, frozenset):
             return fits(lease.total_demand, self.table.free_of(ways, t))
         return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
+
+    def _image_ready(self, lease: Lease, t: int | None, ways: tuple) -> bool:
+        """`_room_when_ready` for a queued lease of an image's class (`ways` as `ImageTransfers.first_ready` names
+        them): the site's room over its window from `t` is read once for every lease of that window in the pass."""
+        if t is None:
+            return True
+        if not fits(lease.total_demand, self._room_within(t, self._window(lease))):
+            return False
+        return ways is None or ways == (0,) or self._room_on_ways(lease, t, ways)
+
+    def _room_within(self, t: int, window: int) -> tuple:
+        """What the site as a whole has free at every instant of [t, t + window) (`RoomAhead.room`), asked once
+        in a pass over the queue for each instant and window, until something is placed."""
+        key = ("within", t, window)
+        room = self._room.get(key)
+        if room is None:
+            room = self._room[key] = self._ahead(t).room(window)
+        return room
 
     def _window(self, lease: Lease) -> int:
         """The window the site as a whole must have room over from a waiting lease's start (`VMScheduler.shape`,
