@@ -300,11 +300,11 @@ def _mapping(vnodes, placed: list[int]):
 
 def _by_profile(run, usage):
     """(profile, nodes) for each stretch of the run's nodes (a list or a tuple) that share one profile (`usage`:
-    node -> its usage), in order: the profiles read in one pass (in C where `usage` is the table's list's
-    `__getitem__`), each stretch cut from the run as one slice."""
-    profs = list(map(usage, run))
+    node -> its usage), in order: the profiles read as the stretches are asked for (in C where `usage` is the
+    table's list's `__getitem__`; a walk that ends early in a long run of busy nodes reads no further), each
+    stretch cut from the run as one slice."""
     i = 0
-    for prof, same in itertools.groupby(profs):    # (profiles compare by identity)
+    for prof, same in itertools.groupby(map(usage, run)):    # (profiles compare by identity)
         k = len(list(same))
         yield prof, run[i:i + k]
         i += k
