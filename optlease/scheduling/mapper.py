@@ -155,9 +155,14 @@ class GreedyMapper:
         gone = table.nodes_of(preempting) if preempting else ()
         usage_without = table.usage_without(preempting, start) if preempting else None
         profiles = table.profiles
-        # each node's usage from `start` on (a node where the leases assumed gone hold anything: without them)
-        usage = profiles.__getitem__ if not gone else \
-            (lambda pnode: usage_without(pnode) if pnode in gone else profiles[pnode])
+        # each node's usage from `start` on (a node where the leases assumed gone hold anything: without them), read
+        # in C as the walk goes (a walk that fails goes over every node, for each lease assumed gone in turn)
+        usage = profiles.__getitem__
+        if gone:
+            own = list(profiles)
+            for pnode in gone:
+                own[pnode] = usage_without(pnode)
+            usage = own.__getitem__
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once (no lease
         # assumed gone holds an idle node)
         shape = vms_of(lease, demands)[1]
