@@ -148,12 +148,45 @@ def test_runs_of_idle_nodes_place_vms_as_one_node_at_a_time_does(size, steps, st
     assert mapper._try(lease, vnodes, demands, runs, start, start + duration, strictend, []) == expected
 
 
-def node_by_node(table, vnodes, demands, pnodes, start, end, strictend):
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 8), st.lists(st.tuples(st.just("book"), st.integers(1, 8), st.integers(0, 40),
+                                              st.integers(1, 30), st.integers(1, 200)), max_size=25),
+       st.integers(0, 40), st.integers(1, 60), st.integers(1, 30),
+       st.sampled_from([(25, 64), (50, 256), (100, 1024), (30, 0)]), st.booleans(),
+       st.sets(st.integers(0, 12), min_size=1, max_size=6))
+def test_vms_alike_placed_with_leases_assumed_gone_as_one_node_at_a_time(size, steps, start, duration, vms, shape,
+                                                                          strictend, gone):
+    """An AR that may preempt is placed against each node's usage without the leases assumed gone; its VMs, which
+    ask alike, take runs of idle nodes at once and nodes that share that usage in one step, as any lease's do: the
+    mapping (and the end it holds until) is the one that trying the nodes one at a time in the same order gives."""
+    table = SlotTable(Site.homogeneous(size, SIZES[0]))
+    mapper = GreedyMapper(table, Policies(host_selection="greedy"))
+    booked: list[RR] = []
+    pruned = 0
+    for step in steps:
+        pruned = apply(table, step, booked, pruned, most=100, skip=("cancel", "down", "up"))
+    start = max(start, pruned)
+    demands = dict.fromkeys(range(1, vms + 1), shape)
+    lease = SimpleNamespace(demands=demands, total_demand=tuple(vms * x for x in shape),
+                            req=SimpleNamespace(duration=duration))
+    vnodes = sorted(demands)
+    preempting = [SimpleNamespace(id=i) for i in sorted(gone)]
+    without, held = table.usage_without(preempting, start), table.nodes_of(preempting)
+    one_by_one = list(mapper._hosts(lease, start, None))
+    expected = node_by_node(table, vnodes, demands, one_by_one, start, start + duration, strictend,
+                            lambda n: without(n) if n in held else table.profiles[n])
+    assert mapper._try(lease, vnodes, demands, one_by_one, start, start + duration, strictend, preempting) == expected
+    runs = list(mapper._host_runs(lease, start, None))
+    assert mapper._try(lease, vnodes, demands, runs, start, start + duration, strictend, preempting) == expected
+
+
+def node_by_node(table, vnodes, demands, pnodes, start, end, strictend, usage=None):
     """Haizea's greedy walk, literally: each node in turn takes the next VMs while they fit over the window; without
-    a strict end, a node where they fit for a while shortens the window to that."""
+    a strict end, a node where they fit for a while shortens the window to that. `usage`: node -> its usage from
+    `start` on (None: its profile)."""
     mapping, maxend, pos = {}, end, 0
     for pnode in pnodes:
-        prof, cap = table.profiles[pnode], table.caps[pnode]
+        prof, cap = (table.profiles[pnode] if usage is None else usage(pnode)), table.caps[pnode]
         need = demands[vnodes[pos]]
         while True:
             if prof.fits_between(start, maxend, need, cap):

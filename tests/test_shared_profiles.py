@@ -16,7 +16,7 @@ from optlease.domain.site import Site
 from optlease.scheduling import nodeclasses
 from optlease.scheduling.policies import GreedyHosts
 from optlease.scheduling.preparation import PreparedTable
-from optlease.scheduling.records import RR
+from optlease.scheduling.records import RR, OneVMEach
 from optlease.scheduling.roomahead import RoomAhead
 from optlease.scheduling.slottable import Profile, SlotTable, fits
 
@@ -254,6 +254,31 @@ def test_usage_without_some_leases_is_each_nodes_own(booked, gone, a):
     leases = [SimpleNamespace(id=i) for i in gone]
     usage = table.usage_without(leases, a)
     for n in table.site.node_ids:
+        own = Profile(table.zero)
+        for rr in sorted(table.by_node[n], key=lambda rr: rr.seq):
+            if rr.lease.id not in gone and rr.end > a:
+                own.add(rr.start, rr.end, rr.demand[n])
+        assert (usage(n).t, usage(n).u) == (own.t, own.u), n
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(on_nodes, st.sampled_from(DEMANDS), st.integers(0, 40), st.integers(1, 30), st.booleans()),
+                max_size=12), st.sets(st.integers(0, 11)), st.integers(0, 60), st.lists(st.integers(1, NODES)))
+def test_usage_without_some_leases_is_each_nodes_own_with_one_vm_each(booked, gone, a, asked):
+    """`usage_without` where reservations hold one VM of one demand on each of their nodes (`OneVMEach`: one set of
+    reservations is worked out once for every node that holds it) beside reservations whose demand differs from
+    node to node: each node's usage is still the sum of its own reservations but those of the leases gone, asked
+    in any order."""
+    table = SlotTable(Site(("CPU", "Memory"), tuple({"CPU": 200, "Memory": 128} for _ in range(NODES))))
+    for i, (on, demand, begin, length, one_each) in enumerate(booked):
+        nodes = tuple(sorted(on))
+        held = OneVMEach(nodes, demand) if one_each else \
+            {n: tuple(x * (1 + n % 2) for x in demand) for n in nodes}
+        lease = SimpleNamespace(id=i, demands=dict.fromkeys(range(1, len(nodes) + 1), demand),
+                                total_demand=tuple(len(nodes) * x for x in demand))
+        table.add(RR(lease, "vm", begin, begin + length, dict(enumerate(nodes, start=1)), held, table.next_seq()))
+    usage = table.usage_without([SimpleNamespace(id=i) for i in gone], a)
+    for n in asked + list(table.site.node_ids):
         own = Profile(table.zero)
         for rr in sorted(table.by_node[n], key=lambda rr: rr.seq):
             if rr.lease.id not in gone and rr.end > a:

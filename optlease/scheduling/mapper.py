@@ -155,8 +155,17 @@ class GreedyMapper:
         gone = table.nodes_of(preempting) if preempting else ()
         usage_without = table.usage_without(preempting, start) if preempting else None
         profiles = table.profiles
-        # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once
-        shape = None if preempting else vms_of(lease, demands)[1]
+        # each node's usage from `start` on (a node where the leases assumed gone hold anything: without them), read
+        # in C as the walk goes (a walk that fails goes over every node, for each lease assumed gone in turn)
+        usage = profiles.__getitem__
+        if gone:
+            own = list(profiles)
+            for pnode in gone:
+                own[pnode] = usage_without(pnode)
+            usage = own.__getitem__
+        # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once (no lease
+        # assumed gone holds an idle node)
+        shape = vms_of(lease, demands)[1]
         # every VM's demand where they are one vector and a count (no look-up per VM)
         one = demands.shape if type(demands) is AlikeVMs else None
         caps = table.caps
@@ -189,8 +198,8 @@ class GreedyMapper:
                 # so nodes alike are walked once (`_on_node`), and a stretch of nodes that share a profile (and a
                 # capacity) where the end stays put takes its VMs in one step
                 one_cap = table.one_cap if not table.down else None
-                stretches = _by_profile(run, profiles) if one_cap is not None else \
-                    ((profiles[pnode], (pnode,)) for pnode in run)
+                stretches = _by_profile(run, usage) if one_cap is not None else \
+                    ((usage(pnode), (pnode,)) for pnode in run)
                 for prof, nodes in stretches:
                     cap = one_cap if one_cap is not None else caps[nodes[0]]
                     i = 0
@@ -221,7 +230,7 @@ class GreedyMapper:
                         i += alike
                 continue
             for pnode in run:
-                prof = usage_without(pnode) if pnode in gone else profiles[pnode]
+                prof = usage(pnode)
                 cap = table.caps[pnode]
                 need = one if one is not None else demands[cur]
                 while True:
@@ -294,12 +303,13 @@ def _mapping(vnodes, placed: list[int]):
     return dict(zip(vnodes, placed))
 
 
-def _by_profile(run, profiles: list):
-    """(profile, nodes) for each stretch of the run's nodes (a list or a tuple) that share one profile, in order:
-    the profiles read in one pass in C, each stretch cut from the run as one slice."""
-    profs = list(map(profiles.__getitem__, run))
+def _by_profile(run, usage):
+    """(profile, nodes) for each stretch of the run's nodes (a list or a tuple) that share one profile (`usage`:
+    node -> its usage), in order: the profiles read as the stretches are asked for (in C where `usage` is the
+    table's list's `__getitem__`; a walk that ends early in a long run of busy nodes reads no further), each
+    stretch cut from the run as one slice."""
     i = 0
-    for prof, same in itertools.groupby(profs):    # (profiles compare by identity)
+    for prof, same in itertools.groupby(map(usage, run)):    # (profiles compare by identity)
         k = len(list(same))
         yield prof, run[i:i + k]
         i += k

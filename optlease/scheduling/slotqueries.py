@@ -11,6 +11,7 @@ from operator import attrgetter, le as _le, sub as _sub
 from typing import Iterable
 
 from optlease.scheduling.profile import Profile, Vec, vsub
+from optlease.scheduling.records import OneVMEach
 
 
 def _in_order(rrs, state: str) -> list:
@@ -233,18 +234,26 @@ class SlotQueries:
     def usage_without(self, leases: Iterable, a: int):
         """node -> `usage_of(leases, node, a)`, with the given leases' ids taken once, and one profile built for the
         nodes whose other reservations hold the same over the same times (a wide lease's nodes, most often): a
-        node's usage is the sum of those alone."""
+        node's usage is the sum of those alone. Nodes that share one set of reservations (booked together), each of
+        which holds one VM of one demand on every node it has (`OneVMEach`), have the same parts: worked out once
+        for them all."""
         ids = {lease.id for lease in leases}
         by_node, zero = self.by_node, self.zero
         built: dict[tuple, Profile] = {}
+        by_set: dict[int, tuple] = {}   # id of a set of such reservations -> (the set, kept alive; its usage)
 
         def usage(node: int) -> Profile:
-            parts = tuple((rr.start, rr.end, rr.demand[node]) for rr in by_node[node]
-                          if rr.lease.id not in ids and rr.end > a)
+            held = by_node[node]
+            found = by_set.get(id(held))
+            if found is not None:
+                return found[1]
+            parts = tuple((rr.start, rr.end, rr.demand[node]) for rr in held if rr.lease.id not in ids and rr.end > a)
             prof = built.get(parts)
             if prof is None:
                 prof = built[parts] = Profile(zero)
                 for start, end, d in parts:
                     prof.add(start, end, d)
+            if all(type(rr.demand) is OneVMEach for rr in held):    # (every node of theirs holds the same)
+                by_set[id(held)] = (held, prof)
             return prof
         return usage
