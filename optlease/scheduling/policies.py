@@ -175,6 +175,10 @@ class Policies:
         self.empty_nodes_alike = getattr(self.hosts, "empty_nodes_alike", False) is True
         # a built-in host policy: its scores at an instant depend on the table from that instant on alone
         self.builtin_hosts = type(self.hosts) in (GreedyHosts, NoPolicy)
+        # the nodes' order may change from one instant to the next with nothing booked or freed (the greedy policy
+        # scores how long a node's capacity stays unchanged, up to the lease's run: a node's score falls as its next
+        # change comes near, and another's, capped, does not)
+        self.order_moves_with_time = type(self.hosts) is not NoPolicy
 
     def sort_hosts(self, nodes: list[int], time: int, lease: Lease, table: SlotTable) -> list[int]:
         if isinstance(self.hosts, NoPolicy):

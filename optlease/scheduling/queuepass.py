@@ -45,7 +45,7 @@ class QueuePass(WaitKeys):
                 whole = False
                 fresh = self._try(lease, now, kept, queue, start + 1)
                 if not fresh:
-                    lease.cache["failed"], lease.cache["wait"] = attempt, cls
+                    self._tried(lease.cache, attempt, cls)
                     if self.opts.backfilling == "off":
                         break   # (FCFS: the queue's first lease alone)
                 continue
@@ -96,7 +96,8 @@ class QueuePass(WaitKeys):
                     # it must start at once, or (images managed) as soon as its image can be there
                     placed = None if (self.room_now(lease, now) if first is None
                                       else self._room_when_ready(lease, *first)) else False
-                if placed is None:
+                tried = placed is None
+                if tried:
                     try:
                         self.schedule_lease(lease, now)
                         placed = True
@@ -106,7 +107,10 @@ class QueuePass(WaitKeys):
                     if self._windex is not None:
                         self._windex.remove(lease)
                     return True
-                cache["failed"], cache["wait"] = attempt, cls
+                if tried:
+                    self._tried(cache, attempt, cls)
+                else:
+                    cache["failed"], cache["wait"] = attempt, cls
             kept.append(lease)
             if info:
                 self.log.info("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
@@ -156,7 +160,7 @@ class QueuePass(WaitKeys):
                 elif self._try(lease, now, kept, queue, i):
                     return True
                 else:
-                    cache["failed"], cache["wait"] = attempt, cls
+                    self._tried(cache, attempt, cls)
                     i, n = 0, len(queue)
             if once:
                 break
@@ -177,6 +181,17 @@ class QueuePass(WaitKeys):
         if self._windex is not None:
             self._windex.remove(lease)
         return True
+
+    def _tried(self, cache: dict, attempt: tuple, cls) -> None:
+        """Mark a lease whose try just failed with the key it failed with: it is passed over until the key changes.
+        Not where the mapper walked the nodes at a start with room and the host policy's order moves with the
+        instant (`Policies.order_moves_with_time`): the walk at a later instant, with nothing booked or freed, may
+        take the nodes in another order and place it, as Haizea's try at every instant does."""
+        cache["wait"] = cls
+        if self.vm.walked and self.policies.order_moves_with_time:
+            cache.pop("failed", None)
+        else:
+            cache["failed"] = attempt
 
     def _sweep(self, now: int, whole: bool) -> int | None:
         """Where the first lease left in the queue that the pass would try to book stands in it (None: none), found

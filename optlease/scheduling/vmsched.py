@@ -28,6 +28,9 @@ class VMScheduler:
         self.mapper = GreedyMapper(table, policies)
         self.log = log
         self.future_count = 0  # best-effort reservations made for the future and not yet started
+        # the last `asap` walked the nodes in the host policy's order at a start where the site had room: where it
+        # failed, the order (which moves with the instant) may have decided it
+        self.walked = False
         self.estimates = RunEstimates(opts)
 
     def can_schedule_in_future(self) -> bool:
@@ -120,6 +123,7 @@ class VMScheduler:
         # waits in the queue until its start comes within reach.
         horizon = now + MAX_SECONDS
         every = not strict and self.tries_every_first
+        self.walked = False
         for t in self._candidates(now, firsts, allow_in_future, fixed, floor, every):
             if t > horizon:
                 break
@@ -140,6 +144,7 @@ class VMScheduler:
                         onlynodes = None
                 if onlynodes is None and self._too_few_hold(lease, t, window):
                     continue
+                self.walked = True
                 mapping, actualend, _ = self.mapper.map(lease, t, end, strictend, onlynodes)
             if mapping is None or (actualend < end and actualend - t < min_duration):
                 continue
