@@ -193,7 +193,9 @@ def test_an_inventory_taken_before_a_task_ran_but_read_after_its_result_changes_
     be started again, a VM just stopped would look running and be stopped again)."""
     host = PlayedHost(mosquitto)
     try:
-        e = enactor(hosts=("h1",))
+        # the played host answers no probe: a task timeout longer than the test keeps it alive however slow the
+        # machine
+        e = enactor(hosts=("h1",), task_timeout=60.0)
         host.answer(host.next("list vms"))                 # the first inventory: h1 runs nothing
         assert e.wait_inventory(["h1"], 10)
         if kind == "stop":
