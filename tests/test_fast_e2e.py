@@ -1,6 +1,6 @@
 """mode: fast end to end: a real mosquitto, `optlease serve --fg` as a process, four `optlease agent` processes on
 libvirt's test:/// driver, and the manual's quickstart (a best-effort lease suspended by an advance reservation) with
-time scaled 300 times. A watcher asks the agents what they run (`task: list vms`) ten times a second and keeps every
+time scaled 100 times (the other cases 300 times). A watcher asks the agents what they run (`task: list vms`) ten times a second and keeps every
 change of every domain; the lease states come from the API. Then: kill -9 of the daemon while lease 1 is
 suspended and a restart; an agent that answers `error`; an agent that never answers; a broker restart."""
 from __future__ import annotations
@@ -27,8 +27,8 @@ from optlease.enact import fast
 from optlease.formats.daemon_config import fast_daemon_config
 from optlease.formats.lease_states import label_of_code
 
-SCALE = 300                  # simulated seconds per real second: the quickstart's 1 h 31 min in about 20 s
-TOL = 120                    # simulated seconds (0.4 s real) between a planned instant and what the watcher sees
+SCALE = 300                  # simulated seconds per real second (the quickstart runs at 100x: QuickstartCluster)
+TOL = 120                    # simulated seconds (1.2 s real at 100x) between a planned instant and what the watcher sees
 HOSTS = ("host1", "host2", "host3", "host4")
 QUICKSTART_SCHEDULING = {"mapper": "greedy", "policy-admission": "accept-all",
                          "policy-preemption": "ar-preempts-everything", "policy-host-selection": "greedy",
