@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import run_cli
+from optlease.domain.lease import LeaseState
 from optlease.engine.api import make_server
 from optlease.engine.daemon import Manager
 from optlease.formats.config import parse_config
@@ -390,6 +391,31 @@ def test_the_scale_bench_refuses_counts_below_one_before_it_starts(option, value
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_daemon.py"), "--mode", "scale", option, value],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and f"argument {option}" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_the_bench_preload_steps_requests_that_arrive_after_the_last_step(tmp_path):
+    """bench_daemon's preload with the real clock past its last step when the requests come (a loaded machine): each
+    is stepped at its arrival and runs to Done (stepping at the last step again and again never took them: the bench
+    spun until it was killed)."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_daemon", REPO / "scripts" / "bench_daemon.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    text = daemon_config(port=0, persistence_file="none", resources=bench.SIMULATED_SITE, scheduling=bench.SCHEDULING)
+    manager = Manager(parse_config(text, str(tmp_path / "b.conf"), tmp_path))
+    manager.clock.now = lambda: 7       # the requests arrive at 7; the daemon's last step was at 0
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (bench.preload(manager, 5), done.set()), daemon=True)
+    worker.start()
+    try:
+        assert done.wait(60), "the preload did not finish"
+        assert {lease.state for lease in manager.all.values()} == {LeaseState.DONE} and len(manager.all) == 5
+        assert min(lease.req.arrival for lease in manager.all.values()) == 7
+    finally:
+        manager.stop()
 
 
 def test_the_scale_bench_fill_builds_what_requests_one_by_one_build(tmp_path):

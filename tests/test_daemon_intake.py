@@ -8,7 +8,7 @@ import time
 
 from optlease.domain.lease import LeaseState
 from test_checkpoint import manager, picture
-from test_persist import AR, BE, run_until, submit
+from test_persist import AR, BE, CONF, run_until, submit
 
 
 def test_requests_committed_while_steps_run_replay_to_the_same_state(tmp_path):
@@ -90,3 +90,44 @@ def test_a_client_is_answered_once_its_request_and_the_step_that_took_it_are_on_
     assert picture(again) == before
     assert not [n for n in again.notes if "recorded as" in n], again.notes
     again.stop()
+
+
+
+def test_an_instant_planned_by_a_request_while_the_loop_slept_is_stepped_not_skipped(tmp_path):
+    """A request is stepped on its client's thread while the loop sleeps (until its wakeup interval), and plans an
+    instant before that (an AR's start); the clock passes that instant before the loop is woken (a round that takes
+    a while, a loaded machine). The loop steps the AR's own instant: a step after it would never start the AR (a
+    step starts what starts at its own instant), and the AR would stay scheduled through its window."""
+    m = manager(tmp_path, CONF.replace("[scheduling]", "[scheduling]\nwakeup-interval: 3600"))
+    t = {"now": 0}
+    m.clock.now = lambda: t["now"]
+    rounds = m.stepper.step
+    stepped_by: list[str] = []
+
+    def round_then_the_clock_moves_on(now, arrivals=()):
+        rounds(now, arrivals)
+        stepped_by.append(threading.current_thread().name)
+        if any(lease.id == 1 for lease in arrivals):
+            t["now"] = m.stepper.next_event(now) + 1     # past the instant this round planned
+
+    m.stepper.step = round_then_the_clock_moves_on
+    # the loop alone (no enactment thread, which would hold the lock now and then): a request is stepped on its
+    # client's thread while the loop sleeps
+    m._fold_steps = True
+    m._thread = threading.Thread(target=m.run, name="optlease-loop", daemon=True)
+    m._thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while m._sleeping_to == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)          # the loop sleeps until its wakeup interval: nothing is planned
+        t["now"] = 20
+        assert submit(m, AR.format(n=1, s=1, m=10)) == 1
+        assert stepped_by == ["MainThread"]
+        ar_start = t["now"] - 1
+        deadline = time.monotonic() + 10
+        while m.last_t < ar_start and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert m.last_t == ar_start, (m.last_t, ar_start)
+        assert m.all[1].state == LeaseState.ACTIVE
+    finally:
+        m.stop()

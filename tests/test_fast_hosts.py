@@ -16,7 +16,7 @@ from conftest import REPO
 from mqtt_broker import mosquitto  # noqa: F401 - the fixture
 from conftest import wait_until
 from fake_migfra import FakeMigfra
-from test_fast_e2e import Cluster, cli, daemon_under_test_config
+from test_fast_e2e import BE, Cluster, cli, daemon_under_test_config, submit
 
 SCALE = 60                    # one simulated minute per real second
 SCHEDULING = {"policy-admission": "accept-all", "policy-preemption": "no-preemption",
@@ -147,12 +147,15 @@ def test_a_hung_host_is_noticed_with_host_timeout_0(tmp_path, mosquitto):  # noq
     fakes = {h: FakeMigfra(mosquitto, h, world, answer=lambda doc, h=h: h not in hung) for h in ("h1", "h2")}
     try:
         c.start_daemon()
-        one = c.submit(1)
+        # over the API, and 3 s long: the host hangs before the lease's stop comes (a one-minute lease, requested by
+        # a `request-lease` process, had started and stopped before that process returned at load 16)
+        one = submit(c, BE.format(n=1, d="00:03:00"))
         vm1 = f"lease-{one}-vm-1"
         wait_until(lambda: any(vm1 in f.domains for f in fakes.values()), 10, "lease 1 running")
         (dead,) = [h for h, f in fakes.items() if vm1 in f.domains]
         hung.add(dead)                        # from now on it answers nothing, probes included
-        wait_until(lambda: f"host {dead} is down" in c.log(), 15, "the daemon to notice the hung host")
+        assert not any(d["task"] == "stop vm" for d in fakes[dead].tasks)
+        wait_until(lambda: f"host {dead} is down" in c.log(), 30, "the daemon to notice the hung host")
         two = c.submit(2)
         spare = ({"h1", "h2"} - {dead}).pop()
         wait_until(lambda: c.state(two) == "Done", 20, "lease 2 done")

@@ -21,6 +21,7 @@ from optlease.formats.config import parse_config
 from optlease.formats.daemon_config import daemon_config
 from optlease.reconcile import ABSENT, RUNNING, SUSPENDED, VmPlacement, reconcile
 
+from conftest import wait_until
 from mqtt_broker import Probe, free_port, mosquitto  # noqa: F401 - the fixture
 
 NODE_XML = """<node>
@@ -161,6 +162,65 @@ def test_an_inventory_answered_error_keeps_what_the_host_runs(enactor, agents, m
     assert [o.ok for o in settle(e, [VmTask("start", 2, 1, "h1")])] == [True]
     assert e.running() == {A: ("h1", "running"), B: ("h1", "running")}
     assert e.listed["h1"] == listed
+
+
+class PlayedHost:
+    """The test plays host h1: it reads the tasks sent to it and answers each when and as the test says."""
+
+    def __init__(self, broker) -> None:
+        self.probe = Probe(broker, [fast.task_topic("h1")])
+
+    def next(self, kind: str) -> fast.Task:
+        """The next task of `kind` sent to h1 (probes and other tasks are passed over)."""
+        while True:
+            task = fast.parse_task(self.probe.expect(lambda m: bool(tasks_in([m]))).payload)
+            if task.kind == kind:
+                return task
+
+    def answer(self, task: fast.Task, *vms: fast.VmResult) -> None:
+        self.probe.publish(fast.result_topic("h1"), fast.Result(task.result_kind, vms, task.id).encode(), qos=1)
+
+    def close(self) -> None:
+        self.probe.close()
+
+
+@pytest.mark.parametrize("kind", ["start", "stop"])
+def test_an_inventory_taken_before_a_task_ran_but_read_after_its_result_changes_nothing(enactor, mosquitto,
+                                                                                         kind):  # noqa: F811
+    """An agent runs each task in its own thread, so its results can come out of order (as migfra's): a `list vms`
+    it read before a start (or a stop) ran may be answered after that task's result. Such a listing is older than
+    the result: the VM stays as the result left it (read as the host's truth, a VM just started would look gone and
+    be started again, a VM just stopped would look running and be stopped again)."""
+    host = PlayedHost(mosquitto)
+    try:
+        # the played host answers no probe: a task timeout longer than the test keeps it alive however slow the
+        # machine
+        e = enactor(hosts=("h1",), task_timeout=60.0)
+        host.answer(host.next("list vms"))                 # the first inventory: h1 runs nothing
+        assert e.wait_inventory(["h1"], 10)
+        if kind == "stop":
+            e.submit([VmTask("start", 1, 1, "h1")])
+            host.answer(host.next("start vm"), fast.VmResult(A, fast.SUCCESS))
+            assert e.wait_idle(10) and e.running() == {A: ("h1", "running")}
+        listed = e.listed["h1"]
+        e.request_inventory(["h1"])
+        asked = host.next("list vms")                      # h1 lists its domains now ...
+        e.submit([VmTask(kind, 1, 1, "h1")])
+        host.answer(host.next(f"{kind} vm"), fast.VmResult(A, fast.SUCCESS))
+        assert e.wait_idle(10) and [o.ok for o in e.outcomes()][-1]
+        want = e.running()
+        assert want == ({A: ("h1", "running")} if kind == "start" else {})
+        # ... and its answer, taken before the task ran, comes after the task's result
+        host.answer(asked, *([] if kind == "start" else [fast.VmResult(A, fast.SUCCESS, state="running")]))
+        wait_until(lambda: e.listed["h1"] != listed, 10, "the late inventory read")
+        assert e.running() == want
+        # a listing asked after the result is the host's word
+        e.request_inventory(["h1"])
+        host.answer(host.next("list vms"), fast.VmResult(A, fast.SUCCESS, state="paused"))
+        wait_until(lambda: e.running() != want, 10, "the next inventory read")
+        assert e.running() == {A: ("h1", "paused")}
+    finally:
+        host.close()
 
 
 def test_a_host_without_agent_times_out_after_the_retries(enactor, mosquitto):  # noqa: F811

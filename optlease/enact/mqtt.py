@@ -66,7 +66,9 @@ class MqttEnactor(Jobs, BrokerEvents, Timers):
         self._hosts: dict[str, HostInfo] = {}
         self._hosts_version = 0                     # bumped at each change hosts() would show but last_seen
         self._running = Reported()
-        self._inventory: dict[str, str] = {}        # id of a `list vms` under way -> host
+        self._inventory: dict[str, tuple[str, int]] = {}   # id of a `list vms` under way -> (host, _settles then)
+        self._settles = 0                           # successful tasks recorded in `running()` so far
+        self._settled_at: dict[str, int] = {}       # vm -> _settles after its last task, while a listing is asked
         self._failures: dict[tuple, tuple[int, float]] = {}   # a task that failed -> (times in a row, held until)
         self._probes: dict[str, list] = {}          # id of a probe under way -> [host, deadline]
         self._probed: dict[str, float] = {}         # host -> when it was last probed
@@ -168,7 +170,7 @@ class MqttEnactor(Jobs, BrokerEvents, Timers):
         for host in names:
             task = fast.ListVms()
             with self._lock:
-                self._inventory[task.id] = host
+                self._inventory[task.id] = (host, self._settles)
             try:
                 self.client.publish(fast.task_topic(host), fast.encode_task(task, host), qos=1)
             except Exception as exc:      # noqa: BLE001 - a bad name must not stop the others

@@ -201,7 +201,7 @@ class BrokerEvents:
         """An answer without id: migfra's to what it cannot read. Only one is worth acting on: a migfra, which has
         no `list vms`, answering ours (lock held)."""
         self._seen(host)
-        asked = [i for i, h in self._inventory.items() if h == host]
+        asked = [i for i, (h, _) in self._inventory.items() if h == host]
         if result.kind == "unknown" and "Unknown type of Task" in result.details and asked:
             for i in asked:
                 del self._inventory[i]
@@ -222,9 +222,14 @@ class BrokerEvents:
         under way there (their results, which may come later, say more). An `error` answer lists nothing: what we
         knew stands (read as an empty host, every domain there would look gone)."""
         with self._lock:
-            if self._inventory.pop(str(result.id), None) != host:
+            asked_host, asked_at = self._inventory.pop(str(result.id), (None, 0))
+            if asked_host != host:
                 log.debug("a `vms listed` on %s answers nothing we asked: dropped", host)
                 return
+            # a task whose result came after we asked may have run after the host listed its domains (it runs each
+            # task in a thread of its own): that result is newer than this listing
+            late = {vm for vm, at in self._settled_at.items() if at > asked_at}
+            self._prune_settled()
             self._seen(host)
             if not result.ok:
                 log.warning("host %s could not list its domains: %s", host, result.details or "error")
@@ -234,6 +239,7 @@ class BrokerEvents:
                 t = part.job.task
                 if host in (part.host, t.destination):
                     busy.update(v for v in (t.vm, t.swap_with) if v)
+            busy |= late
             for vm, (where, _state) in list(self._running.items()):
                 if where == host and vm not in busy:
                     del self._running[vm]
@@ -242,6 +248,12 @@ class BrokerEvents:
                     self._running[entry.vm_name] = (host, entry.state)
             self.listed[host] = self.clock()
         log.info("host %s runs %d domains", host, len(result.vms))
+
+    def _prune_settled(self) -> None:
+        """Forget the tasks settled before every listing still under way was asked (lock held)."""
+        oldest = min((at for _, at in self._inventory.values()), default=self._settles)
+        for vm in [vm for vm, at in self._settled_at.items() if at <= oldest]:
+            del self._settled_at[vm]
 
 
 def _read(topic: str, payload: bytes, parse, what: str) -> tuple:

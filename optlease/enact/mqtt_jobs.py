@@ -181,6 +181,9 @@ class Jobs:
 
     def _record(self, task: VmTask) -> None:
         vm = task.vm
+        self._settles += 1
+        if self._inventory:         # a listing asked before this result must not undo it (`_on_inventory`)
+            self._settled_at.update((v, self._settles) for v in (vm, task.swap_with) if v)
         if task.kind == START:
             self._running[vm] = (task.host, "running")
         elif task.kind == STOP:
