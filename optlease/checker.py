@@ -9,7 +9,7 @@ from typing import Iterator
 
 from optlease.checker_images import check_images
 from optlease.checker_read import (FORMAT, CheckedLease, CheckedResv, CheckedSite, Reader, Violation, amount_text,
-                                   contract_seconds, contract_time, is_number)
+                                   contract_seconds, contract_time, held_by_node)
 
 # Overheads are rounded to whole seconds, so a run may differ from real_duration by one second.
 TOLERANCE = 1
@@ -78,13 +78,7 @@ def _check_capacity(leases: list[CheckedLease], site: CheckedSite) -> list[Viola
         for r in lease.reservations:
             if not r.holds or r.start >= r.end:
                 continue
-            held: dict[str, dict[str, float]] = {}
-            for vnode, node in r.mapping.items():
-                # A migrating VM is on both nodes at once; a VM that stays put is counted once.
-                for where in {node, r.source.get(vnode, node)} if r.kind == "migrate" else (node,):
-                    total = held.setdefault(where, {})
-                    for rtype, amount in lease.vms[vnode].items():
-                        total[rtype] = total.get(rtype, 0) + amount
+            held = held_by_node(lease, r)
             for node, demand in held.items():
                 # Intervals are half-open: at the same instant, ends (2t) free capacity before starts (2t+1) take it.
                 events.append((2 * r.start + 1, node, lease.id, r, demand))
@@ -150,11 +144,7 @@ def check_schedule(doc: dict) -> list[Violation]:
     seen: set[int] = set()
     for pos, raw in enumerate(raw_leases):
         lease = reader.lease(pos, raw, site)
-        lid = raw.get("id") if isinstance(raw, dict) else None
-        if is_number(lid) and float(lid).is_integer():
-            if int(lid) in seen:
-                reader.flag(int(lid), "duplicate-id", f"leases[{pos}] repeats lease id {int(lid)}")
-            seen.add(int(lid))
+        reader.note_id(pos, raw, seen)
         if lease is not None:
             leases.append(lease)
     out = reader.out

@@ -71,6 +71,18 @@ class CheckedLease:
     reservations: tuple[CheckedResv, ...]  # sorted by time
 
 
+def held_by_node(lease: CheckedLease, r: CheckedResv) -> dict[str, dict[str, float]]:
+    """The demand a reservation holds on each node: its VMs' amounts summed per node. A migrating VM is on both
+    nodes at once; a VM that stays put is counted once."""
+    held: dict[str, dict[str, float]] = {}
+    for vnode, node in r.mapping.items():
+        for where in {node, r.source.get(vnode, node)} if r.kind == "migrate" else (node,):
+            total = held.setdefault(where, {})
+            for rtype, amount in lease.vms[vnode].items():
+                total[rtype] = total.get(rtype, 0) + amount
+    return held
+
+
 def contract_seconds(text: Any) -> int | None:
     """Seconds since 1970 of a contract time, None when it is not `YYYY-MM-DDTHH:MM:SS` (nor a string: a list or
     an object there is no key for the cache)."""
@@ -138,6 +150,14 @@ class Reader:
         if len(self.out) > before:
             return None
         return CheckedSite(frozenset(types), {str(k): v for k, v in nodes.items()})
+
+    def note_id(self, pos: int, raw: Any, seen: set[int]) -> None:
+        """Flag a lease whose whole-number id an earlier lease has (`seen`: the ids so far, added to)."""
+        lid = raw.get("id") if isinstance(raw, dict) else None
+        if is_number(lid) and float(lid).is_integer():
+            if int(lid) in seen:
+                self.flag(int(lid), "duplicate-id", f"leases[{pos}] repeats lease id {int(lid)}")
+            seen.add(int(lid))
 
     def lease(self, pos: int, raw: Any, site: CheckedSite | None) -> CheckedLease | None:
         """The lease, or None when it has a structural fault (its semantic rules are then not checked)."""

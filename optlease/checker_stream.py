@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from optlease.checker import _check_lease
 from optlease.checker_images import check_images
-from optlease.checker_read import FORMAT, Reader, Violation, contract_seconds, contract_time, is_number
+from optlease.checker_read import FORMAT, Reader, Violation, contract_seconds, contract_time
 from optlease.checker_sweep import BUCKETS, SPILL, CapacitySweep
 from optlease.errors import InputError
 from optlease.formats.schedule_read import read_members
@@ -87,11 +87,7 @@ def _read_leases(state: _Pass, top: dict[str, Any], leases: Iterator[tuple[int, 
     seen: set[int] = set()
     for pos, raw in leases:
         lease = reader.lease(pos, raw, site)
-        lid = raw.get("id") if isinstance(raw, dict) else None
-        if is_number(lid) and float(lid).is_integer():
-            if int(lid) in seen:
-                reader.flag(int(lid), "duplicate-id", f"leases[{pos}] repeats lease id {int(lid)}")
-            seen.add(int(lid))
+        reader.note_id(pos, raw, seen)
         state.leases += 1
         if isinstance(raw, dict) and isinstance(raw.get("reservations"), list):
             state.reservations += len(raw["reservations"])

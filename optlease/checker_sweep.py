@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from optlease.checker import EPSILON, _overload
-from optlease.checker_read import CheckedLease, CheckedSite, Violation
+from optlease.checker_read import CheckedLease, CheckedSite, Violation, held_by_node
 
 BUCKETS = 128            # node buckets, swept one at a time: a year of 9,216 nodes gives 72 nodes a bucket
 SPILL = 1 << 21          # records kept in memory before they are written out: 2 million, 96 MB
@@ -52,13 +52,7 @@ class CapacitySweep:
         for r in lease.reservations:
             if not r.holds or r.start >= r.end:
                 continue
-            held: dict[str, dict[str, float]] = {}
-            for vnode, node in r.mapping.items():
-                # A migrating VM is on both nodes at once; a VM that stays put is counted once.
-                for where in {node, r.source.get(vnode, node)} if r.kind == "migrate" else (node,):
-                    total = held.setdefault(where, {})
-                    for rtype, amount in lease.vms[vnode].items():
-                        total[rtype] = total.get(rtype, 0) + amount
+            held = held_by_node(lease, r)
             h = len(self.holdings)
             self.holdings.append((lease.id, _Held(r.index, r.kind)))
             for node, demand in held.items():
