@@ -15,8 +15,8 @@ from optlease.engine.daemon import Manager
 from optlease.engine.daemon_site import SimulatedEnactor, site_from_config
 from optlease.formats.config import parse_config
 from test_checkpoint import OPS
-from test_persist import AR, BE, CONF, FINISHED, IMMEDIATE, submit
-from test_plan_view import hosts_match_the_whole_plan
+from test_persist import CONF
+from test_plan_view import hosts_match_the_whole_plan, play
 
 MIGRATING = CONF.replace("backfilling: aggressive", "backfilling: conservative\nmigration: yes") \
     .replace("mode: simulated", "mode: simulated\nloglevel: INFO")
@@ -61,23 +61,12 @@ def test_a_pass_leaves_vms_under_way_to_their_tasks(tmp_path_factory, ops, seed)
     m, out = manager(tmp_path_factory.mktemp("lag"))
     rng = random.Random(seed)
     hosts = m.enactor
-    t = m.last_t
-    for op in ops + [("step", 900), ("step", 3600)]:
-        if op[0] == "step":
-            t += op[1]
-            while (nxt := m.stepper.next_event(m.last_t)) is not None and nxt <= t:
-                m.step(nxt)
-                hosts.settle(rng.randint(0, len(hosts.batches)))
-                m._enact()
-            m.step(t)
-        elif op[0] == "cancel":
-            if op[1] in m.all and m.all[op[1]].state not in FINISHED:
-                m.cancel(op[1])
-        elif op[0] != "checkpoint":
-            xml = {"be": BE, "now": IMMEDIATE}.get(op[0], AR)
-            submit(m, xml.format(n=op[1], m=op[2], s=op[3] if op[0] == "ar" else 0))
+
+    def some_tasks_done() -> None:
         hosts.settle(rng.randint(0, len(hosts.batches)))
         m._enact()
+
+    play(m, ops, some_tasks_done)
     for _ in range(20):          # the hosts catch up: every task done, every pass after it finds nothing to do
         hosts.settle(len(hosts.batches))
         m._enact()

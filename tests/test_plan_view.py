@@ -28,13 +28,20 @@ def hosts_match_the_whole_plan(m) -> None:
 @given(ops=OPS)
 def test_what_the_hosts_run_is_the_whole_plan_after_every_change(tmp_path_factory, ops):
     m = manager(tmp_path_factory.mktemp("view"))
+    play(m, ops, lambda: hosts_match_the_whole_plan(m))
+    m.stop()
+
+
+def play(m, ops, after) -> None:
+    """Play `ops` (drawn from OPS) on the manager, and then two steps of the clock: requests, cancellations of leases
+    not yet finished, steps at every planned event up to each step's instant; `after()` after each event and op."""
     t = m.last_t
     for op in ops + [("step", 900), ("step", 3600)]:
         if op[0] == "step":
             t += op[1]
             while (nxt := m.stepper.next_event(m.last_t)) is not None and nxt <= t:
                 m.step(nxt)
-                hosts_match_the_whole_plan(m)
+                after()
             m.step(t)
         elif op[0] == "cancel":
             if op[1] in m.all and m.all[op[1]].state not in FINISHED:
@@ -42,8 +49,7 @@ def test_what_the_hosts_run_is_the_whole_plan_after_every_change(tmp_path_factor
         elif op[0] != "checkpoint":
             xml = {"be": BE, "now": IMMEDIATE}.get(op[0], AR)
             submit(m, xml.format(n=op[1], m=op[2], s=op[3] if op[0] == "ar" else 0))
-        hosts_match_the_whole_plan(m)
-    m.stop()
+        after()
 
 
 class SlowHosts(SimulatedEnactor):
