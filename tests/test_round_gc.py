@@ -24,16 +24,22 @@ def garbage_cycle() -> weakref.ref:
 
 def test_garbage_alive_on_entry_is_not_walked_inside_and_is_collected_after() -> None:
     gc.collect()
-    old = garbage_cycle()
-    with young_only():
-        young = garbage_cycle()
+    thresholds = gc.get_threshold()
+    # no automatic collection between the cycle's making and the freeze (the collector stays on): only the test's
+    gc.set_threshold(10 ** 9)
+    try:
+        old = garbage_cycle()
+        with young_only():
+            young = garbage_cycle()
+            gc.collect()
+            assert old() is not None       # frozen: no collection inside walks it
+            assert young() is None         # what the round makes is collected as usual
+            assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() == 0
         gc.collect()
-        assert old() is not None       # frozen: no collection inside walks it
-        assert young() is None         # what the round makes is collected as usual
-        assert gc.get_freeze_count() > 0
-    assert gc.get_freeze_count() == 0
-    gc.collect()
-    assert old() is None               # given back to the collector on exit
+        assert old() is None               # given back to the collector on exit
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 def test_a_callers_own_freeze_is_left_as_it_is() -> None:
