@@ -6,9 +6,18 @@ import gc
 import importlib.util
 import weakref
 
+import pytest
 from conftest import REPO
 
 from optlease.scheduling.round_gc import young_only
+
+
+@pytest.fixture(autouse=True)
+def nothing_frozen():
+    """Each test starts with nothing frozen: a daemon made earlier in this process (tests of the Manager) froze
+    what it had built at its start, for good, and a round then leaves the collector as it is."""
+    gc.unfreeze()
+    yield
 
 
 class Cell:
