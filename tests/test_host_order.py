@@ -128,18 +128,7 @@ def test_runs_of_idle_nodes_place_vms_as_one_node_at_a_time_does(size, steps, st
     """Where all nodes are alike the mapper hands runs of idle nodes a lease's VMs at once and walks nodes that
     share a profile once: the mapping (and the end it holds until) is the one that trying the nodes one at a time in
     the same order gives."""
-    table = SlotTable(Site.homogeneous(size, SIZES[0]))
-    policies = Policies(host_selection="greedy")
-    mapper = GreedyMapper(table, policies)
-    booked: list[RR] = []
-    pruned = 0
-    for step in steps:
-        pruned = apply(table, step, booked, pruned, most=100, skip=("cancel", "down", "up"))
-    start = max(start, pruned)
-    demands = dict.fromkeys(range(1, vms + 1), shape)
-    lease = SimpleNamespace(demands=demands, total_demand=tuple(vms * x for x in shape),
-                            req=SimpleNamespace(duration=duration))
-    vnodes = sorted(demands)
+    table, mapper, start, lease, demands, vnodes = alike_lease(size, steps, start, duration, vms, shape)
     smallest = None if preemptable else shape
     one_by_one = list(mapper._hosts(lease, start, smallest))
     expected = node_by_node(table, vnodes, demands, one_by_one, start, start + duration, strictend)
@@ -159,17 +148,7 @@ def test_vms_alike_placed_with_leases_assumed_gone_as_one_node_at_a_time(size, s
     """An AR that may preempt is placed against each node's usage without the leases assumed gone; its VMs, which
     ask alike, take runs of idle nodes at once and nodes that share that usage in one step, as any lease's do: the
     mapping (and the end it holds until) is the one that trying the nodes one at a time in the same order gives."""
-    table = SlotTable(Site.homogeneous(size, SIZES[0]))
-    mapper = GreedyMapper(table, Policies(host_selection="greedy"))
-    booked: list[RR] = []
-    pruned = 0
-    for step in steps:
-        pruned = apply(table, step, booked, pruned, most=100, skip=("cancel", "down", "up"))
-    start = max(start, pruned)
-    demands = dict.fromkeys(range(1, vms + 1), shape)
-    lease = SimpleNamespace(demands=demands, total_demand=tuple(vms * x for x in shape),
-                            req=SimpleNamespace(duration=duration))
-    vnodes = sorted(demands)
+    table, mapper, start, lease, demands, vnodes = alike_lease(size, steps, start, duration, vms, shape)
     preempting = [SimpleNamespace(id=i) for i in sorted(gone)]
     without, held = table.usage_without(preempting, start), table.nodes_of(preempting)
     one_by_one = list(mapper._hosts(lease, start, None))
@@ -178,6 +157,22 @@ def test_vms_alike_placed_with_leases_assumed_gone_as_one_node_at_a_time(size, s
     assert mapper._try(lease, vnodes, demands, one_by_one, start, start + duration, strictend, preempting) == expected
     runs = list(mapper._host_runs(lease, start, None))
     assert mapper._try(lease, vnodes, demands, runs, start, start + duration, strictend, preempting) == expected
+
+
+def alike_lease(size: int, steps, start: int, duration: int, vms: int, shape: tuple):
+    """A site of `size` alike nodes with `steps` booked on it, the greedy mapper over it, and a lease of `vms` VMs
+    asking `shape` each for `duration` from `start` (moved past what the steps pruned): (table, mapper, start,
+    lease, demands, vnodes)."""
+    table = SlotTable(Site.homogeneous(size, SIZES[0]))
+    mapper = GreedyMapper(table, Policies(host_selection="greedy"))
+    booked: list[RR] = []
+    pruned = 0
+    for step in steps:
+        pruned = apply(table, step, booked, pruned, most=100, skip=("cancel", "down", "up"))
+    demands = dict.fromkeys(range(1, vms + 1), shape)
+    lease = SimpleNamespace(demands=demands, total_demand=tuple(vms * x for x in shape),
+                            req=SimpleNamespace(duration=duration))
+    return table, mapper, max(start, pruned), lease, demands, sorted(demands)
 
 
 def node_by_node(table, vnodes, demands, pnodes, start, end, strictend, usage=None):
