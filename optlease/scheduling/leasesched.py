@@ -131,7 +131,6 @@ class LeaseScheduler(QueuePass, Resumes, Preemption, Replanning):
 
     def schedule_lease(self, lease: Lease, now: int, preempting: bool = True) -> None:
         """Book the lease (`VMScheduler.schedule`); NotSchedulable if it fits nowhere."""
-        self.vm.walked = False      # (a try that fails before any search did not walk: `QueuePass._tried`)
         resuming = lease.state in SUSPENDED
         fixed = None
         nodes = self.table.nodes

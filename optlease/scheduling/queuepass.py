@@ -43,9 +43,10 @@ class QueuePass(WaitKeys):
                 lease = queue[start]
                 cls, attempt, _ = self._attempt(lease, now, False)
                 whole = False
-                fresh = self._try(lease, now, kept, queue, start + 1)
+                refusal = self._try(lease, now, kept, queue, start + 1)
+                fresh = refusal is None
                 if not fresh:
-                    self._tried(lease.cache, attempt, cls)
+                    self._tried(lease.cache, attempt, cls, refusal)
                     if self.opts.backfilling == "off":
                         break   # (FCFS: the queue's first lease alone)
                 continue
@@ -96,19 +97,19 @@ class QueuePass(WaitKeys):
                     # it must start at once, or (images managed) as soon as its image can be there
                     placed = None if (self.room_now(lease, now) if first is None
                                       else self._room_when_ready(lease, *first)) else False
-                tried = placed is None
-                if tried:
+                refusal = None
+                if placed is None:
                     try:
                         self.schedule_lease(lease, now)
                         placed = True
-                    except NotSchedulable:
-                        placed = False
+                    except NotSchedulable as exc:
+                        placed, refusal = False, exc
                 if placed:
                     if self._windex is not None:
                         self._windex.remove(lease)
                     return True
-                if tried:
-                    self._tried(cache, attempt, cls)
+                if refusal is not None:
+                    self._tried(cache, attempt, cls, refusal)
                 else:
                     cache["failed"], cache["wait"] = attempt, cls
             kept.append(lease)
@@ -157,10 +158,11 @@ class QueuePass(WaitKeys):
                         future or (self.room_now(lease, now) if first is None else room_when_ready(lease, *first)))
                 if not ok:
                     cache["failed"], cache["wait"] = attempt, cls
-                elif self._try(lease, now, kept, queue, i):
-                    return True
                 else:
-                    self._tried(cache, attempt, cls)
+                    refusal = self._try(lease, now, kept, queue, i)
+                    if refusal is None:
+                        return True
+                    self._tried(cache, attempt, cls, refusal)
                     i, n = 0, len(queue)
             if once:
                 break
@@ -168,27 +170,28 @@ class QueuePass(WaitKeys):
         del queue[:i]
         return False
 
-    def _try(self, lease: Lease, now: int, kept: list[Lease], queue: list[Lease], i: int) -> bool:
+    def _try(self, lease: Lease, now: int, kept: list[Lease], queue: list[Lease], i: int) -> NotSchedulable | None:
         """`_visit_quiet`'s try of the queue's `i`-th lease (counting from 1), the leases before it passed over:
-        True when it is booked; else it is passed over too (and the caller walks the queue left from its start)."""
+        None when it is booked; else its refusal, and it is passed over too (and the caller walks the queue left
+        from its start)."""
         kept += queue[:i - 1]
         del queue[:i]
         try:
             self.schedule_lease(lease, now)
-        except NotSchedulable:
+        except NotSchedulable as refusal:
             kept.append(lease)
-            return False
+            return refusal
         if self._windex is not None:
             self._windex.remove(lease)
-        return True
+        return None
 
-    def _tried(self, cache: dict, attempt: tuple, cls) -> None:
+    def _tried(self, cache: dict, attempt: tuple, cls, refusal: NotSchedulable) -> None:
         """Mark a lease whose try just failed with the key it failed with: it is passed over until the key changes.
-        Not where the mapper walked the nodes at a start with room and the host policy's order moves with the
-        instant (`Policies.order_moves_with_time`): the walk at a later instant, with nothing booked or freed, may
-        take the nodes in another order and place it, as Haizea's try at every instant does."""
+        Not where its refusal came after a walk of the nodes at a start with room and the host policy's order
+        moves with the instant (`Policies.order_moves_with_time`): the walk at a later instant, with nothing booked
+        or freed, may take the nodes in another order and place it, as Haizea's try at every instant does."""
         cache["wait"] = cls
-        if self.vm.walked and self.policies.order_moves_with_time:
+        if refusal.walked and self.policies.order_moves_with_time:
             cache.pop("failed", None)
         else:
             cache["failed"] = attempt

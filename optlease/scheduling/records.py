@@ -307,4 +307,10 @@ class Lease:
 
 
 class NotSchedulable(Exception):
-    """A lease cannot be placed now (an expected refusal: carries the reason)."""
+    """A lease cannot be placed now (an expected refusal: carries the reason). `walked`: the search that refused it
+    walked the nodes in the host policy's order at a start where the site had room; where that order moves with the
+    instant, the order itself may have decided the refusal (`QueuePass._tried`)."""
+
+    def __init__(self, reason: str = "", walked: bool = False) -> None:
+        super().__init__(reason)
+        self.walked = walked

@@ -28,9 +28,6 @@ class VMScheduler:
         self.mapper = GreedyMapper(table, policies)
         self.log = log
         self.future_count = 0  # best-effort reservations made for the future and not yet started
-        # the last `asap` walked the nodes in the host policy's order at a start where the site had room: where it
-        # failed, the order (which moves with the instant) may have decided it
-        self.walked = False
         self.estimates = RunEstimates(opts)
 
     def can_schedule_in_future(self) -> bool:
@@ -123,7 +120,7 @@ class VMScheduler:
         # waits in the queue until its start comes within reach.
         horizon = now + MAX_SECONDS
         every = not strict and self.tries_every_first
-        self.walked = False
+        walked = False      # the mapper walked the nodes at a start with room (the refusal says so)
         for t in self._candidates(now, firsts, allow_in_future, fixed, floor, every):
             if t > horizon:
                 break
@@ -144,7 +141,7 @@ class VMScheduler:
                         onlynodes = None
                 if onlynodes is None and self._too_few_hold(lease, t, window):
                     continue
-                self.walked = True
+                walked = True
                 mapping, actualend, _ = self.mapper.map(lease, t, end, strictend, onlynodes)
             if mapping is None or (actualend < end and actualend - t < min_duration):
                 continue
@@ -163,7 +160,7 @@ class VMScheduler:
                     lease.id, vmrr.nodes(), self.log.t(t), " (resuming)" if resuming else "",
                     self.log.t(actualend), " (suspending)" if vmrr.post[0].kind == SUSPEND else ""))
             return vmrr
-        raise NotSchedulable("Could not find enough resources for this request")
+        raise NotSchedulable("Could not find enough resources for this request", walked)
 
     def _note_walk(self, lease: Lease, vmrr: RR, t: int) -> None:
         """Where the mapper's walk at t ended for a booking made for the future (what a premature end asks,
