@@ -8,11 +8,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optlease.domain.lease import LeaseKind, LeaseRequest
+from optlease.domain.lease import LeaseKind, LeaseRequest, LeaseState
+from optlease.domain.site import Site
+from optlease.eventlog import EventLog
 from optlease.scheduling.leasesched import LeaseScheduler
+from optlease.scheduling.options import SchedulingOptions
+from optlease.scheduling.policies import Policies
 from optlease.scheduling.profile import fits
+from optlease.scheduling.records import Lease, NotSchedulable
 from optlease.scheduling.roomahead import RoomAhead
-from tests.test_image_transfers import IMAGES, every_lease_tried, preparations
+from tests.test_image_transfers import IMAGES, ORIGIN, every_lease_tried, preparations
 from optlease.scheduling.preparation import PreparationOptions
 from tests.test_queue_quiet import HALF, QUARTER, WHOLE, run
 
@@ -71,6 +76,30 @@ def test_an_image_class_lease_is_tested_as_computed_afresh(reqs, prep, migration
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LeaseScheduler, "_image_ready", checked)
         run(reqs, prep, nodes, False, migration=migration, backfilling=backfilling)
+
+
+def test_a_refusal_says_whether_the_mapper_walked_the_nodes():
+    """The queue pass reads from a try's refusal whether the mapper walked the nodes at a start with room
+    (`NotSchedulable.walked`, the test below): not where the site as a whole has too little room over the lease's
+    window, so no walk was made; yes where it has the room but no node can take the VM."""
+    site = Site.homogeneous(2, {"CPU": 100, "Memory": 1024})
+    opts = SchedulingOptions(backfilling="off")
+    sched = LeaseScheduler(site, opts, Policies(), EventLog(ORIGIN))
+
+    def lease(i: int, vm: dict) -> Lease:
+        made = Lease(LeaseRequest(i, LeaseKind.BEST_EFFORT, 0, 600, (vm,)), {1: sched.table.vector(vm)})
+        made.set_state(LeaseState.PENDING)
+        return made
+
+    three_quarters = {"CPU": 75, "Memory": 768}
+    for i in (1, 2):    # a quarter of each node left free
+        sched.schedule_lease(lease(i, three_quarters), 0)
+    with pytest.raises(NotSchedulable) as whole:
+        sched.schedule_lease(lease(3, WHOLE), 0)
+    assert not whole.value.walked
+    with pytest.raises(NotSchedulable) as half:
+        sched.schedule_lease(lease(4, HALF), 0)
+    assert half.value.walked
 
 
 def test_a_lease_whose_walk_failed_is_tried_again_at_the_next_instant():
