@@ -146,6 +146,7 @@ class Manager(Atomic, Intake, Recovery, Enactment, Checkpointing):
         self._last_hosts: tuple = ()
         self._unsettled: set[str] = set()    # VMs that differed from the plan at the last pass
         self._awaiting: dict[str, int] = {}  # VMs the plan runs that no host has reported yet -> since when
+        self._unstarted: set[str] = set()    # VMs whose planned run ended before any host started them
         self.submitted_at: dict[int, float] = {}
         self._thread: threading.Thread | None = None
         self._enact_thread: threading.Thread | None = None

@@ -11,7 +11,8 @@ from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.enact.base import TaskOutcome, parse_vm_name
 from optlease.engine.atomic import Stopped
 from optlease.engine.loop import leases_on, node_down, node_up, on_node
-from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, placement, reconcile
+from optlease.reconcile import _REPORTED as REPORTED_STATES, ABSENT, RUNNING, SUSPENDED, VmPlacement, placement, \
+    reconcile
 from optlease.scheduling.records import Lease
 
 S = LeaseState
@@ -73,7 +74,7 @@ class Enactment:
         # Tasks are for `todo` alone. Every other VM the step sees stays as its host reports it, weighing on that
         # host's room: one with a task under way, or whose other host has one, is a later pass's (planned from a
         # report that is about to change, it could look lost, or be sent a second task).
-        wanted = {vm: desired[vm] for vm in todo if vm in desired}
+        wanted = {vm: self._kept(vm, desired[vm]) for vm in todo if vm in desired}
         todo_set = set(todo)
         wanted.update((vm, placement(have, desired.get(vm))) for vm, have in actual.items() if vm not in todo_set)
         if self.indexed:        # every host the reconcile step looks at is a concerned one
@@ -150,9 +151,20 @@ class Enactment:
             want = desired.get(vm)
             if want is None or want.state != RUNNING:
                 del self._awaiting[vm]
+                self._unstarted.add(vm)
                 self.log.status("ENACT", f"{vm} was planned to run from {self.log.t(since)} to "
                                          f"{self.log.t(self.last_t)} but no host ran it in time: its start was "
                                          "never enacted")
+        for vm in [vm for vm in self._unstarted if vm in running or desired.get(vm) is None]:
+            self._unstarted.discard(vm)     # it runs now, or its lease is over
+
+    def _kept(self, vm: str, want: VmPlacement | None) -> VmPlacement | None:
+        """What the hosts must keep of a VM the plan wants `want`: a VM whose run ended before any host started it
+        has no memory image to keep while the plan has it suspended (nothing of it ran), so it is absent until
+        its resume, which starts it afresh, rather than an image lost."""
+        if want is not None and want.state == SUSPENDED and vm in self._unstarted:
+            return VmPlacement(None, ABSENT)
+        return want
 
     def _differing(self, candidates: set[str], running: dict, alive: frozenset, down: frozenset) -> set[str]:
         """The optlease VMs among `candidates` that are not where and as the plan has them (or are on a host that
@@ -170,7 +182,7 @@ class Enactment:
                 have = None
             state = REPORTED_STATES[have[1].lower()] if have is not None else ABSENT
             host = have[0] if have is not None and state != ABSENT else None
-            want = desired.get(vm)
+            want = self._kept(vm, desired.get(vm))
             if (host, state) != ((want.host, want.state) if want is not None else (None, ABSENT)) \
                     or (host is not None and host not in alive):
                 differ.add(vm)
