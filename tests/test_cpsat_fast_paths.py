@@ -48,6 +48,26 @@ def test_a_job_evolved_is_the_job_dataclasses_replace_makes(job: Job, change: di
     assert fast.images_on == plain.images_on
 
 
+@SETTINGS
+@given(jobs, changes)
+def test_a_job_made_with_job_of_is_the_job_its_constructor_makes(job: Job, change: dict) -> None:
+    """Job.of: the job `Job(**fields)` makes, with what is derived from its fields (has_tail, pooled)."""
+    fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(Job) if getattr(job, f.name) != f.default}
+    fields.update(change)
+    fast, plain = Job.of(**fields), Job(**fields)
+    assert fast == plain and repr(fast) == repr(plain)
+    assert vars(fast) == vars(plain)
+    assert fast.has_tail == plain.has_tail and fast.pooled == plain.pooled
+
+
+@pytest.mark.parametrize("fields", [dict(id=1, kind=LeaseKind.BEST_EFFORT, role=Role.START),
+                                    dict(id=1, kind=LeaseKind.BEST_EFFORT, role=Role.START, demand=(), colour=1)],
+                         ids=["a required field missing", "a field it does not have"])
+def test_job_of_refuses_what_the_constructor_refuses(fields: dict) -> None:
+    with pytest.raises(TypeError):
+        Job.of(**fields)
+
+
 def test_a_job_is_not_evolved_with_a_field_it_does_not_have() -> None:
     job = Job(1, LeaseKind.BEST_EFFORT, Role.START, ({"CPU": 1},))
     try:
