@@ -225,9 +225,9 @@ def _running_job(snap: RoundSnapshot, lease: LeaseSnapshot, ar_starts: list[int]
     if not ends:
         return Job.of(role=Role.FIXED, origin=lease.nodes, **_common(lease))
     return Job.of(role=Role.SUSPENDABLE, origin=lease.nodes, suspend_ends=ends, free_end=free, deferrable=True,
-               earliest=min(ends),
-               resume=ov.resume, migrate=_migrate(policy.migration, ov.migrate),
-               weight=wait_weight(now, req, weights, lease.expected_run), **_common(lease))
+                  earliest=min(ends),
+                  resume=ov.resume, migrate=_migrate(policy.migration, ov.migrate),
+                  weight=wait_weight(now, req, weights, lease.expected_run), **_common(lease))
 
 
 def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, kinds: tuple[dict[str, int], ...],
@@ -239,15 +239,16 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, kinds: tuple[dict[st
                 or len(lease.planned_nodes) != req.numnodes:
             raise ValueError(f"lease {lease.id}: a pinned lease is reserved, with a start not before now and nodes")
         return Job.of(role=Role.START, fixed_start=lease.planned_start, earliest=lease.planned_start,
-                   planned_start=lease.planned_start, planned_nodes=lease.planned_nodes,
-                   candidates=tuple((n,) for n in lease.planned_nodes), **_common(lease))
+                      planned_start=lease.planned_start, planned_nodes=lease.planned_nodes,
+                      candidates=tuple((n,) for n in lease.planned_nodes), **_common(lease))
     soonest = now + policy.non_schedulable_interval
     if lease.phase is Phase.NEW and lease.kind is LeaseKind.AR:
         if policy.admission is Admission.NO_ARS:
             return Job.of(role=Role.REJECTED, reason="admission policy no-ARs refuses advance reservations",
-                       **_common(lease))
+                          **_common(lease))
         if req.start is None or req.start < soonest:
-            return Job.of(role=Role.REJECTED, reason="its start has passed or is too soon to schedule", **_common(lease))
+            return Job.of(role=Role.REJECTED, reason="its start has passed or is too soon to schedule",
+                          **_common(lease))
     if not all(any(_fits(vm, cap) for cap in kinds) for vm in req.vms):   # (each distinct capacity once)
         return Job.of(role=Role.REJECTED, reason="a VM is larger than every node", **_common(lease))
     if lease.kind is LeaseKind.AR:
@@ -271,10 +272,10 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, kinds: tuple[dict[st
                       weight=wait_weight(now, req, weights, lease.expected_run))
     suspended = lease.phase is Phase.SUSPENDED
     return Job.of(role=Role.START, origin=lease.nodes if suspended else (),
-               resume=lease.overheads.resume if suspended else 0,
-               migrate=_migrate(policy.migration, lease.overheads.migrate) if suspended else 0,
-               value=req.numnodes * req.duration if lease.kind is not LeaseKind.BEST_EFFORT else 0,
-               planned_start=lease.planned_start, planned_nodes=lease.planned_nodes, **timing, **_common(lease))
+                  resume=lease.overheads.resume if suspended else 0,
+                  migrate=_migrate(policy.migration, lease.overheads.migrate) if suspended else 0,
+                  value=req.numnodes * req.duration if lease.kind is not LeaseKind.BEST_EFFORT else 0,
+                  planned_start=lease.planned_start, planned_nodes=lease.planned_nodes, **timing, **_common(lease))
 
 
 def _migrate(migration: Migration, seconds: int) -> int:
