@@ -110,6 +110,34 @@ def test_the_hints_written_in_one_piece_are_those_written_one_by_one(calls: list
     assert str(fast_model.proto) == str(plain_model.proto)
 
 
+@SETTINGS
+@given(st.lists(st.integers(-5, 5), min_size=4, max_size=4), st.integers(0, 3), st.integers(-9, 9),
+       st.integers(-9, 9), st.sampled_from(["var", "negated", "affine", "scaled", "sum", "int"]))
+def test_a_hinted_expression_is_read_as_its_flattened_sum(values: list, pick: int, scale: int, shift: int,
+                                                          shape: str) -> None:
+    """_Recorder.value: a variable, or a variable scaled and shifted, read without flattening, is what the
+    flattened expression sums to; so is any other expression; and a variable with no hint is a KeyError."""
+    from ortools.sat.python.cp_model_helper import FlatIntExpr
+
+    model = cp_model.CpModel()
+    xs = [model.new_int_var(-5, 5, f"x{i}") for i in range(4)]
+    b = model.new_bool_var("b")
+    recorder = _Recorder(model)
+    for x, v in zip(xs, values):
+        recorder.add_hint(x, v)
+    recorder.add_hint(b, values[0] > 0)
+    x = xs[pick]
+    expr = {"var": x, "negated": ~b, "affine": x + shift, "scaled": scale * x + shift,
+            "sum": x + xs[(pick + 1) % 4] * scale + shift, "int": shift}[shape]
+    flat = FlatIntExpr(expr) if shape != "int" else None
+    plain = shift if flat is None else flat.offset + sum(
+        c * {var.index: v for var, v in zip(xs, values)}.get(var.index, int(values[0] > 0))
+        for var, c in zip(flat.vars, flat.coeffs))
+    assert recorder.value(expr) == plain
+    with pytest.raises(KeyError):
+        recorder.value(model.new_int_var(0, 1, "unhinted") * (scale or 1) + shift)
+
+
 class _OneByOne(_Recorder):
     """The plain computation: each hint written into the model as it is given (CpModel.add_hint per variable)."""
 
