@@ -78,6 +78,28 @@ def test_a_job_is_not_evolved_with_a_field_it_does_not_have() -> None:
         raise AssertionError("evolve took a field Job does not have")
 
 
+@pytest.mark.parametrize("vms,role", [
+    ([{"CPU": 100, "Memory": 1024}] * 3, Role.START),
+    ([{"CPU": 100, "Memory": 1024}, {"CPU": 100, "Memory": 1024}], Role.START),
+    ([{"CPU": 300, "Memory": 1024}, {"CPU": 300, "Memory": 1024}], Role.REJECTED),
+    ([{"CPU": 100, "Memory": 1024}, {"CPU": 300, "Memory": 1024}], Role.REJECTED),
+    ([{"CPU": 300, "Memory": 1024}, {"CPU": 100, "Memory": 1024}], Role.REJECTED),
+    ([{"CPU": 100, "Memory": 4096}], Role.START)],
+    ids=["one dict", "alike dicts", "alike, too large", "the second too large", "the first too large",
+         "the larger node"])
+def test_a_lease_is_refused_where_one_of_its_vms_fits_no_node(vms: list, role: Role) -> None:
+    """prepare: VMs that all ask alike are checked once against the distinct capacities; any VM that fits no node
+    refuses the lease."""
+    from optlease.domain.lease import LeaseRequest
+    from optlease.scheduling.snapshot import LeaseSnapshot, Phase, RoundSnapshot
+
+    site = Site(("CPU", "Memory"), ({"CPU": 200, "Memory": 2048}, {"CPU": 100, "Memory": 4096}))
+    req = LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 60, tuple(vms))
+    job = prepare(RoundSnapshot(0, site, (LeaseSnapshot(req, Phase.QUEUED),))).jobs[0]
+    assert job.role is role
+    assert (job.reason == "a VM is larger than every node") == (role is Role.REJECTED)
+
+
 @SETTINGS
 @given(st.lists(st.sampled_from([{"CPU": 100, "Memory": 1024}, {"Memory": 1024, "CPU": 100},
                                  {"CPU": 200, "Memory": 2048}]), min_size=1, max_size=8))

@@ -249,7 +249,8 @@ def _waiting_job(snap: RoundSnapshot, lease: LeaseSnapshot, kinds: tuple[dict[st
         if req.start is None or req.start < soonest:
             return Job.of(role=Role.REJECTED, reason="its start has passed or is too soon to schedule",
                           **_common(lease))
-    if not all(any(_fits(vm, cap) for cap in kinds) for vm in req.vms):   # (each distinct capacity once)
+    one = req.alike()   # VMs that all ask alike are checked once (each distinct capacity once)
+    if not all(any(_fits(vm, cap) for cap in kinds) for vm in ((one,) if one is not None else req.vms)):
         return Job.of(role=Role.REJECTED, reason="a VM is larger than every node", **_common(lease))
     if lease.kind is LeaseKind.AR:
         if req.start is None or req.start < now:
