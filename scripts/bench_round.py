@@ -71,6 +71,7 @@ def phase_points():
             ("decode", solve, "decode"),
             ("costing", solve, "plan_cost"),
             ("costing", objective, "plan_cost"),
+            ("costing", solve, "cost_difference"),
             ("commit", cpsat_round.CpsatRound, "_apply")]
 
 

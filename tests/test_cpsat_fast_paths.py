@@ -48,6 +48,26 @@ def test_a_job_evolved_is_the_job_dataclasses_replace_makes(job: Job, change: di
     assert fast.images_on == plain.images_on
 
 
+@SETTINGS
+@given(jobs, changes)
+def test_a_job_made_with_job_of_is_the_job_its_constructor_makes(job: Job, change: dict) -> None:
+    """Job.of: the job `Job(**fields)` makes, with what is derived from its fields (has_tail, pooled)."""
+    fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(Job) if getattr(job, f.name) != f.default}
+    fields.update(change)
+    fast, plain = Job.of(**fields), Job(**fields)
+    assert fast == plain and repr(fast) == repr(plain)
+    assert vars(fast) == vars(plain)
+    assert fast.has_tail == plain.has_tail and fast.pooled == plain.pooled
+
+
+@pytest.mark.parametrize("fields", [dict(id=1, kind=LeaseKind.BEST_EFFORT, role=Role.START),
+                                    dict(id=1, kind=LeaseKind.BEST_EFFORT, role=Role.START, demand=(), colour=1)],
+                         ids=["a required field missing", "a field it does not have"])
+def test_job_of_refuses_what_the_constructor_refuses(fields: dict) -> None:
+    with pytest.raises(TypeError):
+        Job.of(**fields)
+
+
 def test_a_job_is_not_evolved_with_a_field_it_does_not_have() -> None:
     job = Job(1, LeaseKind.BEST_EFFORT, Role.START, ({"CPU": 1},))
     try:
@@ -56,6 +76,28 @@ def test_a_job_is_not_evolved_with_a_field_it_does_not_have() -> None:
         assert "colour" in str(error)
     else:
         raise AssertionError("evolve took a field Job does not have")
+
+
+@pytest.mark.parametrize("vms,role", [
+    ([{"CPU": 100, "Memory": 1024}] * 3, Role.START),
+    ([{"CPU": 100, "Memory": 1024}, {"CPU": 100, "Memory": 1024}], Role.START),
+    ([{"CPU": 300, "Memory": 1024}, {"CPU": 300, "Memory": 1024}], Role.REJECTED),
+    ([{"CPU": 100, "Memory": 1024}, {"CPU": 300, "Memory": 1024}], Role.REJECTED),
+    ([{"CPU": 300, "Memory": 1024}, {"CPU": 100, "Memory": 1024}], Role.REJECTED),
+    ([{"CPU": 100, "Memory": 4096}], Role.START)],
+    ids=["one dict", "alike dicts", "alike, too large", "the second too large", "the first too large",
+         "the larger node"])
+def test_a_lease_is_refused_where_one_of_its_vms_fits_no_node(vms: list, role: Role) -> None:
+    """prepare: VMs that all ask alike are checked once against the distinct capacities; any VM that fits no node
+    refuses the lease."""
+    from optlease.domain.lease import LeaseRequest
+    from optlease.scheduling.snapshot import LeaseSnapshot, Phase, RoundSnapshot
+
+    site = Site(("CPU", "Memory"), ({"CPU": 200, "Memory": 2048}, {"CPU": 100, "Memory": 4096}))
+    req = LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 60, tuple(vms))
+    job = prepare(RoundSnapshot(0, site, (LeaseSnapshot(req, Phase.QUEUED),))).jobs[0]
+    assert job.role is role
+    assert (job.reason == "a VM is larger than every node") == (role is Role.REJECTED)
 
 
 @SETTINGS
@@ -88,6 +130,34 @@ def test_the_hints_written_in_one_piece_are_those_written_one_by_one(calls: list
             plain_model.add_hint(plain, value)
     recorder.flush()
     assert str(fast_model.proto) == str(plain_model.proto)
+
+
+@SETTINGS
+@given(st.lists(st.integers(-5, 5), min_size=4, max_size=4), st.integers(0, 3), st.integers(-9, 9),
+       st.integers(-9, 9), st.sampled_from(["var", "negated", "affine", "scaled", "sum", "int"]))
+def test_a_hinted_expression_is_read_as_its_flattened_sum(values: list, pick: int, scale: int, shift: int,
+                                                          shape: str) -> None:
+    """_Recorder.value: a variable, or a variable scaled and shifted, read without flattening, is what the
+    flattened expression sums to; so is any other expression; and a variable with no hint is a KeyError."""
+    from ortools.sat.python.cp_model_helper import FlatIntExpr
+
+    model = cp_model.CpModel()
+    xs = [model.new_int_var(-5, 5, f"x{i}") for i in range(4)]
+    b = model.new_bool_var("b")
+    recorder = _Recorder(model)
+    for x, v in zip(xs, values):
+        recorder.add_hint(x, v)
+    recorder.add_hint(b, values[0] > 0)
+    x = xs[pick]
+    expr = {"var": x, "negated": ~b, "affine": x + shift, "scaled": scale * x + shift,
+            "sum": x + xs[(pick + 1) % 4] * scale + shift, "int": shift}[shape]
+    flat = FlatIntExpr(expr) if shape != "int" else None
+    plain = shift if flat is None else flat.offset + sum(
+        c * {var.index: v for var, v in zip(xs, values)}.get(var.index, int(values[0] > 0))
+        for var, c in zip(flat.vars, flat.coeffs))
+    assert recorder.value(expr) == plain
+    with pytest.raises(KeyError):
+        recorder.value(model.new_int_var(0, 1, "unhinted") * (scale or 1) + shift)
 
 
 class _OneByOne(_Recorder):

@@ -2,17 +2,20 @@
 whole round, costed by the whole round's objective."""
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
 
-from optlease.scheduling.cpsat.objective import plan_cost
+from optlease.scheduling.cpsat.decode import holding_plan
+from optlease.scheduling.cpsat.objective import cost_difference, plan_cost
 from optlease.scheduling.cpsat.prepare import Role, prepare
 from optlease.scheduling.cpsat.solve import SolveOptions, solve_round
 from optlease.scheduling.cpsat import window
 from optlease.scheduling.cpsat.window import hold_outside
 from optlease.scheduling.snapshot import Outcome
 from test_cpsat_round import check_plan, random_round
+from test_cpsat_fast_paths import random_plan
 from test_cpsat_vs_mip import pooled_round
 
 LOOKAHEAD = 12
@@ -41,6 +44,30 @@ def test_held_tails_stay_where_the_hint_puts_them_and_the_plan_is_costed_whole(k
     for job in held_data.tails:
         if job.latest == job.earliest and not job.deferrable and data.job(job.id).deferrable:   # held
             assert got[job.id].outcome is Outcome.ACCEPTED and got[job.id].start == hint[job.id].start
+
+
+def test_the_cost_the_window_leaves_out_is_costed_on_the_leases_it_replaced() -> None:
+    """objective.cost_difference: a plan's whole-round cost less its neighbourhood cost, costed only on the leases
+    the window replaced (held tails, suspendable leases that run on), is the difference of the two plan costs,
+    for the hint and for other plans; on these rounds it is not always zero."""
+    from test_cpsat_vs_mip import round_of
+
+    differ = 0
+    for seed in range(1000, 1100):
+        snap = round_of(seed)
+        data = prepare(snap, FULL.weights, LOOKAHEAD)
+        if not any(j.role is Role.SUSPENDABLE for j in data.jobs):
+            continue
+        runs_on = replace(data, jobs=tuple(replace(j, role=Role.FIXED, suspend_ends=(), free_end=None)
+                                           if j.role is Role.SUSPENDABLE else j for j in data.jobs))
+        hint = solve_round(snap, FULL, None, runs_on)   # the best plan that suspends nothing
+        for w in (0, 3):
+            held_data, _ = hold_outside(data, hint, w)
+            for plan in (hint, holding_plan(data), random_plan(data, random.Random(seed))):
+                want = plan_cost(data, plan) - plan_cost(held_data, plan)
+                assert cost_difference(data, held_data, plan) == want
+                differ += want != 0
+    assert differ > 0
 
 
 def test_a_window_that_holds_nothing_is_the_whole_round() -> None:

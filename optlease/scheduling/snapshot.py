@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 from typing import Any
 
@@ -221,6 +222,7 @@ class Plan:
     def of(self, lease_id: int) -> LeasePlan:
         return next(p for p in self.leases if p.lease_id == lease_id)
 
-    @property
+    @cached_property
     def by_id(self) -> dict[int, LeasePlan]:
+        """Each lease's plan by its id (made once per plan: a round reads it a dozen times; nothing writes it)."""
         return {p.lease_id: p for p in self.leases}

@@ -174,9 +174,12 @@ class _Recorder:
     without a Python call into the model per hinted variable (8,000 on the 5,000-node bench round)."""
 
     def __init__(self, model) -> None:
+        from ortools.sat.python.cp_model_helper import FlatIntExpr, IntAffine, IntVar
+
         self.model, self.values = model, {}
         self.vars: list[int] = []
         self.hinted: list[int] = []
+        self._kinds = FlatIntExpr, IntAffine, IntVar
 
     def add_hint(self, var, value) -> None:
         index = var.index
@@ -201,11 +204,17 @@ class _Recorder:
         self.vars, self.hinted = [], []
 
     def value(self, expr) -> int:
-        """The hinted value of a linear expression (KeyError: a variable in it has no hint)."""
+        """The hinted value of a linear expression (KeyError: a variable in it has no hint). A variable, or a
+        variable scaled and shifted, is read without flattening (most of the helper variables' rules read those:
+        4,000 reads on the 5,000-node bench round)."""
         if isinstance(expr, int):
             return expr
-        from ortools.sat.python.cp_model_helper import FlatIntExpr
-
-        flat = FlatIntExpr(expr)
+        flat_expr, affine, variable = self._kinds
+        kind = type(expr)
+        if kind is variable:
+            return self.values[expr.index]
+        if kind is affine and type(expr.expression) is variable:
+            return expr.coefficient * self.values[expr.expression.index] + expr.offset
+        flat = flat_expr(expr)
         return flat.offset + sum(c * self.values[var.index] for var, c in zip(flat.vars, flat.coeffs))
 

@@ -55,6 +55,7 @@ class RoundModel:
     transfer_starts: dict[int, tuple] = field(default_factory=dict)
 
     _split: dict = field(default_factory=dict)
+    _tail_end: dict = field(default_factory=dict)   # lease -> its tail_end expression
 
     def split(self, nodes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """A candidate list as its nodes outside every pool and the pools it reaches (leases share a few candidate
@@ -85,8 +86,12 @@ class RoundModel:
         return out
 
     def tail_end(self, job: Job) -> cp_model.LinearExprT:
-        """When the tail's run ends (before the shutdown)."""
-        return self.start[job.id] + job.resume + self.run_left[job.id]
+        """When the tail's run ends (before the shutdown): one expression per lease, made when first asked (the
+        model's finish, the waiting and its hint each read it; building it took longer than reading it)."""
+        got = self._tail_end.get(job.id)
+        if got is None:
+            got = self._tail_end[job.id] = self.start[job.id] + job.resume + self.run_left[job.id]
+        return got
 
 
 def build_variables(data: RoundData) -> RoundModel:

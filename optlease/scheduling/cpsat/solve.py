@@ -11,7 +11,8 @@ from optlease.scheduling.cpsat.constraints import add_capacity, add_exclusion, a
     add_symmetry
 from optlease.scheduling.cpsat.decode import add_hint, decode, holding_plan
 from optlease.scheduling.cpsat.model import RoundModel, build_variables
-from optlease.scheduling.cpsat.objective import add_acceptance, add_stability, add_waiting, combine, plan_cost
+from optlease.scheduling.cpsat.objective import add_acceptance, add_stability, add_waiting, combine, \
+    cost_difference, plan_cost
 from optlease.scheduling.cpsat.prepare import RoundData, prepare
 from optlease.scheduling.cpsat.transfers import add_transfers
 from optlease.scheduling.cpsat.window import hold_outside
@@ -101,7 +102,7 @@ def solve_round(snap: RoundSnapshot, options: SolveOptions = SolveOptions(), hin
     hint_cost = plan_cost(data, hint)
     # the whole round's cost of the neighbourhood's plans: a lease the window lets run on (cpsat.window) is a fixed
     # occupancy there, its waiting a constant the search leaves out
-    offset = hint_cost - plan_cost(search, hint) if search is not data else 0
+    offset = cost_difference(data, search, hint) if search is not data else 0
     if not found or hint_cost < round(solver.objective_value) + offset:
         log.info("round at %s: solver %s, keeping the hint", snap.now, name)
         bound = solver.best_objective_bound + offset if found else None
