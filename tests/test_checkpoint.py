@@ -105,7 +105,7 @@ def checkpointed(tmp_path) -> sqlite3.Connection:
     """The persistence file of a daemon that took one lease, stepped, wrote a checkpoint and stopped."""
     m = manager(tmp_path)
     submit(m, BE.format(n=1, m=5))
-    m.step(0)
+    m.step(m.now())   # (its arrival: the daemon's clock may have moved on since it was made)
     m.write_checkpoint(wait=True)
     m.stop()
     return sqlite3.connect(tmp_path / "state.db")
