@@ -14,7 +14,7 @@ from typing import Iterable
 from optlease.domain.site import Site
 from optlease.scheduling.nodeclasses import NodeClasses, read, stretches
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
-from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
+from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vms_per_node, vsub  # noqa: F401
 from optlease.scheduling.records import SHUTDOWN, OneVMEach
 from optlease.scheduling.slotqueries import SlotQueries
 
