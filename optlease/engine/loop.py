@@ -48,9 +48,11 @@ class Stepper:
 
     def next_event(self, now: int) -> int | None:
         """The next instant at which a reservation starts or ends, or a lease really ends (None: nothing planned)."""
-        times = [t for t in (self.sched.table.next_event_after(now), self._next_premature(), self._next_checkpoint())
-                 if t is not None]
-        return min(times) if times else None
+        first = self.sched.table.next_event_after(now)
+        for t in (self._next_premature(), self._next_checkpoint()):
+            if t is not None and (first is None or t < first):
+                first = t
+        return first
 
     def _start(self, now: int) -> None:
         for rr in self.sched.table.starting_at(now):

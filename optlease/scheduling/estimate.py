@@ -43,8 +43,10 @@ class RunEstimates:
 
     def learn(self, lease: Lease) -> None:
         """A lease has finished: remember how long it really ran (what the scheduler saw it run)."""
+        if not self.enabled:
+            return
         user = user_of(lease)
-        if not self.enabled or user is None or lease.kind is not LeaseKind.BEST_EFFORT:
+        if user is None or lease.kind is not LeaseKind.BEST_EFFORT:
             return
         runs = self.history.setdefault(user, [])
         runs.append(lease.accumulated)

@@ -13,7 +13,7 @@ from optlease.scheduling.hostruns import Nodes, keyed_runs
 from optlease.scheduling.hostscores import BusyScores, InOrder
 from optlease.scheduling.policies import GreedyHosts, Policies
 from optlease.scheduling.records import AlikeVMs, Lease, Placement
-from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vsub
+from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vms_per_node, vsub
 
 
 class GreedyMapper:
@@ -99,7 +99,7 @@ class GreedyMapper:
         cap = self.table.one_cap
         if shape is None:
             return False
-        per = min((c // d for c, d in zip(cap, shape) if d > 0), default=None)
+        per = vms_per_node(cap, shape)
         if per is None:
             return False
         need = len(lease.demands)
@@ -177,8 +177,10 @@ class GreedyMapper:
                 # Each idle node of the run takes as many VMs as fit on an empty node (`per`): one by one, the
                 # next VM fails there (usage never changes on an empty node, so no earlier end would help).
                 cap = table.caps[item[0]]
-                per = min((c // d for c, d in zip(cap, shape) if d > 0), default=len(vnodes))
-                if per == 0:
+                per = vms_per_node(cap, shape)
+                if per is None:
+                    per = len(vnodes)
+                elif per == 0:
                     continue
                 left = len(vnodes) - pos
                 took = item[:-(-left // per)]

@@ -19,9 +19,9 @@ STRETCH_NODES = 16  # nodes per stretch, on average, below which a change goes n
 
 class Ordered(list):
     """Distinct nodes in node order, as `stretches` gives them (nothing changes such a list in place; a slice of it
-    is a plain list)."""
+    is a plain list), with that answer (`found`): a change handed such a list on asks it again."""
 
-    __slots__ = ()
+    __slots__ = ("found",)
 
 
 def stretches(nodes) -> tuple[list[int], list[tuple[int, int]]] | None:
@@ -32,14 +32,20 @@ def stretches(nodes) -> tuple[list[int], list[tuple[int, int]]] | None:
     n = len(nodes)
     if n < SPAN_LEAST:
         return None
-    if type(nodes) is Ordered:  # (in order already: what an earlier call gave, handed on to the next change)
-        ordered = nodes
-    else:
-        ordered = Ordered(nodes)
-        ordered.sort()          # (a pass of comparisons of ints where they come in order, as most do)
+    kind = type(nodes)
+    if kind is Ordered:         # (what an earlier call gave, handed on to the next change)
+        return nodes.found
+    if kind is OneVMEach:       # (a reservation's nodes: asked at each change of it, answered once)
+        found = nodes.stretched
+        if found is False:
+            found = nodes.stretched = stretches(nodes.nodes)
+        return found
+    ordered = Ordered(nodes)
+    ordered.sort()              # (a pass of comparisons of ints where they come in order, as most do)
     first = ordered[0]
     if ordered[-1] - first == n - 1:
-        return ordered, [(first, first + n)]
+        ordered.found = found = ordered, [(first, first + n)]
+        return found
     most = n // STRETCH_NODES
     out = []
     i = 0
@@ -57,15 +63,20 @@ def stretches(nodes) -> tuple[list[int], list[tuple[int, int]]] | None:
                 hi = mid
         out.append((first, first + lo - i))
         i = lo
-    return ordered, out
+    ordered.found = found = ordered, out
+    return found
 
 
 def read(values: list, ends: list[tuple[int, int]]) -> list:
-    """The values at the nodes of the given stretches, in order: one slice each."""
+    """The values at the nodes of the given stretches, in order: one slice each, added to the list in one copy (not
+    value by value)."""
     if len(ends) == 1:
         ((lo, hi),) = ends
         return values[lo:hi]
-    return list(chain.from_iterable(values[lo:hi] for lo, hi in ends))
+    out: list = []
+    for lo, hi in ends:
+        out += values[lo:hi]
+    return out
 
 
 def fill(values: list, nodes, value) -> None:
@@ -82,6 +93,21 @@ def fill(values: list, nodes, value) -> None:
         any(map(values.__setitem__, nodes, repeat(value)))
 
 
+def _without(idle: list[int], ends: list[tuple[int, int]]) -> list[int] | None:
+    """An idle list (in order, distinct) without the stretches of nodes (first, last + 1) given in order, made from
+    the slices between them in one pass; None where it does not hold every node of them."""
+    out, prev = [], 0
+    for lo, hi in ends:
+        i = bisect_left(idle, lo, prev)
+        j = i + hi - lo
+        if j > len(idle) or idle[i] != lo or idle[j - 1] != hi - 1:
+            return None
+        out += idle[prev:i]
+        prev = j
+    out += idle[prev:]
+    return out
+
+
 class NodeClasses:
     """The slot table's nodes by profile and by idleness (SlotTable sets the state: `profiles`, `empty`, `holders`,
     `idle`, `down`, `caps`, `rank`, `site`)."""
@@ -92,7 +118,7 @@ class NodeClasses:
         group undergo the same change (`key` names it), so it is made once for all of them."""
         profiles = self.profiles
         if type(keys) is OneVMEach and len(keys) > 1:     # (one key for all: no list of keys built)
-            return self.by_profile(list(keys.nodes), keys.shape)
+            return self.by_profile(keys, keys.shape)
         if len(keys) == 1:
             ((node, key),) = keys.items()
             return ([profiles[node], key, [node]],)
@@ -121,6 +147,8 @@ class NodeClasses:
         profiles = self.profiles
         found = stretches(nodes) if runs else None
         if found is None:
+            if not isinstance(nodes, list):
+                nodes = list(nodes)
             profs = list(map(profiles.__getitem__, nodes))
         else:
             nodes, profs = found[0], read(profiles, found[1])
@@ -145,7 +173,6 @@ class NodeClasses:
         hold the same reservations share one frozen set (nodes booked together come in stretches), so each such
         stretch gets one new set, set per node in one pass in C."""
         by_node = self.by_node
-        nodes = nodes if type(nodes) is list else list(nodes)
         if not nodes:
             return
         found = stretches(nodes)
@@ -159,6 +186,7 @@ class NodeClasses:
                     by_node[lo:hi] = [new] * (hi - lo)
                 return
         else:
+            nodes = nodes if type(nodes) is list else list(nodes)
             held = list(map(by_node.__getitem__, nodes))
         first = held[0]
         # (`count` compares by identity first: one shared set, most often)
@@ -263,6 +291,12 @@ class NodeClasses:
             return
         if type(nodes) is not Ordered:
             nodes = sorted(nodes)
+        elif len(nodes.found[1]) > 1:
+            # its stretches known: the list without them, from the slices between them
+            kept = _without(idle, nodes.found[1])
+            if kept is not None:
+                idle[:] = kept
+                return
         i = bisect_left(idle, nodes[0])
         if idle[i:i + len(nodes)] == nodes:
             del idle[i:i + len(nodes)]
@@ -276,9 +310,26 @@ class NodeClasses:
         if len(nodes) <= 8:
             for n in nodes:
                 insort(idle, n)
-        else:
+            return
+        if type(nodes) is not Ordered:
             idle.extend(nodes)
             idle.sort()
+            return
+        # its stretches known: each stretch of consecutive ids goes in as one slice where it falls (no idle node lies
+        # inside it), the list made again from the slices in one pass (one stretch: put in place)
+        ends = nodes.found[1]
+        if len(ends) == 1:
+            i = bisect_left(idle, nodes[0])
+            idle[i:i] = nodes
+            return
+        out, prev, k = [], 0, 0
+        for lo, hi in ends:
+            i = bisect_left(idle, lo, prev)
+            out += idle[prev:i]
+            out += nodes[k:k + hi - lo]
+            prev, k = i, k + hi - lo
+        out += idle[prev:]
+        idle[:] = out
 
     def idle_nodes(self, need: Vec | None = None) -> Iterable[int]:
         """The nodes in planning with nothing booked at any time (where `need` fits: None, any), in node order."""

@@ -3,6 +3,7 @@ site's resource types, and the questions the slot table and the mapper ask of it
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from functools import lru_cache
 from operator import add as _add, le as _le, sub as _sub
 
 INF = float("inf")
@@ -26,6 +27,13 @@ def fits(need: Vec, free: Vec) -> bool:
     if len(need) == 2:
         return need[0] <= free[0] and need[1] <= free[1]
     return all(map(_le, need, free))
+
+
+@lru_cache(maxsize=1024)
+def vms_per_node(cap: Vec, shape: Vec) -> int | None:
+    """How many VMs that each ask `shape` an empty node of capacity `cap` holds (None: the shape asks nothing):
+    asked at every placement of VMs alike, of a site's few capacities and shapes."""
+    return min((c // d for c, d in zip(cap, shape) if d > 0), default=None)
 
 
 class Profile:

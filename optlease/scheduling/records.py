@@ -163,12 +163,15 @@ class OneVMEach(Mapping):
     """pnode -> usage vector for distinct pnodes that each hold one VM of one demand: a reservation's demand, read
     as the dict it stands for, with no entry per node (its nodes are the tuple of its placement's pnodes)."""
 
-    __slots__ = ("nodes", "shape", "_members")
+    __slots__ = ("nodes", "shape", "_members", "stretched")
 
     def __init__(self, nodes: tuple, shape: tuple) -> None:
         self.nodes = nodes
         self.shape = shape
         self._members: frozenset | None = None     # (built when first asked whether a node is one of them)
+        # its nodes in order and their stretches of consecutive ids, as nodeclasses.stretches gives them (False:
+        # not asked yet): the slot table asks at every change of its reservation, and the answer never changes
+        self.stretched = False
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -201,6 +204,7 @@ class OneVMEach(Mapping):
     def __setstate__(self, state) -> None:
         self.nodes, self.shape = state
         self._members = None
+        self.stretched = False
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"OneVMEach({len(self.nodes)} nodes x {self.shape})"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 
 from optlease.scheduling.mapper import vms_of
-from optlease.scheduling.profile import Vec, fits, vsub
+from optlease.scheduling.profile import Vec, fits, vms_per_node, vsub
 
 # Leases of fewer VMs are not asked whether the nodes could hold them (`holds`): the mapper's walk for them is short,
 # and asking costs a look at every busy profile
@@ -63,7 +63,7 @@ class RoomAhead:
         cap = table.one_cap
         if cap is None or table.down:
             return True
-        per = min((c // d for c, d in zip(cap, shape) if d > 0), default=None)
+        per = vms_per_node(cap, shape)
         if per is None or len(table.idle.get(cap, ())) * per >= most:
             return True
         key = (shape, length)

@@ -1,6 +1,7 @@
 """Python's cyclic garbage collector kept off the long-lived state while a round runs (a round's latency is what a
 user waits for; a collection of the oldest generation walks every object the process holds, the slot table's
-reservations and every lease, and at 5,000 nodes it fell in the round once per round)."""
+reservations and every lease, and at 5,000 nodes it fell in the round once per round), and while a simulation makes
+its leases and runs (the workload, read before, lives to its end)."""
 from __future__ import annotations
 
 import contextlib

@@ -10,7 +10,7 @@ from itertools import compress
 from operator import attrgetter, le as _le, sub as _sub
 from typing import Iterable
 
-from optlease.scheduling.profile import Profile, Vec, vsub
+from optlease.scheduling.profile import Profile, Vec, vms_per_node, vsub
 from optlease.scheduling.records import OneVMEach
 
 
@@ -134,7 +134,7 @@ class SlotQueries:
         cap = self.one_cap
         if cap is None or self.down:
             return None
-        per = min((c // d for c, d in zip(cap, shape) if d > 0), default=None)
+        per = vms_per_node(cap, shape)
         if per is None:
             return None
         held = len(self.idle.get(cap, ())) * per

@@ -14,8 +14,8 @@ from typing import Iterable
 from optlease.domain.site import Site
 from optlease.scheduling.nodeclasses import NodeClasses, read, stretches
 # the profile's vector helpers are part of the slot table's interface: callers import them from here
-from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vsub  # noqa: F401
-from optlease.scheduling.records import SHUTDOWN
+from optlease.scheduling.profile import INF, Profile, Vec, fits, vadd, vms_per_node, vsub  # noqa: F401
+from optlease.scheduling.records import SHUTDOWN, OneVMEach
 from optlease.scheduling.slotqueries import SlotQueries
 
 EDITS_MOST = 20_000      # changes noted in `edits` before it is emptied (marks taken before then no longer hold)
@@ -326,7 +326,7 @@ class SlotTable(NodeClasses, SlotQueries):
                 prof = profiles[node]
                 groups = ((prof, None, (node,)),)
             else:
-                groups = self.by_profile(list(demand))
+                groups = self.by_profile(demand)
             if unalike:
                 for prof, _, _ in groups:
                     self.alike.pop(prof, None)
@@ -343,6 +343,8 @@ class SlotTable(NodeClasses, SlotQueries):
         if _unfile(self.starting, start, rr):
             self.starts.discard(start)
         _unfile(self.ending, end, rr)
+        if type(demand) is OneVMEach:
+            demand.stretched = False    # (its nodes' copy in order, let go: the reservation is kept as history)
 
     def _unalike(self, nodes) -> None:
         """Forget whether the holders of the given nodes' profiles hold the same reservations (their reservations
