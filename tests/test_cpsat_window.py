@@ -46,21 +46,27 @@ def test_held_tails_stay_where_the_hint_puts_them_and_the_plan_is_costed_whole(k
             assert got[job.id].outcome is Outcome.ACCEPTED and got[job.id].start == hint[job.id].start
 
 
-def test_the_cost_the_window_leaves_out_is_costed_on_the_leases_it_replaced() -> None:
-    """objective.cost_difference: a plan's whole-round cost less its neighbourhood cost, costed only on the leases
-    the window replaced (held tails, suspendable leases that run on), is the difference of the two plan costs,
-    for the hint and for other plans; on these rounds it is not always zero."""
+def suspending_rounds(seeds):
+    """The random rounds of these seeds that have a lease the round may suspend: (seed, snapshot, its data, the best
+    plan that suspends nothing)."""
     from test_cpsat_vs_mip import round_of
 
-    differ = 0
-    for seed in range(1000, 1100):
+    for seed in seeds:
         snap = round_of(seed)
         data = prepare(snap, FULL.weights, LOOKAHEAD)
         if not any(j.role is Role.SUSPENDABLE for j in data.jobs):
             continue
         runs_on = replace(data, jobs=tuple(replace(j, role=Role.FIXED, suspend_ends=(), free_end=None)
                                            if j.role is Role.SUSPENDABLE else j for j in data.jobs))
-        hint = solve_round(snap, FULL, None, runs_on)   # the best plan that suspends nothing
+        yield seed, snap, data, solve_round(snap, FULL, None, runs_on)
+
+
+def test_the_cost_the_window_leaves_out_is_costed_on_the_leases_it_replaced() -> None:
+    """objective.cost_difference: a plan's whole-round cost less its neighbourhood cost, costed only on the leases
+    the window replaced (held tails, suspendable leases that run on), is the difference of the two plan costs,
+    for the hint and for other plans; on these rounds it is not always zero."""
+    differ = 0
+    for seed, snap, data, hint in suspending_rounds(range(1000, 1100)):
         for w in (0, 3):
             held_data, _ = hold_outside(data, hint, w)
             for plan in (hint, holding_plan(data), random_plan(data, random.Random(seed))):
@@ -163,7 +169,6 @@ def test_a_lease_whose_suspension_nothing_free_could_use_runs_on_and_loses_the_r
     from ortools.sat.python import cp_model
 
     from optlease.scheduling.cpsat.solve import build_round
-    from test_cpsat_vs_mip import round_of
 
     def optimum(d) -> int:
         rm, objective = build_round(d)
@@ -174,14 +179,7 @@ def test_a_lease_whose_suspension_nothing_free_could_use_runs_on_and_loses_the_r
         return round(solver.objective_value)
 
     idle_seen = 0
-    for seed in range(1000, 1200):
-        snap = round_of(seed)
-        data = prepare(snap, FULL.weights, LOOKAHEAD)
-        if not any(j.role is Role.SUSPENDABLE for j in data.jobs):
-            continue
-        runs_on = replace(data, jobs=tuple(replace(j, role=Role.FIXED, suspend_ends=(), free_end=None)
-                                           if j.role is Role.SUSPENDABLE else j for j in data.jobs))
-        hint = solve_round(snap, FULL, None, runs_on)   # the best plan that suspends nothing
+    for _, snap, data, hint in suspending_rounds(range(1000, 1200)):
         for w in (0, 3):
             held_data, _ = hold_outside(data, hint, w)
             idle = {j.id for j in data.jobs if j.role is Role.SUSPENDABLE and held_data.job(j.id).role is Role.FIXED}
