@@ -155,8 +155,9 @@ class Enactment:
                 self.log.status("ENACT", f"{vm} was planned to run from {self.log.t(since)} to "
                                          f"{self.log.t(self.last_t)} but no host ran it in time: its start was "
                                          "never enacted")
-        for vm in [vm for vm in self._unstarted if vm in running or desired.get(vm) is None]:
-            self._unstarted.discard(vm)     # it runs now, or its lease is over
+        for vm in [vm for vm in self._unstarted
+                   if vm in running or getattr(desired.get(vm), "state", ABSENT) == ABSENT]:
+            self._unstarted.discard(vm)     # it runs now, or the plan has it nowhere (its lease over or requeued)
 
     def _kept(self, vm: str, want: VmPlacement | None) -> VmPlacement | None:
         """What the hosts must keep of a VM the plan wants `want`: a VM whose run ended before any host started it
