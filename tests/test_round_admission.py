@@ -30,25 +30,6 @@ def test_an_ar_the_hint_admits_is_admitted_whatever_the_waiting_it_costs(mapper)
     assert [(a.now, a.lease_id, a.admitted, a.moved) for a in sim.stepper.planner.admissions] == [(100, 4, True, 1)]
 
 
-@pytest.mark.parametrize("mapper", ["greedy", "cpsat"])
-def test_an_ar_does_not_displace_a_booking_that_has_waited_past_the_aging_horizon(mapper):
-    """One node; ARs preempt best-effort leases (`ar-preempts-everything`). Lease 1 runs for eight days; lease 2
-    (100 s, arrived at 1 s) is booked from its end. AR 3 asks, 1,000 s before that end, for the node from then for
-    50 s. At the AR's start lease 2 has waited more than seven days, Haizea's aging horizon: the preemption policy
-    does not let an AR take its booking, and the greedy pass refuses the AR. The round model used to move lease 2
-    after the AR and admit it, so the policy's guard against starving a lease held for greedy alone (on the Blue
-    15-day month with `work_20-dur_4h-size_1small`, two leases of 140 nodes were moved that way by every AR the
-    model admitted, and waited twice as long as under conservative backfilling). It holds for the model too."""
-    end = 8 * 86400
-    reqs = [LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, end, (VM1,), preemptible=True),
-            LeaseRequest(2, LeaseKind.BEST_EFFORT, 1, 100, (VM1,), preemptible=True),
-            LeaseRequest(3, LeaseKind.AR, end - 1000, 50, (VM1,), start=end)]
-    sim, leases, _, _ = run_requests("1 CPU:100 Memory:1024", reqs, mapper=mapper,
-                                     policy_preemption="ar-preempts-everything")
-    assert leases[3].state is LeaseState.REJECTED
-    assert leases[2].first_start == end and leases[2].state is LeaseState.DONE
-
-
 def _young_run_and_an_immediate_lease(arrival: int, duration: int = 100) -> list[LeaseRequest]:
     """Two nodes, each holding one VM. Preemptible best-effort lease 1 (both nodes, 1,000 s) starts at 0; immediate
     lease 2 asks at `arrival` for one node for `duration`: no node is free then."""

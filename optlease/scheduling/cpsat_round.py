@@ -313,8 +313,6 @@ class CpsatRound(HintCompletion, ImmediateRoom, PlanCommit, RoundPromises, Round
 
         sched = self.sched
         movable, running = self._movable(now), self._preemptible_for(lease)
-        if lease.kind is LeaseKind.AR:
-            movable = self._displaceable_by(lease, movable)
         self._images_for(now, movable)
         self._for_image, self._kept = set(), set()   # an admission commits its whole plan: later bookings count
         # as greedy's do

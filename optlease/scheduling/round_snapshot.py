@@ -210,18 +210,6 @@ class RoundSnapshotter:
         return [lease for lease in self._running_on() if lease.last_vmrr().end > start
                 and sched.policies.preemption.score(ar, lease, start) >= 0]
 
-    def _displaceable_by(self, ar: Lease, movable: list[Lease]) -> list[Lease]:
-        """The movable leases the round model may move for an AR the greedy pass refused. Where ARs may preempt,
-        a booking the preemption policy does not let greedy preempt for it (Haizea's aging: a lease that has waited
-        longer than its horizon gives way to no AR) stays where it is, as a running lease the policy does not let
-        it suspend keeps running (`_preemptible_for`). Queued leases hold nothing to give way; without preemption
-        every booking not begun is a plan the round may move (models/cpsat-round.md, step 6)."""
-        policies, start = self.sched.policies, ar.req.start
-        if not policies.preemption_enabled:
-            return movable
-        return [lease for lease in movable
-                if lease.state not in BOOKED or policies.preemption.score(ar, lease, start) >= 0]
-
     def _running_on(self) -> list[Lease]:
         """The running best-effort leases `suspension` lets be suspended that are booked to run on and then shut down
         (no suspension booked), by id."""
