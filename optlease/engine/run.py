@@ -1,6 +1,7 @@
 """Builds one simulation from a Haizea configuration (trace, site, trace overheads, options) and runs it."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from pathlib import Path
@@ -171,8 +172,9 @@ def simulate(cfg: Config, tracefile: str | None = None, out: TextIO | None = Non
                       f"({kinds_breakdown([r.kind for r in sorted(requests, key=lambda r: r.id)])})")
     # the collector walks what the run makes, not the workload read before it (a wide lease's request holds a
     # demand per VM), alive to the end: round_gc (a collection of the oldest generation walked it all again at
-    # each collection as the run's state grew)
-    with young_only():
+    # each collection as the run's state grew). Not with CP-SAT rounds: each round keeps the collector off the
+    # whole state as it stands then, the run's own included, which a freeze held from the start would prevent
+    with young_only() if opts.mapper == "greedy" else contextlib.nullcontext():
         sim = Simulator(site, requests, opts, policies, log, cfg.get("simulation", "stop-when"),
                         cfg.get("simulation", "status-message-interval"), accounting, progress, observe)
         result = sim.run()
