@@ -265,22 +265,22 @@ class QuickstartCluster(Cluster):
     scale = 100
 
 
-@pytest.fixture
-def cluster(tmp_path, mosquitto):  # noqa: F811
-    c = Cluster(tmp_path, mosquitto)
+def closed_after(c: Cluster):
+    """A fixture's cluster, closed once its test is over."""
     try:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def cluster(tmp_path, mosquitto):  # noqa: F811
+    yield from closed_after(Cluster(tmp_path, mosquitto))
 
 
 @pytest.fixture
 def quickstart_cluster(tmp_path, mosquitto):  # noqa: F811
-    c = QuickstartCluster(tmp_path, mosquitto)
-    try:
-        yield c
-    finally:
-        c.close()
+    yield from closed_after(QuickstartCluster(tmp_path, mosquitto))
 
 
 def first(history, state, after: float = 0.0):
