@@ -102,16 +102,24 @@ def _check_capacity(leases: list[CheckedLease], site: CheckedSite) -> list[Viola
                 started.setdefault(node, [])
         for node, starts in started.items():
             capacity = site.nodes[node]
-            for rtype, amount in usage[node].items():
-                key = (node, rtype)
-                if amount <= capacity.get(rtype, 0) + EPSILON:
-                    over.discard(key)
-                elif key not in over and starts:
-                    over.add(key)
-                    lid, r, _ = next((s for s in reversed(starts) if s[2].get(rtype, 0) > 0), starts[-1])
-                    out.append(Violation(lid, "capacity", _overload(node, rtype, amount, capacity.get(rtype, 0),
-                                                                    now, r, holders[node])))
+            for rtype, amount, lid, r in newly_over(node, usage[node], capacity, over, starts, dict):
+                out.append(Violation(lid, "capacity", _overload(node, rtype, amount, capacity.get(rtype, 0), now, r,
+                                                                holders[node])))
     return out
+
+
+def newly_over(node, usage: dict[str, float], capacity: dict[str, float], over: set, starts: list, demand_of):
+    """The resource types of a node over its capacity at an instant that were not over before it, each with the
+    reservation that brought it there (the last of the instant's `starts` asking for that type): (type, amount,
+    lease id, reservation). `over` (node, type) is kept up to date; `demand_of` reads a start's demand as a dict."""
+    for rtype, amount in usage.items():
+        key = (node, rtype)
+        if amount <= capacity.get(rtype, 0) + EPSILON:
+            over.discard(key)
+        elif key not in over and starts:
+            over.add(key)
+            lid, r, _ = next((s for s in reversed(starts) if demand_of(s[2]).get(rtype, 0) > 0), starts[-1])
+            yield rtype, amount, lid, r
 
 
 def _overload(node: str, rtype: str, amount: float, capacity: float, now: int, r: CheckedResv,

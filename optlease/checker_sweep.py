@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from optlease.checker import EPSILON, _overload
+from optlease.checker import EPSILON, _overload, newly_over
 from optlease.checker_read import CheckedLease, CheckedSite, Violation, held_by_node
 
 BUCKETS = 128            # node buckets, swept one at a time: a year of 9,216 nodes gives 72 nodes a bucket
@@ -172,16 +172,10 @@ class CapacitySweep:
             for n, ((order, seq), starts) in started.items():
                 name = self.names[n]
                 capacity = self.site.nodes[name]
-                for rtype, amount in usage[n].items():
-                    key = (n, rtype)
-                    if amount <= capacity.get(rtype, 0) + EPSILON:
-                        over.discard(key)
-                    elif key not in over and starts:
-                        over.add(key)
-                        lid, r, _ = next((s for s in reversed(starts) if dict(s[2]).get(rtype, 0) > 0), starts[-1])
-                        message = _overload(name, rtype, amount, capacity.get(rtype, 0), now, r,
-                                            holders[n])  # type: ignore[arg-type]
-                        out.append((now, order, seq, base + len(out), Violation(lid, "capacity", message)))
+                for rtype, amount, lid, r in newly_over(n, usage[n], capacity, over, starts, dict):
+                    message = _overload(name, rtype, amount, capacity.get(rtype, 0), now, r,
+                                        holders[n])  # type: ignore[arg-type]
+                    out.append((now, order, seq, base + len(out), Violation(lid, "capacity", message)))
         return out
 
 
