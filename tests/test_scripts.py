@@ -103,3 +103,59 @@ def test_bench_check_reads_a_schedule_as_a_stream_and_whole(tmp_path):
     doc = json.loads(schedule.read_text())
     assert (runs[False]["check"]["leases"], runs[False]["check"]["reservations"]) == (
         len(doc["leases"]), sum(len(lease["reservations"]) for lease in doc["leases"]))
+
+
+CPSAT_T01 = """[general]
+mode: simulated
+lease-preparation: unmanaged
+[simulation]
+clock: simulated
+starttime: 2006-11-25 00:00:00
+resources: in-tracefile
+imagetransfer-bandwidth: 100
+[scheduling]
+policy-admission: accept-all
+policy-preemption: ar-preempts-everything
+policy-host-selection: greedy
+suspension: all
+suspend-rate: 32
+resume-rate: 32
+migration: yes
+mapper: {mapper}
+backfilling: aggressive
+runtime-estimate: user-history
+[accounting]
+probes: ar best-effort immediate cpu-utilization
+[tracefile]
+tracefile: {trace}
+"""
+
+
+def test_round_searches_records_every_search_of_a_run(tmp_path):
+    """`round_searches.py` records each CP-SAT search of a cpsat run, as many as the run's summary counts solved
+    rounds; at the run's own work limit (and a size-scaled one that scales nothing) no search ends worse. A greedy
+    run has no search to record: a one-line error."""
+    conf = tmp_path / "t01.conf"
+    trace = REPO / "instances" / "suite" / "tuning" / "t01-10n-load75.lwf"
+    conf.write_text(CPSAT_T01.format(mapper="cpsat", trace=trace))
+    summary = subprocess.run([sys.executable, "-m", "optlease.cli.main", "simulate", "-c", str(conf), "-q",
+                              "--summary-out", "-"], cwd=REPO, capture_output=True, text=True, check=True,
+                             timeout=300)
+    rounds = json.loads(summary.stdout)["rounds"]
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "round_searches.py"), str(conf), "--limits",
+                          "0.05,0.001", "--scaled", "1000000000", "--records", str(tmp_path / "searches.jsonl")],
+                         capture_output=True, text=True, check=True, timeout=300)
+    doc = json.loads(out.stdout)
+    assert doc["searches"] == rounds["solved"] + rounds["admissions"]["offered"] > 0
+    records = [json.loads(line) for line in (tmp_path / "searches.jsonl").read_text().splitlines()]
+    assert len(records) == doc["searches"] and all(r["plans"] and r["limit"] == 0.05 for r in records)
+    sizes = doc["by_size"].values()
+    assert sum(row["searches"] for row in sizes) == doc["searches"]
+    for row in sizes:
+        for own in (row["limit 0.05"], row["scaled 1000000000"]):
+            assert own["worse"] == 0 and own["kept_share"] == 1.0
+        assert row["limit 0.001"]["cpu_s"] <= row["cpu_s"]
+    conf.write_text(CPSAT_T01.format(mapper="greedy", trace=trace))
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "round_searches.py"), str(conf)],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "no CP-SAT rounds" in bad.stderr and len(bad.stderr.splitlines()) == 1
