@@ -14,7 +14,7 @@ from datetime import datetime
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from optlease.checker import check_schedule
@@ -242,9 +242,26 @@ def every_lease_tried(runner, *args, **opts):
         return runner(*args, **opts)
 
 
+# A suspended lease under FCFS that may resume on its own nodes (after its copies' wait) before it may anywhere:
+# cancelled for an AR that holds one of those nodes until after that first instant, its resume there is possible
+# once the instant, which moves with now, passes the AR's end, with nothing freed (the key counts the ends before it)
+AR_ENDS_BEFORE_OWN_RESUME = (
+    [LeaseRequest(1, LeaseKind.BEST_EFFORT, 0, 1140, (VM, VM, VM), preemptible=True),
+     LeaseRequest(2, LeaseKind.BEST_EFFORT, 0, 60, (VM,), preemptible=False),
+     LeaseRequest(3, LeaseKind.AR, 0, 60, (VM,), preemptible=False, start=0),
+     LeaseRequest(4, LeaseKind.BEST_EFFORT, 0, 60, (VM,), preemptible=False),
+     LeaseRequest(5, LeaseKind.BEST_EFFORT, 0, 300, (VM, VM), preemptible=False, software=IMAGES[1]),
+     LeaseRequest(6, LeaseKind.AR, 0, 60, (VM,), preemptible=False, start=0),
+     LeaseRequest(7, LeaseKind.AR, 0, 60, (VM,), preemptible=False, start=0),
+     LeaseRequest(8, LeaseKind.AR, 1260, 60, (VM, VM), preemptible=False, start=1500),
+     LeaseRequest(9, LeaseKind.AR, 0, 60, (VM, VM, VM), preemptible=False, start=1140)],
+    PreparationOptions(mode="imagetransfer", bandwidth=10, mechanism="unicast", avoid_redundant=False))
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=workloads(), prep=preparations, migration=st.sampled_from(["no", "yes"]),
        backfilling=st.sampled_from(["off", "aggressive", "conservative"]))
+@example(reqs=AR_ENDS_BEFORE_OWN_RESUME[0], prep=AR_ENDS_BEFORE_OWN_RESUME[1], migration="yes", backfilling="off")
 def test_skipping_leases_that_cannot_fit_yet_changes_no_decision(reqs, prep, migration, backfilling):
     """The queue skips a lease whose try depends on nothing that changed since it last did not fit (what was freed,
     how its image can come, the ends before its earliest start), or that has no room as a whole when it could

@@ -55,8 +55,12 @@ class WaitKeys:
                 # greedy mapper's choice of nodes, and so how long a resume that may be suspended again runs, moves
                 # with what starts on each node, and a later start is not always harder to place)
                 if own and self.vm.tries_every_first:
-                    # its own nodes first, every node later, each a try: no quick test answers for both
-                    key = (self.table.released, future, self.table.ends.bisect_right(everywhere), own, everywhere)
+                    # its own nodes first, every node later, each a try: no quick test answers for both. The try
+                    # on its own nodes is at `first`, which moves with now: an end that came to lie before it (an
+                    # AR in its way ending before the copies could be done) lets it go with nothing freed
+                    ends = self.table.ends
+                    key = (self.table.released, future, ends.bisect_right(first), ends.bisect_right(everywhere), own,
+                           everywhere)
                     found = ready[cls] = (self._kept_key(cls, key), None, own)
                 else:
                     key = (self.table.released, future, self.table.ends.bisect_right(first), own)
