@@ -290,8 +290,16 @@ class QueuePass(WaitKeys):
 
     def _window(self, lease: Lease) -> int:
         """The window the site as a whole must have room over from a waiting lease's start (`VMScheduler.shape`,
-        which keeps it while no estimate learns from others' runs)."""
-        return self.vm.shape(lease, lease.state in SUSPENDED)[-1]
+        which keeps it while no estimate learns from others' runs). Asked at every quick test: kept with the lease
+        as well, with the run it has had and whether it resumes, which fix it (no shape looked up each time)."""
+        resuming = lease.state in SUSPENDED
+        kept = lease.cache.get("window")
+        if kept is not None and kept[0] == lease.accumulated and kept[1] is resuming:
+            return kept[2]
+        window = self.vm.shape(lease, resuming)[-1]
+        if not self.vm.estimates.enabled:
+            lease.cache["window"] = (lease.accumulated, resuming, window)
+        return window
 
     def _short_of_room(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether what this pass already found free on the site over the lease's window from `t`, or on the nodes
