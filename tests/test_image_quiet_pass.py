@@ -17,6 +17,7 @@ from optlease.scheduling.policies import Policies
 from optlease.scheduling.profile import fits
 from optlease.scheduling.records import Lease, NotSchedulable
 from optlease.scheduling.roomahead import RoomAhead
+from optlease.scheduling.waitkeys import SUSPENDED
 from tests.test_image_transfers import IMAGES, ORIGIN, every_lease_tried, preparations
 from optlease.scheduling.preparation import PreparationOptions
 from tests.test_queue_quiet import HALF, QUARTER, WHOLE, run
@@ -119,3 +120,25 @@ def test_a_lease_whose_walk_failed_is_tried_again_at_the_next_instant():
     quiet = run(reqs, prep, 3, False, migration="no", backfilling="aggressive")
     assert quiet == run(reqs, prep, 3, True, migration="no", backfilling="aggressive")
     assert quiet == every_lease_tried(run, reqs, prep, 3, False, migration="no", backfilling="aggressive")
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=shared_images(), prep=preparations, migration=st.sampled_from(["no", "yes"]),
+       backfilling=st.sampled_from(["aggressive", "conservative"]), nodes=st.integers(2, 4),
+       threshold=st.sampled_from([None, 900, 3600]))
+def test_the_window_kept_with_a_lease_is_the_one_its_shape_gives(reqs, prep, migration, backfilling, nodes,
+                                                                  threshold):
+    """Every window the pass reads for a waiting lease (kept with it across passes: `QueuePass._window`) is the one
+    `VMScheduler.shape` gives for the run it has had and whether it resumes, on workloads where leases are
+    suspended, resumed and suspended again (a long least run worth placing makes the window of a lease near its end
+    shorter after each run)."""
+    asked = LeaseScheduler._window
+
+    def checked(self, lease):
+        answer = asked(self, lease)
+        assert answer == self.vm.shape(lease, lease.state in SUSPENDED)[-1], (lease.id, lease.accumulated)
+        return answer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LeaseScheduler, "_window", checked)
+        run(reqs, prep, nodes, False, migration=migration, backfilling=backfilling, force_threshold=threshold)

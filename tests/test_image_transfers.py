@@ -231,7 +231,7 @@ def every_lease_tried(runner, *args, **opts):
 
     def every_lease(self, now):
         for lease in self.queue:
-            lease.cache.pop("failed", None)
+            lease.failed_with = None
         return process_queue(self, now)
 
     with pytest.MonkeyPatch.context() as patch:

@@ -212,5 +212,5 @@ def node_up(sched: LeaseScheduler, node: int, now: int) -> None:
     """Give a node back: the next round may use it (leases that did not fit are tried again)."""
     sched.table.bring_up(node)
     for lease in sched.queue:
-        lease.cache.pop("failed", None)
+        lease.failed_with = None
     sched.log.info("LSCHED", "Node %i is up: back in planning." % node)

@@ -46,7 +46,7 @@ class QueuePass(WaitKeys):
                 refusal = self._try(lease, now, kept, queue, start + 1)
                 fresh = refusal is None
                 if not fresh:
-                    self._tried(lease.cache, attempt, cls, refusal)
+                    self._tried(lease, attempt, cls, refusal)
                     if self.opts.backfilling == "off":
                         break   # (FCFS: the queue's first lease alone)
                 continue
@@ -74,22 +74,21 @@ class QueuePass(WaitKeys):
             lease = queue.pop(0)
             if info:
                 self.log.info("LSCHED", "Next request in the queue is lease %i. Attempting to schedule..." % lease.id)
-            cache = lease.cache
             # Most leases last did not fit with the very key their wait class has now (`_attempt`): nothing their
             # try depends on changed, and they are passed over at once. The others take the quick tests (no room
             # when they could start), which most fail, and no exception is raised for them; a queued lease whose
             # image comes at an instant where this pass already found the site, or the nodes the image reaches by
             # then, short of room for it fails them at once.
-            found = ready.get(cache.get("wait"))
-            if found is not None and cache.get("failed") is found[0]:
+            found = ready.get(lease.wait_class)
+            if found is not None and lease.failed_with is found[0]:
                 placed = False
             elif found is not None and len(found) == 2 and found[1] is not None \
                     and self._short_of_room(lease, *found[1]):
-                cache["failed"] = found[0]
+                lease.failed_with = found[0]
                 placed = False
             else:
                 cls, attempt, first = self._attempt(lease, now, future)
-                if cache.get("failed") == attempt:
+                if lease.failed_with == attempt:
                     placed = False
                 elif future:
                     placed = None
@@ -109,9 +108,9 @@ class QueuePass(WaitKeys):
                         self._windex.remove(lease)
                     return True
                 if refusal is not None:
-                    self._tried(cache, attempt, cls, refusal)
+                    self._tried(lease, attempt, cls, refusal)
                 else:
-                    cache["failed"], cache["wait"] = attempt, cls
+                    lease.failed_with, lease.wait_class = attempt, cls
             kept.append(lease)
             if info:
                 self.log.info("LSCHED", "Lease %i could not be scheduled at this time." % lease.id)
@@ -123,7 +122,7 @@ class QueuePass(WaitKeys):
         """`_visit` where no log line is written: the same leases tried, passed over and marked, in the same order.
         A lease whose wait class this pass already asked (an image's, or suspended leases' whose copies take as
         long) is decided from what the pass holds for its class, its key and start, without its class being asked
-        again (neither changes while it waits: `_attempt`); the queue is walked by index and cut only before a try."""
+        again (neither changes while it waits: `_attempt`); the queue is walked in order and cut only before a try."""
         queue, ready = self.queue, self._ready
         future = self.vm.can_schedule_in_future()
         if not queue or (not future and self.table.is_full(now)):
@@ -131,41 +130,44 @@ class QueuePass(WaitKeys):
         once = self.opts.backfilling == "off"
         room_when_ready = self._room_when_ready
         image_ready = self._image_ready
-        i, n = 0, len(queue)
-        while i < n:
-            lease = queue[i]
-            i += 1
-            cache = lease.cache
-            found = ready.get(cache.get("wait"))
-            failed = cache.get("failed")
-            if found is None or failed is not found[0]:
-                if found is not None and len(found) == 2 and found[1] is not None and not future \
-                        and failed != found[0]:
-                    # (a queued lease of an image's class: its quick tests at the class's start, without the
-                    # layers `_attempt` and `_room_when_ready` go through for every class)
-                    cls, attempt = cache["wait"], found[0]
-                    ok = image_ready(lease, *found[1])
-                else:
-                    if found is not None and (len(found) == 3 or found[1] is not None):
-                        # (suspended leases' resume, or an image's class where the future may be booked or the
-                        # lease's mark equals its key: what `_attempt` would answer)
-                        cls, attempt = cache["wait"], found[0]
-                        first = found[1] if len(found) == 2 else (found[1],
-                                                                  self._image_ways(lease) if found[2] else None)
+        i = 0
+        while True:
+            for i, lease in enumerate(queue, 1):
+                found = ready.get(lease.wait_class)
+                failed = lease.failed_with
+                if found is None or failed is not found[0]:
+                    if found is not None and len(found) == 2 and found[1] is not None and not future \
+                            and failed != found[0]:
+                        # (a queued lease of an image's class: its quick tests at the class's start, without the
+                        # layers `_attempt` and `_room_when_ready` go through for every class)
+                        cls, attempt = lease.wait_class, found[0]
+                        ok = image_ready(lease, *found[1])
                     else:
-                        cls, attempt, first = self._attempt(lease, now, future)
-                    ok = failed != attempt and (
-                        future or (self.room_now(lease, now) if first is None else room_when_ready(lease, *first)))
-                if not ok:
-                    cache["failed"], cache["wait"] = attempt, cls
-                else:
-                    refusal = self._try(lease, now, kept, queue, i)
-                    if refusal is None:
-                        return True
-                    self._tried(cache, attempt, cls, refusal)
-                    i, n = 0, len(queue)
+                        if found is not None and (len(found) == 3 or found[1] is not None):
+                            # (suspended leases' resume, or an image's class where the future may be booked or the
+                            # lease's mark equals its key: what `_attempt` would answer)
+                            cls, attempt = lease.wait_class, found[0]
+                            first = found[1] if len(found) == 2 else (found[1],
+                                                                      self._image_ways(lease) if found[2] else None)
+                        else:
+                            cls, attempt, first = self._attempt(lease, now, future)
+                        ok = failed != attempt and (
+                            future or (self.room_now(lease, now) if first is None else room_when_ready(lease, *first)))
+                    if not ok:
+                        lease.failed_with, lease.wait_class = attempt, cls
+                    else:
+                        refusal = self._try(lease, now, kept, queue, i)
+                        if refusal is None:
+                            return True
+                        self._tried(lease, attempt, cls, refusal)
+                        i = 0
+                        break    # (the walk goes on from the start of what is left)
+                if once:
+                    break
+            else:
+                break   # (the end of the queue)
             if once:
-                break
+                break   # (FCFS: the queue's first lease alone)
         kept += queue[:i]
         del queue[:i]
         return False
@@ -185,16 +187,13 @@ class QueuePass(WaitKeys):
             self._windex.remove(lease)
         return None
 
-    def _tried(self, cache: dict, attempt: tuple, cls, refusal: NotSchedulable) -> None:
+    def _tried(self, lease: Lease, attempt: tuple, cls, refusal: NotSchedulable) -> None:
         """Mark a lease whose try just failed with the key it failed with: it is passed over until the key changes.
         Not where its refusal came after a walk of the nodes at a start with room and the host policy's order
         moves with the instant (`Policies.order_moves_with_time`): the walk at a later instant, with nothing booked
         or freed, may take the nodes in another order and place it, as Haizea's try at every instant does."""
-        cache["wait"] = cls
-        if refusal.walked and self.policies.order_moves_with_time:
-            cache.pop("failed", None)
-        else:
-            cache["failed"] = attempt
+        lease.wait_class = cls
+        lease.failed_with = None if refusal.walked and self.policies.order_moves_with_time else attempt
 
     def _sweep(self, now: int, whole: bool) -> int | None:
         """Where the first lease left in the queue that the pass would try to book stands in it (None: none), found
@@ -218,23 +217,22 @@ class QueuePass(WaitKeys):
         first, second = free[0], free[-1]
         resumes = False     # a suspended lease of a class of its own was passed over (its key is not `key`)
         for lease in queue[:1] if once else self._could_start(now, queue[0]):
-            cache = lease.cache
-            if cache.get("failed") == key:
+            if lease.failed_with == key:
                 continue
             if lease.state in SUSPENDED:
                 # (one that must wait for copies of its memory images resumes later than now: its own class)
                 cls, attempt, ready_at = self._attempt(lease, now, False)
                 resumes = resumes or cls is not PLAIN
-                if cache.get("failed") != attempt and (
+                if lease.failed_with != attempt and (
                         self.room_now(lease, now) if ready_at is None else self._room_when_ready(lease, *ready_at)):
                     return 0 if once else position(queue, lease)
-                cache["failed"], cache["wait"] = attempt, cls
+                lease.failed_with, lease.wait_class = attempt, cls
             else:
                 need = lease.total_demand
                 if ((need[0] <= first and need[1] <= second) if pair else fits(need, free)) \
                         and self._room_over_window(lease, now, True):
                     return 0 if once else position(queue, lease)
-                cache["failed"], cache["wait"] = key, PLAIN
+                lease.failed_with, lease.wait_class = key, PLAIN
         if whole and not resumes:
             self._swept = (key, self._enqueued)
         return None
@@ -290,8 +288,16 @@ class QueuePass(WaitKeys):
 
     def _window(self, lease: Lease) -> int:
         """The window the site as a whole must have room over from a waiting lease's start (`VMScheduler.shape`,
-        which keeps it while no estimate learns from others' runs)."""
-        return self.vm.shape(lease, lease.state in SUSPENDED)[-1]
+        which keeps it while no estimate learns from others' runs). Asked at every quick test: kept with the lease
+        as well, with the run it has had and whether it resumes, which fix it (no shape looked up each time)."""
+        resuming = lease.state in SUSPENDED
+        kept = lease.cache.get("window")
+        if kept is not None and kept[0] == lease.accumulated and kept[1] is resuming:
+            return kept[2]
+        window = self.vm.shape(lease, resuming)[-1]
+        if not self.vm.estimates.enabled:
+            lease.cache["window"] = (lease.accumulated, resuming, window)
+        return window
 
     def _short_of_room(self, lease: Lease, t: int, ways: tuple) -> bool:
         """Whether what this pass already found free on the site over the lease's window from `t`, or on the nodes
@@ -353,8 +359,7 @@ class QueuePass(WaitKeys):
 
     def enqueue(self, lease: Lease) -> None:
         """Insert in arrival order (requeued and suspended leases go back to their place)."""
-        lease.cache.pop("failed", None)
-        lease.cache.pop("wait", None)
+        lease.failed_with = lease.wait_class = None
         self._enqueued += 1
         if self._windex is not None:
             self._windex.add(lease, self._bound)

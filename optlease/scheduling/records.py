@@ -260,6 +260,10 @@ class Lease:
     requeues: int = 0
     overruns: int = 0                         # times it ran past the run-time estimate it was booked for
     cache: dict = field(default_factory=dict)  # derived figures that never change (total demand, estimates)
+    # while it waits in the queue: the wait class it was last passed over in and the key it then failed with (it is
+    # passed over while its class's key equals it: `QueuePass`); plain attributes, read for every lease at every pass
+    wait_class: object = field(default=None, repr=False)
+    failed_with: tuple | None = field(default=None, repr=False)
     # its request's id and kind, read at every turn of the scheduler: plain attributes (a request never changes)
     id: int = field(init=False, repr=False)
     kind: LeaseKind = field(init=False, repr=False)
