@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from itertools import chain, groupby, repeat
-from typing import Collection, Iterable
+from typing import Collection, Iterable, Iterator
 
 from optlease.scheduling.profile import Profile, Vec, fits
 from optlease.scheduling.records import OneVMEach
@@ -77,6 +77,36 @@ def read(values: list, ends: list[tuple[int, int]]) -> list:
     for lo, hi in ends:
         out += values[lo:hi]
     return out
+
+
+def same_runs(values: list, i: int = 0) -> Iterator[tuple[object, int, int]]:
+    """(value, i, j) for each stretch values[i:j] of one object (objects that compare by identity, as profiles do),
+    in order, from i on, found as they are asked for (a walk that ends early asks no further): the groups `groupby`
+    makes. Each stretch's end is found by tests at a few items (steps that double, then halve), and the stretch
+    checked in C (`count`: a pass over items that are all its value is quick); where a stretch is not as found (the
+    value comes again after another in between), the rest goes by `groupby`, item by item."""
+    n = len(values)
+    while i < n:
+        value = values[i]
+        lo, step = i + 1, 1        # values[lo - 1] is value: the stretch ends at lo or later
+        while lo + step <= n and values[lo + step - 1] is value:
+            lo += step
+            step *= 2
+        hi = min(n, lo + step - 1)     # values[hi] is not value, where hi < n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if values[mid - 1] is value:
+                lo = mid
+            else:
+                hi = mid - 1
+        if (lo < n and values[lo] is value) or values[i:lo].count(value) != lo - i:
+            break
+        yield value, i, lo
+        i = lo
+    for value, same in groupby(values[i:] if i else values):
+        k = len(list(same))
+        yield value, i, i + k
+        i += k
 
 
 def fill(values: list, nodes, value) -> None:
@@ -157,15 +187,12 @@ class NodeClasses:
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
         # together lie together), each cut from the nodes as one slice
         by_prof: dict[Profile, list] = {}
-        i = 0
-        for prof, same in groupby(profs):
-            k = len(list(same))
+        for prof, i, j in same_runs(profs):
             group = by_prof.get(prof)
             if group is None:
-                by_prof[prof] = [prof, key, nodes[i:i + k]]
+                by_prof[prof] = [prof, key, nodes[i:j]]
             else:
-                group[2].extend(nodes[i:i + k])
-            i += k
+                group[2].extend(nodes[i:j])
         return by_prof.values()
 
     def _hold(self, nodes, rr, joins: bool) -> None:
