@@ -109,12 +109,12 @@ def same_runs(values: list, i: int = 0) -> Iterator[tuple[object, int, int]]:
         i += k
 
 
-def _all_alike(values: list, first) -> bool:
+def all_alike(values: list, first) -> bool:
     """Whether every item of `values` equals `first` (an item of them): `count` in C, which compares by identity
     first (a value most often shares one object: nodes booked together share their profile and reservation set).
-    The last item is looked at first: where it is another object, most often some are, and `count` would compare
-    each other object in full (a set with another, item by item); an equal one there goes the way of several."""
-    return values[-1] is first and values.count(first) == len(values)
+    The last item is compared first: where it differs, most often some do, and `count` would compare each other
+    object in full (a reservation set with another, item by item)."""
+    return values[-1] == first and values.count(first) == len(values)
 
 
 def fill(values: list, nodes, value) -> None:
@@ -190,7 +190,7 @@ class NodeClasses:
             profs = list(map(profiles.__getitem__, nodes))
         else:
             nodes, profs = found[0], read(profiles, found[1])
-        if profs and _all_alike(profs, profs[0]):
+        if profs and all_alike(profs, profs[0]):
             return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
         # together lie together), each cut from the nodes as one slice
@@ -215,7 +215,7 @@ class NodeClasses:
             nodes, ends = found
             held = read(by_node, ends)
             first = held[0]
-            if _all_alike(held, first):     # shared by all: one new set, set as slices
+            if all_alike(held, first):     # shared by all: one new set, set as slices
                 new = first.union((rr,)) if joins else first.difference((rr,))
                 for lo, hi in ends:
                     by_node[lo:hi] = [new] * (hi - lo)
@@ -225,7 +225,7 @@ class NodeClasses:
             nodes = nodes if type(nodes) is list else list(nodes)
             held = list(map(by_node.__getitem__, nodes))
             first = held[0]
-            shared = ((first, len(held)),) if _all_alike(held, first) else \
+            shared = ((first, len(held)),) if all_alike(held, first) else \
                 ((old, len(list(group))) for old, group in groupby(held))
         made: dict[int, frozenset] = {}
         i = 0
