@@ -11,7 +11,7 @@ import itertools
 
 from optlease.scheduling.hostruns import Nodes, keyed_runs
 from optlease.scheduling.hostscores import BusyScores, InOrder
-from optlease.scheduling.nodeclasses import same_runs
+from optlease.scheduling.nodeclasses import SPAN_LEAST, same_runs
 from optlease.scheduling.policies import GreedyHosts, Policies
 from optlease.scheduling.records import AlikeVMs, Lease, Placement
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vms_per_node, vsub
@@ -201,7 +201,7 @@ class GreedyMapper:
                 # so nodes alike are walked once (`_on_node`), and a stretch of nodes that share a profile (and a
                 # capacity) where the end stays put takes its VMs in one step
                 one_cap = table.one_cap if not table.down else None
-                stretches = _by_profile(run, usages) if one_cap is not None else \
+                stretches = _by_profile(run, usages, usage) if one_cap is not None else \
                     ((usage(pnode), (pnode,)) for pnode in run)
                 for prof, nodes in stretches:
                     cap = one_cap if one_cap is not None else caps[nodes[0]]
@@ -306,20 +306,20 @@ def _mapping(vnodes, placed: list[int]):
     return dict(zip(vnodes, placed))
 
 
-def _by_profile(run, usages: list):
-    """(profile, nodes) for each stretch of the run's nodes (a list or a tuple) that share one profile (`usages`:
-    each node's usage, by node), in order, each stretch cut from the run as one slice. Nodes of consecutive ids
-    (most often: nodes booked together lie together) have their profiles read as one slice, cut into stretches a
-    few tests each (`same_runs`); others are read as the stretches are asked for (in C; a walk that ends early in a
-    long run of busy nodes reads no further)."""
-    first = run[0]
-    if run[-1] - first == len(run) - 1:
-        profs = usages[first:first + len(run)]
+def _by_profile(run, usages: list, usage):
+    """(profile, nodes) for each stretch of the run's nodes (a list or a tuple, in node order) that share one profile
+    (`usages`: each node's usage, by node; `usage`: its `__getitem__`), in order, each stretch cut from the run as one
+    slice. A run of SPAN_LEAST or more nodes of consecutive ids (most often: nodes booked together lie together) has
+    its profiles read as one slice, cut into stretches a few tests each (`same_runs`); others are read as the
+    stretches are asked for (in C; a walk that ends early in a long run of busy nodes reads no further)."""
+    n = len(run)
+    if n >= SPAN_LEAST and run[-1] - run[0] == n - 1:
+        profs = usages[run[0]:run[0] + n]
         for prof, i, j in same_runs(profs):
             yield prof, run[i:j]
         return
     i = 0
-    for prof, same in itertools.groupby(map(usages.__getitem__, run)):    # (profiles compare by identity)
+    for prof, same in itertools.groupby(map(usage, run)):    # (profiles compare by identity)
         k = len(list(same))
         yield prof, run[i:i + k]
         i += k

@@ -84,9 +84,10 @@ def same_runs(values: list, i: int = 0) -> Iterator[tuple[object, int, int]]:
     in order, from i on, found as they are asked for (a walk that ends early asks no further): the groups `groupby`
     makes. Each stretch's end is found by tests at a few items (steps that double, then halve), and the stretch
     checked in C (`count`: a pass over items that are all its value is quick); where a stretch is not as found (the
-    value comes again after another in between), the rest goes by `groupby`, item by item."""
+    value comes again after another in between), and for the last items once fewer than SPAN_LEAST are left, the
+    rest goes by `groupby`, item by item."""
     n = len(values)
-    while i < n:
+    while n - i >= SPAN_LEAST:
         value = values[i]
         lo, step = i + 1, 1        # values[lo - 1] is value: the stretch ends at lo or later
         while lo + step <= n and values[lo + step - 1] is value:
@@ -114,7 +115,8 @@ def all_alike(values: list, first) -> bool:
     first (a value most often shares one object: nodes booked together share their profile and reservation set).
     The last item is compared first: where it differs, most often some do, and `count` would compare each other
     object in full (a reservation set with another, item by item)."""
-    return values[-1] == first and values.count(first) == len(values)
+    last = values[-1]
+    return (last is first or last == first) and values.count(first) == len(values)
 
 
 def fill(values: list, nodes, value) -> None:
@@ -190,7 +192,8 @@ class NodeClasses:
             profs = list(map(profiles.__getitem__, nodes))
         else:
             nodes, profs = found[0], read(profiles, found[1])
-        if profs and all_alike(profs, profs[0]):
+        # (profiles compare by identity: the last one looked at first, as `all_alike` does)
+        if profs and profs[-1] is profs[0] and profs.count(profs[0]) == len(profs):
             return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
         # together lie together), each cut from the nodes as one slice
