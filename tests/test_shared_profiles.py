@@ -5,6 +5,7 @@ made on (hypothesis). What the queue's passes ask of it: the free room of a set 
 whether room ahead came back or a reservation only reached its end."""
 from __future__ import annotations
 
+from itertools import groupby
 from types import SimpleNamespace
 from unittest.mock import patch
 
@@ -243,6 +244,25 @@ def test_stretches_are_the_runs_of_consecutive_nodes(nodes, thresholds, rnd):
             values = [None] * 302
             nodeclasses.fill(values, given_order, "x")
             assert [i for i, v in enumerate(values) if v == "x"] == ordered
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 40)), max_size=12), st.integers(0, 5),
+       st.sampled_from([1, 4, nodeclasses.SPAN_LEAST]))
+def test_same_runs_are_the_groups_of_one_object(runs, start, least):
+    """`same_runs`: the stretches of one object (objects that compare by identity, as profiles do), from a given index
+    on, are the groups `groupby` makes there, a value's stretch found by tests at a few items or, where the value
+    comes again after another in between or fewer than SPAN_LEAST items are left, item by item."""
+    objects = [object() for _ in range(4)]
+    values = [objects[k] for k, length in runs for _ in range(length)]
+    start = min(start, len(values))
+    expected, i = [], start
+    for value, same in groupby(values[start:]):
+        k = len(list(same))
+        expected.append((value, i, i + k))
+        i += k
+    with patch.object(nodeclasses, "SPAN_LEAST", least):
+        assert list(nodeclasses.same_runs(values, start)) == expected
 
 
 @settings(max_examples=200, deadline=None)

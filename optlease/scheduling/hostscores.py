@@ -13,6 +13,7 @@ from operator import is_not, itemgetter
 
 from sortedcontainers import SortedList
 
+from optlease.scheduling.nodeclasses import all_alike
 from optlease.scheduling.records import Lease
 from optlease.scheduling.slottable import SlotTable
 
@@ -121,8 +122,8 @@ class BusyScores:
         new: dict[float, list[int]] = {}
         for _, _, group in table.by_profile(nodes, runs=False):
             ref = by_node[group[0]]
-            # (`count` compares by identity first: nodes booked together share one set)
-            if len(group) > 1 and list(map(by_node.__getitem__, group)).count(ref) == len(group):
+            # (nodes booked together share one set)
+            if len(group) > 1 and all_alike(list(map(by_node.__getitem__, group)), ref):
                 ((score, _),) = self.hosts.score_many(group[:1], start, lease, table)
                 scored = ((score, group),)
             else:

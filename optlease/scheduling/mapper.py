@@ -11,6 +11,7 @@ import itertools
 
 from optlease.scheduling.hostruns import Nodes, keyed_runs
 from optlease.scheduling.hostscores import BusyScores, InOrder
+from optlease.scheduling.nodeclasses import SPAN_LEAST, same_runs
 from optlease.scheduling.policies import GreedyHosts, Policies
 from optlease.scheduling.records import AlikeVMs, Lease, Placement
 from optlease.scheduling.slottable import INF, SlotTable, fits, vadd, vms_per_node, vsub
@@ -157,12 +158,12 @@ class GreedyMapper:
         profiles = table.profiles
         # each node's usage from `start` on (a node where the leases assumed gone hold anything: without them), read
         # in C as the walk goes (a walk that fails goes over every node, for each lease assumed gone in turn)
-        usage = profiles.__getitem__
+        usages = profiles
         if gone:
-            own = list(profiles)
+            usages = list(profiles)
             for pnode in gone:
-                own[pnode] = usage_without(pnode)
-            usage = own.__getitem__
+                usages[pnode] = usage_without(pnode)
+        usage = usages.__getitem__
         # the VMs' one demand when they all ask alike: a run of idle nodes then takes them at once (no lease
         # assumed gone holds an idle node)
         shape = vms_of(lease, demands)[1]
@@ -200,7 +201,7 @@ class GreedyMapper:
                 # so nodes alike are walked once (`_on_node`), and a stretch of nodes that share a profile (and a
                 # capacity) where the end stays put takes its VMs in one step
                 one_cap = table.one_cap if not table.down else None
-                stretches = _by_profile(run, usage) if one_cap is not None else \
+                stretches = _by_profile(run, usages, usage) if one_cap is not None else \
                     ((usage(pnode), (pnode,)) for pnode in run)
                 for prof, nodes in stretches:
                     cap = one_cap if one_cap is not None else caps[nodes[0]]
@@ -305,11 +306,18 @@ def _mapping(vnodes, placed: list[int]):
     return dict(zip(vnodes, placed))
 
 
-def _by_profile(run, usage):
-    """(profile, nodes) for each stretch of the run's nodes (a list or a tuple) that share one profile (`usage`:
-    node -> its usage), in order: the profiles read as the stretches are asked for (in C where `usage` is the
-    table's list's `__getitem__`; a walk that ends early in a long run of busy nodes reads no further), each
-    stretch cut from the run as one slice."""
+def _by_profile(run, usages: list, usage):
+    """(profile, nodes) for each stretch of the run's nodes (a list or a tuple, in node order) that share one profile
+    (`usages`: each node's usage, by node; `usage`: its `__getitem__`), in order, each stretch cut from the run as one
+    slice. A run of SPAN_LEAST or more nodes of consecutive ids (most often: nodes booked together lie together) has
+    its profiles read as one slice, cut into stretches a few tests each (`same_runs`); others are read as the
+    stretches are asked for (in C; a walk that ends early in a long run of busy nodes reads no further)."""
+    n = len(run)
+    if n >= SPAN_LEAST and run[-1] - run[0] == n - 1:
+        profs = usages[run[0]:run[0] + n]
+        for prof, i, j in same_runs(profs):
+            yield prof, run[i:j]
+        return
     i = 0
     for prof, same in itertools.groupby(map(usage, run)):    # (profiles compare by identity)
         k = len(list(same))

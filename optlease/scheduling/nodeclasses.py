@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from itertools import chain, groupby, repeat
-from typing import Collection, Iterable
+from typing import Collection, Iterable, Iterator
 
 from optlease.scheduling.profile import Profile, Vec, fits
 from optlease.scheduling.records import OneVMEach
@@ -77,6 +77,46 @@ def read(values: list, ends: list[tuple[int, int]]) -> list:
     for lo, hi in ends:
         out += values[lo:hi]
     return out
+
+
+def same_runs(values: list, i: int = 0) -> Iterator[tuple[object, int, int]]:
+    """(value, i, j) for each stretch values[i:j] of one object (objects that compare by identity, as profiles do),
+    in order, from i on, found as they are asked for (a walk that ends early asks no further): the groups `groupby`
+    makes. Each stretch's end is found by tests at a few items (steps that double, then halve), and the stretch
+    checked in C (`count`: a pass over items that are all its value is quick); where a stretch is not as found (the
+    value comes again after another in between), and for the last items once fewer than SPAN_LEAST are left, the
+    rest goes by `groupby`, item by item."""
+    n = len(values)
+    while n - i >= SPAN_LEAST:
+        value = values[i]
+        lo, step = i + 1, 1        # values[lo - 1] is value: the stretch ends at lo or later
+        while lo + step <= n and values[lo + step - 1] is value:
+            lo += step
+            step *= 2
+        hi = min(n, lo + step - 1)     # values[hi] is not value, where hi < n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if values[mid - 1] is value:
+                lo = mid
+            else:
+                hi = mid - 1
+        if (lo < n and values[lo] is value) or values[i:lo].count(value) != lo - i:
+            break
+        yield value, i, lo
+        i = lo
+    for value, same in groupby(values[i:] if i else values):
+        k = len(list(same))
+        yield value, i, i + k
+        i += k
+
+
+def all_alike(values: list, first) -> bool:
+    """Whether every item of `values` equals `first` (an item of them): `count` in C, which compares by identity
+    first (a value most often shares one object: nodes booked together share their profile and reservation set).
+    The last item is compared first: where it differs, most often some do, and `count` would compare each other
+    object in full (a reservation set with another, item by item)."""
+    last = values[-1]
+    return (last is first or last == first) and values.count(first) == len(values)
 
 
 def fill(values: list, nodes, value) -> None:
@@ -152,20 +192,18 @@ class NodeClasses:
             profs = list(map(profiles.__getitem__, nodes))
         else:
             nodes, profs = found[0], read(profiles, found[1])
-        if profs and profs.count(profs[0]) == len(profs):    # (profiles compare by identity)
+        # (profiles compare by identity: the last one looked at first, as `all_alike` does)
+        if profs and profs[-1] is profs[0] and profs.count(profs[0]) == len(profs):
             return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
         # together lie together), each cut from the nodes as one slice
         by_prof: dict[Profile, list] = {}
-        i = 0
-        for prof, same in groupby(profs):
-            k = len(list(same))
+        for prof, i, j in same_runs(profs):
             group = by_prof.get(prof)
             if group is None:
-                by_prof[prof] = [prof, key, nodes[i:i + k]]
+                by_prof[prof] = [prof, key, nodes[i:j]]
             else:
-                group[2].extend(nodes[i:i + k])
-            i += k
+                group[2].extend(nodes[i:j])
         return by_prof.values()
 
     def _hold(self, nodes, rr, joins: bool) -> None:
@@ -180,18 +218,18 @@ class NodeClasses:
             nodes, ends = found
             held = read(by_node, ends)
             first = held[0]
-            if held.count(first) == len(held):      # shared by all: one new set, set as slices
+            if all_alike(held, first):     # shared by all: one new set, set as slices
                 new = first.union((rr,)) if joins else first.difference((rr,))
                 for lo, hi in ends:
                     by_node[lo:hi] = [new] * (hi - lo)
                 return
+            shared = ((old, len(list(group))) for old, group in groupby(held))
         else:
             nodes = nodes if type(nodes) is list else list(nodes)
             held = list(map(by_node.__getitem__, nodes))
-        first = held[0]
-        # (`count` compares by identity first: one shared set, most often)
-        shared = ((first, len(held)),) if held.count(first) == len(held) else \
-            ((old, len(list(group))) for old, group in groupby(held))
+            first = held[0]
+            shared = ((first, len(held)),) if all_alike(held, first) else \
+                ((old, len(list(group))) for old, group in groupby(held))
         made: dict[int, frozenset] = {}
         i = 0
         for old, k in shared:

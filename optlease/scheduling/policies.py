@@ -10,6 +10,7 @@ from typing import Protocol
 
 from optlease.domain.lease import LeaseKind, LeaseState
 from optlease.formats.config import policy_loader
+from optlease.scheduling.nodeclasses import all_alike
 from optlease.scheduling.records import Lease
 from optlease.scheduling.slottable import SlotTable
 
@@ -115,8 +116,8 @@ class GreedyHosts:
             if len(nodes) > 1:
                 same = alike.get(prof)
                 if same is None:
-                    # (`count` compares by identity first: nodes booked together share one set)
-                    same = alike[prof] = list(map(by_node.__getitem__, nodes)).count(ref) == len(nodes)
+                    # (nodes booked together share one set)
+                    same = alike[prof] = all_alike(list(map(by_node.__getitem__, nodes)), ref)
             else:
                 same = True
             if not same:
