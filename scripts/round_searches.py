@@ -120,12 +120,25 @@ def summary(records: list[dict], limits: list[tuple[str, object]]) -> dict:
     return dict(sorted(by_size.items(), key=lambda item: int(item[0].split("-")[0].rstrip("+"))))
 
 
+def positives(text: str) -> list[float]:
+    """A comma-separated list of positive numbers (empty: none), for argparse: a bad one is a one-line usage error."""
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    if any(not value > 0 or value == float("inf") for value in values):
+        raise argparse.ArgumentTypeError(f"every value must be a positive number: {text!r}")
+    return values
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("conf", type=Path, help="a configuration with `mapper: cpsat`")
-    ap.add_argument("--limits", default="0.005,0.01,0.02", help="other work limits (deterministic s), comma-separated")
-    ap.add_argument("--scaled", default="500,1000", help="size-scaled limits: V, comma-separated, for the "
-                                                         "configuration's limit times min(1, V / variables)")
+    ap.add_argument("--limits", type=positives, default="0.005,0.01,0.02",
+                    help="other work limits (deterministic s), comma-separated")
+    ap.add_argument("--scaled", type=positives, default="500,1000",
+                    help="size-scaled limits: V, comma-separated, for the configuration's limit times "
+                         "min(1, V / variables)")
     ap.add_argument("--records", type=Path, help="also write every search's record here (JSON lines)")
     args = ap.parse_args()
 
@@ -133,9 +146,8 @@ def main() -> None:
     from optlease.errors import InputError
     from optlease.formats.config import load_config
 
-    limits = [(f"limit {w}", lambda v, own, w=w: w) for w in map(float, filter(None, args.limits.split(",")))]
-    limits += [(f"scaled {s}", lambda v, own, s=s: own * min(1.0, s / v))
-               for s in map(int, filter(None, args.scaled.split(",")))]
+    limits = [(f"limit {w:g}", lambda v, own, w=w: w) for w in args.limits]
+    limits += [(f"scaled {s:g}", lambda v, own, s=s: own * min(1.0, s / v)) for s in args.scaled]
     records: list[dict] = []
     record_searches(records)
     try:

@@ -143,7 +143,7 @@ def test_round_searches_records_every_search_of_a_run(tmp_path):
                              timeout=300)
     rounds = json.loads(summary.stdout)["rounds"]
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "round_searches.py"), str(conf), "--limits",
-                          "0.05,0.001", "--scaled", "1000000000", "--records", str(tmp_path / "searches.jsonl")],
+                          "0.05,0.001", "--scaled", "100000", "--records", str(tmp_path / "searches.jsonl")],
                          capture_output=True, text=True, check=True, timeout=300)
     doc = json.loads(out.stdout)
     assert doc["searches"] == rounds["solved"] + rounds["admissions"]["offered"] > 0
@@ -152,10 +152,14 @@ def test_round_searches_records_every_search_of_a_run(tmp_path):
     sizes = doc["by_size"].values()
     assert sum(row["searches"] for row in sizes) == doc["searches"]
     for row in sizes:
-        for own in (row["limit 0.05"], row["scaled 1000000000"]):
+        for own in (row["limit 0.05"], row["scaled 100000"]):
             assert own["worse"] == 0 and own["kept_share"] == 1.0
         assert row["limit 0.001"]["cpu_s"] <= row["cpu_s"]
     conf.write_text(CPSAT_T01.format(mapper="greedy", trace=trace))
     bad = subprocess.run([sys.executable, str(REPO / "scripts" / "round_searches.py"), str(conf)],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "no CP-SAT rounds" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    for limits in ("0.01,abc", "0.01,-1", "nan"):   # a bad limit: a usage error naming it, no traceback
+        bad = subprocess.run([sys.executable, str(REPO / "scripts" / "round_searches.py"), str(conf), "--limits",
+                              limits], capture_output=True, text=True, timeout=300)
+        assert bad.returncode == 2 and "argument --limits" in bad.stderr and "Traceback" not in bad.stderr
