@@ -102,23 +102,23 @@ def _check_capacity(leases: list[CheckedLease], site: CheckedSite) -> list[Viola
                 started.setdefault(node, [])
         for node, starts in started.items():
             capacity = site.nodes[node]
-            for rtype, amount, lid, r in newly_over(node, usage[node], capacity, over, starts, dict):
+            for rtype, amount, lid, r in newly_over(node, usage[node], capacity, over, starts):
                 out.append(Violation(lid, "capacity", _overload(node, rtype, amount, capacity.get(rtype, 0), now, r,
                                                                 holders[node])))
     return out
 
 
-def newly_over(node, usage: dict[str, float], capacity: dict[str, float], over: set, starts: list, demand_of):
+def newly_over(node, usage: dict[str, float], capacity: dict[str, float], over: set, starts: list):
     """The resource types of a node over its capacity at an instant that were not over before it, each with the
     reservation that brought it there (the last of the instant's `starts` asking for that type): (type, amount,
-    lease id, reservation). `over` (node, type) is kept up to date; `demand_of` reads a start's demand as a dict."""
+    lease id, reservation). `over` (node, type) is kept up to date; a start's demand is a dict or its items."""
     for rtype, amount in usage.items():
         key = (node, rtype)
         if amount <= capacity.get(rtype, 0) + EPSILON:
             over.discard(key)
         elif key not in over and starts:
             over.add(key)
-            lid, r, _ = next((s for s in reversed(starts) if demand_of(s[2]).get(rtype, 0) > 0), starts[-1])
+            lid, r, _ = next((s for s in reversed(starts) if dict(s[2]).get(rtype, 0) > 0), starts[-1])
             yield rtype, amount, lid, r
 
 

@@ -172,7 +172,7 @@ class CapacitySweep:
             for n, ((order, seq), starts) in started.items():
                 name = self.names[n]
                 capacity = self.site.nodes[name]
-                for rtype, amount, lid, r in newly_over(n, usage[n], capacity, over, starts, dict):
+                for rtype, amount, lid, r in newly_over(n, usage[n], capacity, over, starts):
                     message = _overload(name, rtype, amount, capacity.get(rtype, 0), now, r,
                                         holders[n])  # type: ignore[arg-type]
                     out.append((now, order, seq, base + len(out), Violation(lid, "capacity", message)))
