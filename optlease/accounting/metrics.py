@@ -27,10 +27,13 @@ def run_summary(site: Site, leases: list[Lease], end_time: int) -> dict[str, Any
     total_cpu = sum(site.capacity(n).get("CPU", 0) for n in site.node_ids)
     cpu_seconds = 0
     for lease in leases:
+        vms = lease.req.vms
+        alike = lease.req.alike()     # (most leases: one demand for every VM, counted once)
         for held in lease.held:
             if held.kind == VM:
-                cpu_seconds += (held.end - held.start) * sum(lease.req.vms[v - 1].get("CPU", 0)
-                                                             for v in held.mapping)
+                cpu = alike.get("CPU", 0) * len(held.mapping) if alike is not None else \
+                    sum(vms[v - 1].get("CPU", 0) for v in held.mapping)
+                cpu_seconds += (held.end - held.start) * cpu
     return {
         "leases": len(leases),
         "ar": {"accepted": count(LeaseKind.AR, True), "rejected": count(LeaseKind.AR, False)},
