@@ -40,20 +40,34 @@ class Replanning:
                   and lease.last_vmrr().backfill and lease.last_vmrr().state == "scheduled"
                   and self._replannable(lease)]
         future.sort(key=lambda lease: (lease.last_vmrr().start, lease.id))
-        for lease in future:
-            if self._books_again(lease, now):
-                self._booked_again(lease, now)
-                continue
-            self.cancel_vmrr(lease.last_vmrr(), now)
-            lease.vmrrs.pop()
-            if lease.state is S.MIGRATING:
-                lease.set_state(S.SUSPENDED_SCHEDULED)   # the copy under way is given up: its image stays put
-            lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
+        limited = self.opts.max_in_future != -1
+        for i, lease in enumerate(future):
+            # Each is booked again before those that start after it, which are booked again next: the backfilling
+            # limit counts the bookings made so far, not theirs. (Greedy never holds more bookings than the limit,
+            # so none of its leases is refused for theirs; a planner's bookings may be more, and the earliest
+            # booking is then not the one lost to a later one's.)
+            later = sum(1 for other in future[i + 1:] if other.last_vmrr().backfill) if limited else 0
+            self.vm.future_count -= later
             try:
-                self.schedule_lease(lease, now)
-            except NotSchedulable:
-                lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
-                self.enqueue(lease)
+                self._book_again(lease, now)
+            finally:
+                self.vm.future_count += later
+
+    def _book_again(self, lease: Lease, now: int) -> None:
+        """`reevaluate`'s new booking of one lease booked for the future (or its way back to the queue)."""
+        if self._books_again(lease, now):
+            self._booked_again(lease, now)
+            return
+        self.cancel_vmrr(lease.last_vmrr(), now)
+        lease.vmrrs.pop()
+        if lease.state is S.MIGRATING:
+            lease.set_state(S.SUSPENDED_SCHEDULED)   # the copy under way is given up: its image stays put
+        lease.set_state(S.SUSPENDED_PENDING if lease.state is S.SUSPENDED_SCHEDULED else S.PENDING)
+        try:
+            self.schedule_lease(lease, now)
+        except NotSchedulable:
+            lease.set_state(S.SUSPENDED_QUEUED if lease.state is S.SUSPENDED_PENDING else S.QUEUED)
+            self.enqueue(lease)
 
     def _books_again(self, lease: Lease, now: int) -> bool:
         """Whether booking a lease booked for the future again now would give exactly the booking it has, found
