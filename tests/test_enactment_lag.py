@@ -32,6 +32,7 @@ class LaggingHosts(SimulatedEnactor):
         super().__init__(site)
         self.batches: list[list] = []
         self.twice: list[str] = []           # tasks sent for a VM that already had one under way
+        self.started: set[str] = set()       # the VMs whose start a host did
 
     def pending(self) -> tuple[set[str], set[str]]:
         tasks = [t for batch in self.batches for t in batch]
@@ -46,6 +47,7 @@ class LaggingHosts(SimulatedEnactor):
     def settle(self, batches: int) -> None:
         done, self.batches = self.batches[:batches], self.batches[batches:]
         for batch in done:
+            self.started.update(t.vm for t in batch if t.kind == "start")
             super().submit(batch)
 
 
@@ -61,6 +63,11 @@ def manager(folder) -> tuple[Manager, io.StringIO]:
 # Lease 3's third VM is planned on a node whose host is still busy with lease 1's tasks, so its start is never sent
 # before an AR suspends the lease: it has no memory image, and the lease was failed as one whose image was lost.
 @example(ops=[("be", 2, 17), ("checkpoint",), ("ar", 2, 1, 34), ("cancel", 3), ("be", 3, 3)], seed=216089)
+# Lease 5's four VMs are planned while their hosts are busy; two starts are done late, two never before an AR
+# suspends the lease: those two have no image to keep while it waits to resume (the test's own view of the plan
+# wanted images of them).
+@example(ops=[("be", 1, 1), ("be", 1, 1), ("be", 1, 1), ("be", 1, 3), ("be", 4, 20), ("be", 1, 1), ("be", 1, 40),
+              ("ar", 1, 1, 37)], seed=0)
 def test_a_pass_leaves_vms_under_way_to_their_tasks(tmp_path_factory, ops, seed):
     m, out = manager(tmp_path_factory.mktemp("lag"))
     rng = random.Random(seed)
@@ -80,5 +87,5 @@ def test_a_pass_leaves_vms_under_way_to_their_tasks(tmp_path_factory, ops, seed)
     assert hosts.twice == [], hosts.twice
     assert "no host has its image" not in log and "has been failed" not in log, log[-3000:]
     assert not any(lease.state is LeaseState.FAILED for lease in m.all.values())
-    hosts_match_the_whole_plan(m)
+    hosts_match_the_whole_plan(m, hosts.started)
     m.stop()
