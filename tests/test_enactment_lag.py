@@ -32,7 +32,7 @@ class LaggingHosts(SimulatedEnactor):
         super().__init__(site)
         self.batches: list[list] = []
         self.twice: list[str] = []           # tasks sent for a VM that already had one under way
-        self.started: set[str] = set()       # the VMs whose start a host did
+        self.started: set[str] = set()       # the VMs a host started and has not stopped since
 
     def pending(self) -> tuple[set[str], set[str]]:
         tasks = [t for batch in self.batches for t in batch]
@@ -47,7 +47,11 @@ class LaggingHosts(SimulatedEnactor):
     def settle(self, batches: int) -> None:
         done, self.batches = self.batches[:batches], self.batches[batches:]
         for batch in done:
-            self.started.update(t.vm for t in batch if t.kind == "start")
+            for t in batch:
+                if t.kind == "start":
+                    self.started.add(t.vm)
+                elif t.kind == "stop":
+                    self.started.discard(t.vm)
             super().submit(batch)
 
 

@@ -17,9 +17,10 @@ from test_persist import AR, BE, CONF, FINISHED, IMMEDIATE, run_until, submit
 
 
 def hosts_match_the_whole_plan(m, started: set[str] | None = None) -> None:
-    """What the hosts run is where the whole plan puts every VM. `started`: the VMs some host ever started (None:
-    every start the plan made was enacted); a VM the plan has suspended that no host ever started has no memory
-    image to keep (nothing of it ran), so it is absent until its resume starts it afresh."""
+    """What the hosts run is where the whole plan puts every VM. `started`: the VMs a host started and has not
+    stopped since (None: every start the plan made was enacted); a VM the plan has suspended that no host started
+    for its run has no memory image to keep (nothing of it ran), so it is absent until its resume starts it
+    afresh."""
     want = desired_state(rows_of_leases(m.sched.leases.values()), m.last_t, dict(enumerate(m.host_names, 1)))
     want = {vm: (p.host, p.state) for vm, p in want.items()
             if p.state != ABSENT and not (started is not None and p.state == SUSPENDED and vm not in started)}
