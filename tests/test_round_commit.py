@@ -34,6 +34,13 @@ def request(sched, lease_id: int, kind: LeaseKind, duration: int, vms: int, now:
     return lease
 
 
+def schedule_and_start(sched, now: int) -> None:
+    """The greedy pass at `now`, then every reservation it made that begins then started, as a step starts them."""
+    sched.schedule(now)
+    for rr in sched.table.starting_at(now):
+        sched.start_rr(rr, now)
+
+
 def test_a_lease_that_ends_where_the_next_booking_begins_is_committed():
     """One node of two VM slots. Lease 1 runs on one slot until 1,000 s; lease 2 (both slots) is booked from
     1,000 s. A plan that runs lease 3 on the free slot from 0 to 1,000 s fits: its shutdown takes no time, and a
@@ -42,9 +49,7 @@ def test_a_lease_that_ends_where_the_next_booking_begins_is_committed():
     sched, planner = scheduler({"CPU": 200, "Memory": 2048})
     request(sched, 1, LeaseKind.BEST_EFFORT, 1000, 1, 0)
     two = request(sched, 2, LeaseKind.BEST_EFFORT, 1000, 2, 0)
-    sched.schedule(0)
-    for rr in sched.table.starting_at(0):
-        sched.start_rr(rr, 0)
+    schedule_and_start(sched, 0)
     assert two.state is LeaseState.SCHEDULED and two.last_vmrr().start == 1000
     three = request(sched, 3, LeaseKind.BEST_EFFORT, 1000, 1, 0)
     vmrr = planner._build(three, LeasePlan(3, Outcome.ACCEPTED, start=0, nodes=(1,), end=1000), 0)
@@ -63,9 +68,7 @@ def test_the_admission_fallback_sends_the_bookings_in_an_ars_way_back_to_the_que
     request(sched, 1, LeaseKind.BEST_EFFORT, 5000, 1, 0)
     two = request(sched, 2, LeaseKind.BEST_EFFORT, 3000, 1, 0)
     three = request(sched, 3, LeaseKind.BEST_EFFORT, 3000, 2, 0)
-    sched.schedule(0)
-    for rr in sched.table.starting_at(0):
-        sched.start_rr(rr, 0)
+    schedule_and_start(sched, 0)
     assert two.state is LeaseState.ACTIVE and three.state is LeaseState.SCHEDULED
     assert three.last_vmrr().start == 5000
     now = 100
@@ -99,9 +102,7 @@ def test_a_premature_end_keeps_the_earliest_booking_where_a_rounds_bookings_exce
     request(sched, 3, LeaseKind.BEST_EFFORT, 3000, 1, 0)
     four = request(sched, 4, LeaseKind.BEST_EFFORT, 100, 3, 0)
     five = request(sched, 5, LeaseKind.BEST_EFFORT, 2800, 1, 0)
-    sched.schedule(0)
-    for rr in sched.table.starting_at(0):
-        sched.start_rr(rr, 0)
+    schedule_and_start(sched, 0)
     assert four.state is LeaseState.SCHEDULED and four.last_vmrr().start == 3000 and five in sched.queue
     node = first.last_vmrr().mapping[1]
     vmrr = planner._build(five, LeasePlan(5, Outcome.ACCEPTED, start=3100, nodes=(node,), end=5900), 0)

@@ -192,8 +192,7 @@ class NodeClasses:
             profs = list(map(profiles.__getitem__, nodes))
         else:
             nodes, profs = found[0], read(profiles, found[1])
-        # (profiles compare by identity: the last one looked at first, as `all_alike` does)
-        if profs and profs[-1] is profs[0] and profs.count(profs[0]) == len(profs):
+        if profs and all_alike(profs, profs[0]):    # (profiles compare by identity)
             return ([profs[0], key, nodes],)
         # one change on nodes of several profiles: a stretch of nodes that share one at a time (nodes booked
         # together lie together), each cut from the nodes as one slice

@@ -132,7 +132,7 @@ class QueuePass(WaitKeys):
         image_ready = self._image_ready
         i = 0
         while True:
-            for i, lease in enumerate(queue, 1):
+            for i, lease in enumerate(queue[:1] if once else queue, 1):     # (FCFS: the first lease alone)
                 found = ready.get(lease.wait_class)
                 failed = lease.failed_with
                 if found is None or failed is not found[0]:
@@ -162,12 +162,10 @@ class QueuePass(WaitKeys):
                         self._tried(lease, attempt, cls, refusal)
                         i = 0
                         break    # (the walk goes on from the start of what is left)
-                if once:
-                    break
             else:
                 break   # (the end of the queue)
             if once:
-                break   # (FCFS: the queue's first lease alone)
+                break
         kept += queue[:i]
         del queue[:i]
         return False
